@@ -1,0 +1,28 @@
+/* adamw.c — AdamW (decoupled weight decay, bias correction) as
+ * torch.optim.AdamW, and the squared gradient norm for global clipping. */
+#include "kernels.h"
+
+#include <math.h>
+
+double grad_sumsq(const float *g, size_t n)
+{
+    double s = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : s)
+    for (size_t i = 0; i < n; i++) s += (double)g[i] * (double)g[i];
+    return s;
+}
+
+void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int t,
+                  float grad_scale)
+{
+    float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
+    float step = lr / bc1, rbc2 = 1.0f / sqrtf(bc2), decay = 1.0f - lr * weight_decay;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] * grad_scale;
+        m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
+        v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+        p[i] = p[i] * decay - step * m[i] / (sqrtf(v[i]) * rbc2 + eps);
+    }
+}

@@ -1,0 +1,97 @@
+/* attention.c — causal self-attention with grouped-query heads.
+ *   qkv [B*T, ld], ld = (NH + 2*NKV) * HD: per row [q heads | k heads | v heads]
+ *   out, dout [B*T, NH*HD]; att [B, NH, T, T] softmax probabilities
+ * Query head h reads key/value head h / (NH / NKV), as HF's repeat_kv. Each
+ * (batch, head) is a pair of small sgemms on strided views of qkv; OpenBLAS
+ * runs them single-threaded inside the OpenMP loop, so one pool is busy. */
+#include "kernels.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+
+size_t attention_scratch_floats(int T) { return (size_t)T * T; }
+
+/* Row-wise causal softmax of s [T, T] in place; entries above the diagonal
+ * become exact zeros so the backward can use plain sgemms. */
+static void causal_softmax(float *s, int T)
+{
+    for (int i = 0; i < T; i++) {
+        float *row = s + (size_t)i * T;
+        float mx = row[0];
+        for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
+        float sum = 0.0f;
+        for (int j = 0; j <= i; j++) {
+            row[j] = expf(row[j] - mx);
+            sum += row[j];
+        }
+        float inv = 1.0f / sum;
+        for (int j = 0; j <= i; j++) row[j] *= inv;
+        for (int j = i + 1; j < T; j++) row[j] = 0.0f;
+    }
+}
+
+void attention_forward(float *out, float *att, const float *qkv,
+                       int B, int T, int NH, int NKV, int HD)
+{
+    int ld = (NH + 2 * NKV) * HD, C = NH * HD, group = NH / NKV;
+    float scale = 1.0f / sqrtf((float)HD);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH, kvh = h / group;
+        const float *q = qkv + (size_t)b * T * ld + (size_t)h * HD;
+        const float *k = qkv + (size_t)b * T * ld + (size_t)(NH + kvh) * HD;
+        const float *v = qkv + (size_t)b * T * ld + (size_t)(NH + NKV + kvh) * HD;
+        float *p = att + (size_t)bh * T * T;
+        /* p = scale * q k^T, then causal softmax; o = p v */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, scale, q, ld, k, ld,
+                    0.0f, p, T);
+        causal_softmax(p, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, 1.0f, p, T, v, ld,
+                    0.0f, out + (size_t)b * T * C + (size_t)h * HD, C);
+    }
+}
+
+/* Heads of one KV group share dk/dv, so a task is one (batch, KV head) and
+ * walks its query heads in order: no two threads write the same gradient. */
+void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
+                        float *scratch, int nscratch, int B, int T, int NH, int NKV, int HD)
+{
+    int ld = (NH + 2 * NKV) * HD, C = NH * HD, group = NH / NKV;
+    float scale = 1.0f / sqrtf((float)HD);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bk = 0; bk < B * NKV; bk++) {
+        int tid = omp_get_thread_num();
+        float *dp = scratch + (size_t)(tid % nscratch) * T * T;
+        int b = bk / NKV, kvh = bk % NKV;
+        size_t base = (size_t)b * T * ld;
+        const float *k = qkv + base + (size_t)(NH + kvh) * HD;
+        const float *v = qkv + base + (size_t)(NH + NKV + kvh) * HD;
+        float *dk = dqkv + base + (size_t)(NH + kvh) * HD;
+        float *dv = dqkv + base + (size_t)(NH + NKV + kvh) * HD;
+        for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+            const float *q = qkv + base + (size_t)h * HD;
+            float *dq = dqkv + base + (size_t)h * HD;
+            const float *p = att + ((size_t)b * NH + h) * T * T;
+            const float *dO = dout + (size_t)b * T * C + (size_t)h * HD;
+            /* dv += p^T dO;  dp = dO v^T */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, 1.0f, p, T, dO, C,
+                        1.0f, dv, ld);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, 1.0f, dO, C, v, ld,
+                        0.0f, dp, T);
+            /* softmax backward: ds = p * (dp - sum_j p dp), in place in dp */
+            for (int i = 0; i < T; i++) {
+                const float *pr = p + (size_t)i * T;
+                float *dr = dp + (size_t)i * T, dot = 0.0f;
+                for (int j = 0; j <= i; j++) dot += pr[j] * dr[j];
+                for (int j = 0; j <= i; j++) dr[j] = pr[j] * (dr[j] - dot);
+                for (int j = i + 1; j < T; j++) dr[j] = 0.0f;
+            }
+            /* dq += scale ds k;  dk += scale ds^T q */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, scale, dp, T, k, ld,
+                        1.0f, dq, ld);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, scale, dp, T, q, ld,
+                        1.0f, dk, ld);
+        }
+    }
+}

@@ -1,0 +1,47 @@
+/* rmsnorm.c — RMSNorm as LLaMA uses it: y = w * x / sqrt(mean(x^2) + eps).
+ *   inp, out, dout, dinp [N, C]; weight, dweight [C]; rstd [N] saved. */
+#include "kernels.h"
+
+#include <math.h>
+#include <omp.h>
+
+void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight,
+                     int N, int C, float eps)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *y = out + (size_t)n * C;
+        float ss = 0.0f;
+        for (int c = 0; c < C; c++) ss += x[c] * x[c];
+        float r = 1.0f / sqrtf(ss / (float)C + eps);
+        rstd[n] = r;
+        for (int c = 0; c < C; c++) y[c] = x[c] * r * weight[c];
+    }
+}
+
+/* dx_i = r w_i dy_i - (r^3 / C) x_i sum_j dy_j w_j x_j;  dw_j += sum_n dy_nj x_nj r_n */
+void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                      const float *weight, const float *rstd, int N, int C)
+{
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (int n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+            float *dx = dinp + (size_t)n * C;
+            float r = rstd[n], dot = 0.0f;
+            for (int c = 0; c < C; c++) dot += dy[c] * weight[c] * x[c];
+            float k = r * r * r * dot / (float)C;
+            for (int c = 0; c < C; c++) dx[c] += r * weight[c] * dy[c] - k * x[c];
+        }
+        /* Threads own disjoint columns of dweight: no atomics, no scratch. */
+        int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        int c0 = (int)((long)C * t / nt), c1 = (int)((long)C * (t + 1) / nt);
+        for (int n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+            float r = rstd[n];
+            for (int c = c0; c < c1; c++) dweight[c] += dy[c] * x[c] * r;
+        }
+    }
+}

@@ -1,0 +1,422 @@
+/* config.c — HF config.json of a LlamaForCausalLM: load, validate, save.
+ *
+ * Parsing is strict on the keys the model uses (a value of the wrong type is
+ * an error, never silently coerced) and ignores every other HF key, so a
+ * config.json taken straight from the Hub loads. */
+#include "model.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <float.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static const char *json_kind(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "a list";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE: case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "something else";
+}
+
+/* HF writes null for "use the default" (e.g. num_key_value_heads: null), so
+ * an optional key that is null counts as absent. */
+static json_t *optional_key(json_t *root, const char *key)
+{
+    json_t *v = json_object_get(root, key);
+    return (v && json_is_null(v)) ? NULL : v;
+}
+
+/* A positive int. Integral reals (64.0) are accepted because Python writers
+ * sometimes emit them; 7.5, strings, booleans, <= 0 and > INT_MAX are not. */
+static int get_positive_int(const json_t *v, const char *src, const char *key, int *out,
+                            char *err, size_t errlen)
+{
+    double d;
+    if (json_is_integer(v)) {
+        json_int_t i = json_integer_value(v);
+        if (i <= 0 || i > INT_MAX) {
+            set_err(err, errlen, "%s: %s must be a positive integer up to %d, got %lld", src,
+                    key, INT_MAX, (long long)i);
+            return -1;
+        }
+        *out = (int)i;
+        return 0;
+    }
+    if (!json_is_real(v)) {
+        set_err(err, errlen, "%s: %s must be a positive integer, got %s", src, key,
+                json_kind(v));
+        return -1;
+    }
+    d = json_real_value(v);
+    if (d != floor(d) || d <= 0 || d > INT_MAX) {
+        set_err(err, errlen, "%s: %s must be a positive integer up to %d, got %g", src, key,
+                INT_MAX, d);
+        return -1;
+    }
+    *out = (int)d;
+    return 0;
+}
+
+static int get_required_int(json_t *root, const char *src, const char *key, int *out,
+                            char *err, size_t errlen)
+{
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) {
+        set_err(err, errlen, "%s: required key %s is missing", src, key);
+        return -1;
+    }
+    return get_positive_int(v, src, key, out, err, errlen);
+}
+
+static int get_optional_int(json_t *root, const char *src, const char *key, int *out,
+                            char *err, size_t errlen)
+{
+    json_t *v = optional_key(root, key);
+    return v ? get_positive_int(v, src, key, out, err, errlen) : 0;
+}
+
+/* Range and sign are llama_config_validate's job; here only the type. */
+static int get_optional_float(json_t *root, const char *src, const char *key, float *out,
+                              char *err, size_t errlen)
+{
+    json_t *v = optional_key(root, key);
+    if (!v)
+        return 0;
+    if (!json_is_number(v)) {
+        set_err(err, errlen, "%s: %s must be a number, got %s", src, key, json_kind(v));
+        return -1;
+    }
+    double d = json_number_value(v);
+    /* Converting an out-of-range double to float is undefined behaviour. */
+    if (fabs(d) > FLT_MAX) {
+        set_err(err, errlen, "%s: %s (%g) is out of float32 range", src, key, d);
+        return -1;
+    }
+    *out = (float)d;
+    return 0;
+}
+
+static int get_optional_bool(json_t *root, const char *src, const char *key, bool *out,
+                             char *err, size_t errlen)
+{
+    json_t *v = optional_key(root, key);
+    if (!v)
+        return 0;
+    if (!json_is_boolean(v)) {
+        set_err(err, errlen, "%s: %s must be true or false, got %s", src, key, json_kind(v));
+        return -1;
+    }
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int check_architectures(json_t *root, const char *src, char *err, size_t errlen)
+{
+    json_t *v = optional_key(root, "architectures"), *item;
+    size_t i;
+    if (!v)
+        return 0;
+    if (!json_is_array(v)) {
+        set_err(err, errlen, "%s: architectures must be a list, got %s", src, json_kind(v));
+        return -1;
+    }
+    json_array_foreach(v, i, item) {
+        if (json_is_string(item) && strcmp(json_string_value(item), "LlamaForCausalLM") == 0)
+            return 0;
+    }
+    set_err(err, errlen, "%s: architectures does not list LlamaForCausalLM "
+            "(only LLaMA models are supported)", src);
+    return -1;
+}
+
+static int parse_config(llama_config *cfg, json_t *root, const char *src, char *err,
+                        size_t errlen)
+{
+    static const struct { const char *key; size_t off; } required[] = {
+        {"hidden_size", offsetof(llama_config, hidden_size)},
+        {"intermediate_size", offsetof(llama_config, intermediate_size)},
+        {"num_hidden_layers", offsetof(llama_config, num_hidden_layers)},
+        {"num_attention_heads", offsetof(llama_config, num_attention_heads)},
+        {"vocab_size", offsetof(llama_config, vocab_size)},
+    };
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
+        int *field = (int *)((char *)cfg + required[i].off);
+        if (get_required_int(root, src, required[i].key, field, err, errlen))
+            return -1;
+    }
+    cfg->num_key_value_heads = cfg->num_attention_heads;
+    cfg->max_position_embeddings = 2048;
+    cfg->rms_norm_eps = 1e-6f;
+    cfg->rope_theta = 10000.0f;
+    cfg->tie_word_embeddings = false;
+    if (get_optional_int(root, src, "num_key_value_heads", &cfg->num_key_value_heads, err,
+                         errlen) ||
+        get_optional_int(root, src, "max_position_embeddings",
+                         &cfg->max_position_embeddings, err, errlen) ||
+        get_optional_float(root, src, "rms_norm_eps", &cfg->rms_norm_eps, err, errlen) ||
+        get_optional_float(root, src, "rope_theta", &cfg->rope_theta, err, errlen) ||
+        get_optional_bool(root, src, "tie_word_embeddings", &cfg->tie_word_embeddings, err,
+                          errlen))
+        return -1;
+    return check_architectures(root, src, err, errlen);
+}
+
+/* Newer HF configs spell head_dim out. The model derives it from the hidden
+ * size, so a config whose head_dim differs describes a model we would get
+ * silently wrong: refuse it. */
+static int check_explicit_head_dim(json_t *root, const llama_config *cfg, const char *src,
+                                   char *err, size_t errlen)
+{
+    json_t *v = optional_key(root, "head_dim");
+    int hd;
+    if (!v)
+        return 0;
+    if (get_positive_int(v, src, "head_dim", &hd, err, errlen))
+        return -1;
+    if (hd != cfg->head_dim) {
+        set_err(err, errlen, "%s: head_dim (%d) differs from hidden_size / "
+                "num_attention_heads (%d), which this model requires", src, hd,
+                cfg->head_dim);
+        return -1;
+    }
+    return 0;
+}
+
+int llama_config_load(llama_config *cfg, const char *path, char *err, size_t errlen)
+{
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    llama_config c;
+    int rc = -1;
+
+    memset(&c, 0, sizeof c);
+    if (!root) {
+        if (json_error_code(&jerr) == json_error_cannot_open_file)
+            set_err(err, errlen, "%s: cannot read: %s", path, jerr.text);
+        else
+            set_err(err, errlen, "%s: invalid JSON at line %d, column %d: %s", path,
+                    jerr.line, jerr.column, jerr.text);
+        return -1;
+    }
+    if (!json_is_object(root))
+        set_err(err, errlen, "%s: expected a JSON object, got %s", path, json_kind(root));
+    else if (parse_config(&c, root, path, err, errlen) == 0 &&
+             llama_config_validate(&c, path, err, errlen) == 0 &&
+             check_explicit_head_dim(root, &c, path, err, errlen) == 0) {
+        *cfg = c;
+        rc = 0;
+    }
+    json_decref(root);
+    return rc;
+}
+
+static int check_positive(int v, const char *src, const char *key, char *err, size_t errlen)
+{
+    if (v > 0)
+        return 0;
+    set_err(err, errlen, "%s: %s must be positive, got %d", src, key, v);
+    return -1;
+}
+
+int llama_config_validate(llama_config *cfg, const char *src, char *err, size_t errlen)
+{
+    if (check_positive(cfg->hidden_size, src, "hidden_size", err, errlen) ||
+        check_positive(cfg->intermediate_size, src, "intermediate_size", err, errlen) ||
+        check_positive(cfg->num_hidden_layers, src, "num_hidden_layers", err, errlen) ||
+        check_positive(cfg->num_attention_heads, src, "num_attention_heads", err, errlen) ||
+        check_positive(cfg->num_key_value_heads, src, "num_key_value_heads", err, errlen) ||
+        check_positive(cfg->vocab_size, src, "vocab_size", err, errlen) ||
+        check_positive(cfg->max_position_embeddings, src, "max_position_embeddings", err,
+                       errlen))
+        return -1;
+    if (cfg->hidden_size % cfg->num_attention_heads != 0) {
+        set_err(err, errlen, "%s: num_attention_heads (%d) does not divide hidden_size (%d)",
+                src, cfg->num_attention_heads, cfg->hidden_size);
+        return -1;
+    }
+    if (cfg->num_attention_heads % cfg->num_key_value_heads != 0) {
+        set_err(err, errlen, "%s: num_key_value_heads (%d) does not divide "
+                "num_attention_heads (%d)", src, cfg->num_key_value_heads,
+                cfg->num_attention_heads);
+        return -1;
+    }
+    int head_dim = cfg->hidden_size / cfg->num_attention_heads;
+    if (head_dim % 2 != 0) {
+        set_err(err, errlen, "%s: head dimension hidden_size / num_attention_heads = %d / %d "
+                "= %d must be even for rotary embeddings", src, cfg->hidden_size,
+                cfg->num_attention_heads, head_dim);
+        return -1;
+    }
+    /* !(x > 0) also catches NaN. */
+    if (!(cfg->rms_norm_eps > 0) || !isfinite(cfg->rms_norm_eps)) {
+        set_err(err, errlen, "%s: rms_norm_eps must be positive and finite in float32, got %g",
+                src, (double)cfg->rms_norm_eps);
+        return -1;
+    }
+    if (!(cfg->rope_theta > 0) || !isfinite(cfg->rope_theta)) {
+        set_err(err, errlen, "%s: rope_theta must be positive and finite in float32, got %g",
+                src, (double)cfg->rope_theta);
+        return -1;
+    }
+    cfg->head_dim = head_dim;
+    return 0;
+}
+
+/* ---- save ------------------------------------------------------------------ */
+
+/* The shortest decimal that reads back as the same float, so the file says
+ * 1e-06 rather than 9.99999997e-07 (what HF itself writes). */
+static double shortest_decimal(float f)
+{
+    char buf[32];
+    for (int digits = 1; digits < 9; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, (double)f);
+        if (strtof(buf, NULL) == f)
+            return strtod(buf, NULL);
+    }
+    return (double)f;
+}
+
+static int add(json_t *obj, const char *key, json_t *value)
+{
+    return json_object_set_new(obj, key, value);
+}
+
+static json_t *config_to_json(const llama_config *c)
+{
+    json_t *o = json_object(), *arch = json_array();
+    int bad = !o || !arch || json_array_append_new(arch, json_string("LlamaForCausalLM"));
+    bad |= add(o, "architectures", arch);
+    bad |= add(o, "model_type", json_string("llama"));
+    bad |= add(o, "torch_dtype", json_string("float32"));
+    bad |= add(o, "hidden_act", json_string("silu"));
+    bad |= add(o, "hidden_size", json_integer(c->hidden_size));
+    bad |= add(o, "intermediate_size", json_integer(c->intermediate_size));
+    bad |= add(o, "num_hidden_layers", json_integer(c->num_hidden_layers));
+    bad |= add(o, "num_attention_heads", json_integer(c->num_attention_heads));
+    bad |= add(o, "num_key_value_heads", json_integer(c->num_key_value_heads));
+    bad |= add(o, "head_dim", json_integer(c->head_dim));
+    bad |= add(o, "vocab_size", json_integer(c->vocab_size));
+    bad |= add(o, "max_position_embeddings", json_integer(c->max_position_embeddings));
+    bad |= add(o, "rms_norm_eps", json_real(shortest_decimal(c->rms_norm_eps)));
+    bad |= add(o, "rope_theta", json_real(shortest_decimal(c->rope_theta)));
+    bad |= add(o, "tie_word_embeddings", json_boolean(c->tie_word_embeddings));
+    /* HF's defaults too, spelled out so no reader has to guess them. */
+    bad |= add(o, "attention_bias", json_false());
+    bad |= add(o, "mlp_bias", json_false());
+    if (bad) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+static int write_all(int fd, const char *buf, size_t len)
+{
+    while (len > 0) {
+        ssize_t w = write(fd, buf, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -1;
+        if (w == 0) { /* no progress and no errno: treat as an I/O error */
+            errno = EIO;
+            return -1;
+        }
+        buf += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* tmp + fsync + rename: a crash leaves either the old file or the new one. */
+static int write_file_atomic(const char *path, const char *text, size_t len, char *err,
+                             size_t errlen)
+{
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 5);
+    int fd, rc = -1;
+    if (!tmp) {
+        set_err(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    memcpy(tmp, path, plen);
+    memcpy(tmp + plen, ".tmp", 5);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        set_err(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+        free(tmp);
+        return -1;
+    }
+    int ok = write_all(fd, text, len) == 0 && fsync(fd) == 0;
+    int saved = errno;
+    if (close(fd) != 0 && ok) { /* NFS and friends report write errors here */
+        ok = 0;
+        saved = errno;
+    }
+    if (!ok)
+        set_err(err, errlen, "%s: write failed: %s", tmp, strerror(saved));
+    else if (rename(tmp, path))
+        set_err(err, errlen, "%s: cannot rename %s over it: %s", path, tmp, strerror(errno));
+    else
+        rc = 0;
+    if (rc)
+        unlink(tmp);
+    free(tmp);
+    return rc;
+}
+
+int llama_config_save(const llama_config *cfg, const char *path, char *err, size_t errlen)
+{
+    llama_config c = *cfg;
+    json_t *root;
+    char *text;
+    int rc;
+
+    /* Never write a file our own loader (or HF) would refuse. */
+    if (llama_config_validate(&c, path, err, errlen))
+        return -1;
+    root = config_to_json(&c);
+    text = root ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(root);
+    if (!text) {
+        set_err(err, errlen, "%s: out of memory encoding the config", path);
+        return -1;
+    }
+    size_t len = strlen(text);
+    /* json_dumps leaves no final newline; text files end with one. */
+    char *with_nl = realloc(text, len + 2);
+    if (!with_nl) {
+        free(text);
+        set_err(err, errlen, "%s: out of memory encoding the config", path);
+        return -1;
+    }
+    with_nl[len] = '\n';
+    with_nl[len + 1] = '\0';
+    rc = write_file_atomic(path, with_nl, len + 1, err, errlen);
+    free(with_nl);
+    return rc;
+}

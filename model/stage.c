@@ -1,0 +1,476 @@
+/* stage.c — a contiguous slice of the LLaMA model: [embedding] + layers
+ * [a, b) + [final norm, head, loss], forward and backward of micro-batches.
+ *
+ * Shapes (see kernels.h): N = B*T rows, C hidden, F intermediate, V vocab,
+ * QKV = (NH + 2*NKV) * HD per row of the fused q/k/v projection.
+ * Parameters live in one flat buffer laid out by the table of HF tensors;
+ * q/k/v and gate/up are adjacent there, so each pair or triple is one GEMM.
+ * Activations live in one arena carved once by stage_layout. */
+#include "model.h"
+
+#include "kernels.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    float *ln1, *wqkv, *wo, *ln2, *wgu, *wdown;
+} layer_weights;
+
+typedef struct {
+    float *res_in;     /* [N,C] layer input (the residual stream) */
+    float *ln1;        /* [N,C] */
+    float *rstd1;      /* [N] */
+    float *qkv;        /* [N,QKV] after RoPE */
+    float *att;        /* [B,NH,T,T] */
+    float *atty;       /* [N,C] attention output before o_proj */
+    float *mid;        /* [N,C] residual after attention */
+    float *ln2;        /* [N,C] */
+    float *rstd2;      /* [N] */
+    float *gu;         /* [N,2F] */
+    float *h;          /* [N,F] */
+} layer_acts;
+
+struct stage {
+    llama_config cfg;
+    int l0, l1, nl, B, T, N, QKV;
+    bool first, last;
+
+    stage_param *table;
+    int ntable;
+    size_t nparams;
+    float *params, *grads, *m, *v;
+    layer_weights *w, *dw;             /* [nl] views into params / grads */
+    float *wte, *dwte, *lnf, *dlnf, *head, *dhead;
+
+    float *arena;                      /* every activation and scratch buffer */
+    layer_acts *acts;                  /* [nl] */
+    float *out;                        /* [N,C] stage output (residual after last layer) */
+    float *lnf_out, *rstdf, *logits, *losses;
+    float *dres, *dln, *dqkv, *datty, *dgu, *dh;
+    float *att_scratch;
+    int nscratch;
+    float *rope_cos, *rope_sin;        /* [T, HD/2] */
+    int32_t *ids, *labels;             /* copies for the backward */
+};
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* ---- parameter table ------------------------------------------------------ */
+
+static void table_add(stage *s, const char *name, int64_t d0, int64_t d1)
+{
+    stage_param *p = &s->table[s->ntable++];
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = d1 ? 2 : 1;
+    p->shape[0] = d0;
+    p->shape[1] = d1;
+    p->numel = (size_t)d0 * (size_t)(d1 ? d1 : 1);
+    p->offset = s->nparams;
+    p->decay = d1 != 0;
+    p->tied_copy = false;
+    s->nparams += p->numel;
+}
+
+/* The order here is the buffer order: q,k,v and gate,up must stay adjacent. */
+static void build_table(stage *s)
+{
+    const llama_config *c = &s->cfg;
+    int C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
+    int KVD = c->num_key_value_heads * c->head_dim;
+    char name[80];
+    if (s->first) table_add(s, "model.embed_tokens.weight", V, C);
+    for (int l = s->l0; l < s->l1; l++) {
+        static const struct { const char *suffix; int kind; } parts[] = {
+            {"input_layernorm.weight", 0}, {"self_attn.q_proj.weight", 1},
+            {"self_attn.k_proj.weight", 2}, {"self_attn.v_proj.weight", 2},
+            {"self_attn.o_proj.weight", 1}, {"post_attention_layernorm.weight", 0},
+            {"mlp.gate_proj.weight", 3}, {"mlp.up_proj.weight", 3}, {"mlp.down_proj.weight", 4},
+        };
+        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, parts[i].suffix);
+            switch (parts[i].kind) {
+            case 0: table_add(s, name, C, 0); break;
+            case 1: table_add(s, name, C, C); break;
+            case 2: table_add(s, name, KVD, C); break;
+            case 3: table_add(s, name, F, C); break;
+            default: table_add(s, name, C, F); break;
+            }
+        }
+    }
+    if (s->last) {
+        table_add(s, "model.norm.weight", C, 0);
+        if (!c->tie_word_embeddings) {
+            table_add(s, "lm_head.weight", V, C);
+        } else if (!s->first) {
+            table_add(s, "model.embed_tokens.weight", V, C);
+            s->table[s->ntable - 1].tied_copy = true;
+        }
+    }
+}
+
+/* Points the per-layer views of one flat buffer (params or grads). */
+static void bind_views(stage *s, float *base, layer_weights *lw, float **wte, float **lnf,
+                       float **head)
+{
+    int k = 0;
+    *wte = *lnf = *head = NULL;
+    if (s->first) *wte = base + s->table[k++].offset;
+    for (int l = 0; l < s->nl; l++, k += 9) {
+        lw[l].ln1 = base + s->table[k].offset;
+        lw[l].wqkv = base + s->table[k + 1].offset;
+        lw[l].wo = base + s->table[k + 4].offset;
+        lw[l].ln2 = base + s->table[k + 5].offset;
+        lw[l].wgu = base + s->table[k + 6].offset;
+        lw[l].wdown = base + s->table[k + 8].offset;
+    }
+    if (s->last) {
+        *lnf = base + s->table[k++].offset;
+        *head = k < s->ntable ? base + s->table[k].offset : *wte;
+    }
+}
+
+/* ---- activation arena ------------------------------------------------------ */
+
+/* Carves every activation buffer from base; with base == NULL only counts.
+ * Returns the number of floats needed. One table of sizes, one allocation. */
+static size_t stage_layout(stage *s, float *base)
+{
+    size_t used = 0;
+    const llama_config *c = &s->cfg;
+    size_t N = (size_t)s->N, C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size;
+    size_t V = (size_t)c->vocab_size, TT = (size_t)s->T * s->T;
+#define CARVE(ptr, n)                                                     \
+    do {                                                                  \
+        if (base) (ptr) = base + used;                                    \
+        used += ((size_t)(n) + 15) & ~(size_t)15; /* 64-byte aligned */   \
+    } while (0)
+    for (int l = 0; l < s->nl; l++) {
+        layer_acts *a = &s->acts[l];
+        CARVE(a->res_in, N * C);
+        CARVE(a->ln1, N * C);
+        CARVE(a->rstd1, N);
+        CARVE(a->qkv, N * s->QKV);
+        CARVE(a->att, (size_t)s->B * c->num_attention_heads * TT);
+        CARVE(a->atty, N * C);
+        CARVE(a->mid, N * C);
+        CARVE(a->ln2, N * C);
+        CARVE(a->rstd2, N);
+        CARVE(a->gu, N * 2 * F);
+        CARVE(a->h, N * F);
+    }
+    CARVE(s->out, N * C);
+    if (s->last) {
+        CARVE(s->lnf_out, N * C);
+        CARVE(s->rstdf, N);
+        CARVE(s->logits, N * V);
+        CARVE(s->losses, N);
+    }
+    CARVE(s->dres, N * C);
+    CARVE(s->dln, N * C);
+    if (s->nl > 0) {
+        CARVE(s->dqkv, N * s->QKV);
+        CARVE(s->datty, N * C);
+        CARVE(s->dgu, N * 2 * F);
+        CARVE(s->dh, N * F);
+        CARVE(s->att_scratch, (size_t)s->nscratch * attention_scratch_floats(s->T));
+    }
+    CARVE(s->rope_cos, (size_t)s->T * c->head_dim / 2);
+    CARVE(s->rope_sin, (size_t)s->T * c->head_dim / 2);
+#undef CARVE
+    return used;
+}
+
+static float *alloc_floats(size_t n)
+{
+    size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
+    float *p = aligned_alloc(64, bytes ? bytes : 64);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
+int stage_create(stage **out, const llama_config *cfg, int layer_begin, int layer_end,
+                 bool first, bool last, int B, int T, char *err, size_t errlen)
+{
+    *out = NULL;
+    int L = cfg->num_hidden_layers;
+    if (layer_begin < 0 || layer_end > L || layer_begin > layer_end)
+        return fail(err, errlen, "stage layers [%d, %d) are not inside the model's %d layers",
+                    layer_begin, layer_end, L);
+    if ((first && layer_begin != 0) || (last && layer_end != L))
+        return fail(err, errlen, "stage layers [%d, %d) cannot hold the %s", layer_begin,
+                    layer_end, first && layer_begin != 0 ? "embedding" : "head");
+    if (!first && !last && layer_begin == layer_end)
+        return fail(err, errlen, "stage layers [%d, %d) hold nothing", layer_begin, layer_end);
+    if (B < 1 || T < 1)
+        return fail(err, errlen, "micro-batch shape [%d, %d] must be positive", B, T);
+    if (T > cfg->max_position_embeddings)
+        return fail(err, errlen, "sequence length %d exceeds max_position_embeddings %d", T,
+                    cfg->max_position_embeddings);
+    if ((double)B * T > 1e9 || (double)B * T * cfg->vocab_size > 4e12)
+        return fail(err, errlen, "micro-batch [%d, %d] is too large", B, T);
+
+    stage *s = calloc(1, sizeof *s);
+    if (!s) return fail(err, errlen, "out of memory for the stage");
+    s->cfg = *cfg;
+    s->l0 = layer_begin;
+    s->l1 = layer_end;
+    s->nl = layer_end - layer_begin;
+    s->first = first;
+    s->last = last;
+    s->B = B;
+    s->T = T;
+    s->N = B * T;
+    s->QKV = (cfg->num_attention_heads + 2 * cfg->num_key_value_heads) * cfg->head_dim;
+    s->nscratch = omp_get_max_threads() > omp_get_num_procs() ? omp_get_max_threads()
+                                                               : omp_get_num_procs();
+
+    s->table = calloc((size_t)s->nl * 9 + 3, sizeof *s->table);
+    s->w = calloc((size_t)s->nl + 1, sizeof *s->w);
+    s->dw = calloc((size_t)s->nl + 1, sizeof *s->dw);
+    s->acts = calloc((size_t)s->nl + 1, sizeof *s->acts);
+    s->ids = calloc((size_t)s->N, sizeof *s->ids);
+    s->labels = calloc((size_t)s->N, sizeof *s->labels);
+    if (!s->table || !s->w || !s->dw || !s->acts || !s->ids || !s->labels) goto oom;
+    build_table(s);
+    s->params = alloc_floats(s->nparams);
+    s->grads = alloc_floats(s->nparams);
+    s->m = alloc_floats(s->nparams);
+    s->v = alloc_floats(s->nparams);
+    s->arena = alloc_floats(stage_layout(s, NULL));
+    if (!s->params || !s->grads || !s->m || !s->v || !s->arena) goto oom;
+    stage_layout(s, s->arena);
+    bind_views(s, s->params, s->w, &s->wte, &s->lnf, &s->head);
+    bind_views(s, s->grads, s->dw, &s->dwte, &s->dlnf, &s->dhead);
+    rope_tables(s->rope_cos, s->rope_sin, T, cfg->head_dim, cfg->rope_theta);
+    *out = s;
+    return 0;
+oom:
+    stage_free(s);
+    return fail(err, errlen, "out of memory for a stage of layers [%d, %d) at micro-batch [%d, %d]",
+                layer_begin, layer_end, B, T);
+}
+
+void stage_free(stage *s)
+{
+    if (!s) return;
+    free(s->table);
+    free(s->w);
+    free(s->dw);
+    free(s->acts);
+    free(s->ids);
+    free(s->labels);
+    free(s->params);
+    free(s->grads);
+    free(s->m);
+    free(s->v);
+    free(s->arena);
+    free(s);
+}
+
+bool stage_is_first(const stage *s) { return s->first; }
+bool stage_is_last(const stage *s) { return s->last; }
+int stage_param_count(const stage *s) { return s->ntable; }
+const stage_param *stage_param_at(const stage *s, int i) { return &s->table[i]; }
+float *stage_params(stage *s) { return s->params; }
+float *stage_grads(stage *s) { return s->grads; }
+size_t stage_num_params(const stage *s) { return s->nparams; }
+const float *stage_output(const stage *s) { return s->out; }
+const float *stage_input_grad(const stage *s) { return s->dres; }
+void stage_zero_grads(stage *s) { kernels_zero(s->grads, s->nparams); }
+
+/* ---- initialisation and loading ------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t fnv1a(const char *str)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *str; str++) h = (h ^ (uint8_t)*str) * 0x100000001b3ull;
+    return h;
+}
+
+void stage_init_weights(stage *s, uint64_t seed)
+{
+    for (int i = 0; i < s->ntable; i++) {
+        const stage_param *p = &s->table[i];
+        float *x = s->params + p->offset;
+        if (p->ndim == 1) {
+            for (size_t j = 0; j < p->numel; j++) x[j] = 1.0f;
+            continue;
+        }
+        uint64_t state = seed ^ fnv1a(p->name);
+        for (size_t j = 0; j < p->numel; j += 2) { /* Box-Muller, two at a time */
+            double u1 = ((double)(splitmix64(&state) >> 11) + 1.0) * 0x1.0p-53;
+            double u2 = (double)(splitmix64(&state) >> 11) * 0x1.0p-53;
+            double r = sqrt(-2.0 * log(u1)) * 0.02;
+            x[j] = (float)(r * cos(6.283185307179586 * u2));
+            if (j + 1 < p->numel) x[j + 1] = (float)(r * sin(6.283185307179586 * u2));
+        }
+    }
+}
+
+int stage_load_weights(stage *s, const safetensors_file *f, char *err, size_t errlen)
+{
+    for (int i = 0; i < s->ntable; i++) {
+        const stage_param *p = &s->table[i];
+        if (safetensors_read_f32(f, p->name, p->ndim, p->shape, s->params + p->offset, err,
+                                 errlen))
+            return -1;
+    }
+    return 0;
+}
+
+/* ---- forward ---------------------------------------------------------------- */
+
+static void layer_forward(stage *s, int l)
+{
+    const llama_config *c = &s->cfg;
+    int N = s->N, C = c->hidden_size, F = c->intermediate_size, HD = c->head_dim;
+    int NH = c->num_attention_heads, NKV = c->num_key_value_heads;
+    layer_acts *a = &s->acts[l];
+    const layer_weights *w = &s->w[l];
+    float *res_out = l + 1 < s->nl ? s->acts[l + 1].res_in : s->out;
+
+    rmsnorm_forward(a->ln1, a->rstd1, a->res_in, w->ln1, N, C, c->rms_norm_eps);
+    matmul_forward(a->qkv, a->ln1, w->wqkv, N, C, s->QKV, 0);
+    rope_forward(a->qkv, s->rope_cos, s->rope_sin, N, s->T, NH, HD, s->QKV);
+    rope_forward(a->qkv + NH * HD, s->rope_cos, s->rope_sin, N, s->T, NKV, HD, s->QKV);
+    attention_forward(a->atty, a->att, a->qkv, s->B, s->T, NH, NKV, HD);
+    memcpy(a->mid, a->res_in, (size_t)N * C * sizeof(float));
+    matmul_forward(a->mid, a->atty, w->wo, N, C, C, 1);
+    rmsnorm_forward(a->ln2, a->rstd2, a->mid, w->ln2, N, C, c->rms_norm_eps);
+    matmul_forward(a->gu, a->ln2, w->wgu, N, C, 2 * F, 0);
+    swiglu_forward(a->h, a->gu, N, F);
+    memcpy(res_out, a->mid, (size_t)N * C * sizeof(float));
+    matmul_forward(res_out, a->h, w->wdown, N, F, C, 1);
+}
+
+/* ids/labels are checked here, once, so kernels can index without checks. */
+static int check_tokens(const int32_t *x, const char *what, bool allow_ignore, int B, int T,
+                        int V, char *err, size_t errlen)
+{
+    for (int n = 0; n < B * T; n++) {
+        if ((x[n] >= 0 && x[n] < V) || (allow_ignore && x[n] == KERNELS_IGNORE_INDEX)) continue;
+        return fail(err, errlen, "%s[%d,%d] = %d is outside the vocabulary [0, %d)%s", what,
+                    n / T, n % T, x[n], V, allow_ignore ? " and is not -100" : "");
+    }
+    return 0;
+}
+
+int stage_forward(stage *s, const int32_t *ids, const float *in_act, const int32_t *labels,
+                  double *loss_sum, int *kept, char *err, size_t errlen)
+{
+    int N = s->N, C = s->cfg.hidden_size, V = s->cfg.vocab_size;
+    float *x0 = s->nl > 0 ? s->acts[0].res_in : s->out;
+    if (s->first) {
+        if (check_tokens(ids, "input_ids", false, s->B, s->T, V, err, errlen)) return -1;
+        memcpy(s->ids, ids, (size_t)N * sizeof *ids);
+        embedding_forward(x0, s->ids, s->wte, N, C);
+    } else {
+        memcpy(x0, in_act, (size_t)N * C * sizeof(float));
+    }
+    if (s->last && check_tokens(labels, "labels", true, s->B, s->T, V, err, errlen)) return -1;
+
+    for (int l = 0; l < s->nl; l++) layer_forward(s, l);
+
+    if (s->last) {
+        memcpy(s->labels, labels, (size_t)N * sizeof *labels);
+        rmsnorm_forward(s->lnf_out, s->rstdf, s->out, s->lnf, N, C, s->cfg.rms_norm_eps);
+        matmul_forward(s->logits, s->lnf_out, s->head, N, C, V, 0);
+        int k = 0;
+        double sum = crossentropy_forward(s->logits, s->losses, s->labels, N, V, &k);
+        if (loss_sum) *loss_sum = sum;
+        if (kept) *kept = k;
+    }
+    return 0;
+}
+
+/* ---- backward --------------------------------------------------------------- */
+
+/* On entry s->dres holds the gradient of the layer's output; on return, the
+ * gradient of its input. */
+static void layer_backward(stage *s, int l)
+{
+    const llama_config *c = &s->cfg;
+    int N = s->N, C = c->hidden_size, F = c->intermediate_size, HD = c->head_dim;
+    int NH = c->num_attention_heads, NKV = c->num_key_value_heads;
+    layer_acts *a = &s->acts[l];
+    const layer_weights *w = &s->w[l];
+    layer_weights *dw = &s->dw[l];
+
+    /* MLP: res_out = mid + down(swiglu(gate_up(rmsnorm(mid)))) */
+    kernels_zero(s->dh, (size_t)N * F);
+    matmul_backward(s->dh, dw->wdown, s->dres, a->h, w->wdown, N, F, C);
+    kernels_zero(s->dgu, (size_t)N * 2 * F);
+    swiglu_backward(s->dgu, s->dh, a->gu, N, F);
+    kernels_zero(s->dln, (size_t)N * C);
+    matmul_backward(s->dln, dw->wgu, s->dgu, a->ln2, w->wgu, N, C, 2 * F);
+    rmsnorm_backward(s->dres, dw->ln2, s->dln, a->mid, w->ln2, a->rstd2, N, C);
+
+    /* attention: mid = res_in + o(attn(rope(qkv(rmsnorm(res_in))))) */
+    kernels_zero(s->datty, (size_t)N * C);
+    matmul_backward(s->datty, dw->wo, s->dres, a->atty, w->wo, N, C, C);
+    kernels_zero(s->dqkv, (size_t)N * s->QKV);
+    attention_backward(s->dqkv, s->datty, a->qkv, a->att, s->att_scratch, s->nscratch, s->B,
+                       s->T, NH, NKV, HD);
+    rope_backward(s->dqkv, s->rope_cos, s->rope_sin, N, s->T, NH, HD, s->QKV);
+    rope_backward(s->dqkv + NH * HD, s->rope_cos, s->rope_sin, N, s->T, NKV, HD, s->QKV);
+    kernels_zero(s->dln, (size_t)N * C);
+    matmul_backward(s->dln, dw->wqkv, s->dqkv, a->ln1, w->wqkv, N, C, s->QKV);
+    rmsnorm_backward(s->dres, dw->ln1, s->dln, a->res_in, w->ln1, a->rstd1, N, C);
+}
+
+void stage_backward(stage *s, const float *dout, float loss_scale)
+{
+    int N = s->N, C = s->cfg.hidden_size, V = s->cfg.vocab_size;
+    if (s->last) {
+        crossentropy_backward(s->logits, s->logits, s->labels, N, V, loss_scale);
+        kernels_zero(s->dln, (size_t)N * C);
+        matmul_backward(s->dln, s->dhead, s->logits, s->lnf_out, s->head, N, C, V);
+        kernels_zero(s->dres, (size_t)N * C);
+        rmsnorm_backward(s->dres, s->dlnf, s->dln, s->out, s->lnf, s->rstdf, N, C);
+    } else {
+        memcpy(s->dres, dout, (size_t)N * C * sizeof(float));
+    }
+    for (int l = s->nl - 1; l >= 0; l--) layer_backward(s, l);
+    if (s->first) embedding_backward(s->dwte, s->dres, s->ids, N, C);
+}
+
+/* ---- optimizer ------------------------------------------------------------- */
+
+double stage_grad_sumsq(const stage *s)
+{
+    double sum = 0.0;
+    for (int i = 0; i < s->ntable; i++)
+        if (!s->table[i].tied_copy)
+            sum += grad_sumsq(s->grads + s->table[i].offset, s->table[i].numel);
+    return sum;
+}
+
+void stage_adamw_step(stage *s, const stage_adamw *o, int t, float grad_scale)
+{
+    for (int i = 0; i < s->ntable; i++) {
+        const stage_param *p = &s->table[i];
+        adamw_update(s->params + p->offset, s->grads + p->offset, s->m + p->offset,
+                     s->v + p->offset, p->numel, o->lr, o->beta1, o->beta2, o->eps,
+                     p->decay ? o->weight_decay : 0.0f, t, grad_scale);
+    }
+}

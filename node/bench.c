@@ -1,0 +1,104 @@
+/* bench.c — `shardnode bench`: timed training steps on random tokens, and
+ * this machine's sgemm peak, as JSON lines for bench/ scripts. */
+#include "node.h"
+
+#include "kernels.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+static int bench_sgemm(void)
+{
+    int n = 2048, reps = 10;
+    double s = kernels_sgemm_seconds(n, n, n, reps);
+    if (s <= 0) {
+        fprintf(stderr, "shardnode bench: out of memory for the sgemm measurement\n");
+        return 1;
+    }
+    printf("{\"sgemm_gflops\": %.1f, \"n\": %d, \"threads\": %d}\n",
+           2.0 * n * n * (double)n * reps / s * 1e-9, n, kernels_threads());
+    return 0;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    const char *config = NULL, *batch = "4", *seq = "256", *steps = "3", *threads = NULL,
+               *seed = "1";
+    bool sgemm = false;
+    const args_option opts[] = {
+        {"--config", &config, NULL}, {"--batch", &batch, NULL}, {"--seq", &seq, NULL},
+        {"--steps", &steps, NULL},   {"--threads", &threads, NULL},
+        {"--seed", &seed, NULL},     {"--sgemm", NULL, &sgemm},
+    };
+    int nopts = (int)(sizeof opts / sizeof opts[0]);
+    char err[512];
+    long B, T, K, nthreads = 0, sd;
+    llama_config cfg;
+    split_plan plan;
+    chain c = {0};
+    int32_t *ids = NULL, *labels = NULL;
+    int rc = 1;
+
+    if (args_parse(argc, argv, 2, opts, nopts, err, sizeof err)) goto done;
+    if (threads && args_int(threads, "--threads", 1, 1024, &nthreads, err, sizeof err))
+        goto done;
+    if (nthreads) kernels_set_threads((int)nthreads);
+    if (sgemm) return bench_sgemm();
+    if (!config) {
+        snprintf(err, sizeof err, "--config is required (or --sgemm)");
+        goto done;
+    }
+    if (args_int(batch, "--batch", 1, 4096, &B, err, sizeof err) ||
+        args_int(seq, "--seq", 1, 1 << 20, &T, err, sizeof err) ||
+        args_int(steps, "--steps", 1, 1000000, &K, err, sizeof err) ||
+        args_int(seed, "--seed", 0, INT32_MAX, &sd, err, sizeof err) ||
+        llama_config_load(&cfg, config, err, sizeof err) ||
+        split_parse(&plan, NULL, cfg.num_hidden_layers, "--split", err, sizeof err) ||
+        chain_create(&c, &cfg, &plan, (int)B, (int)T, err, sizeof err))
+        goto done;
+    stage_init_weights(c.stages[0], (uint64_t)sd);
+    ids = malloc((size_t)(B * T) * sizeof *ids);
+    labels = malloc((size_t)(B * T) * sizeof *labels);
+    if (!ids || !labels) {
+        snprintf(err, sizeof err, "out of memory for the batch");
+        goto done;
+    }
+    /* Random tokens from a fixed generator: the figure must not depend on data. */
+    uint64_t x = (uint64_t)sd * 2654435761u + 1;
+    for (long i = 0; i < B * T; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = (int32_t)((x >> 33) % (uint64_t)cfg.vocab_size);
+    }
+    for (long i = 0; i < B * T; i++)
+        labels[i] = i % T == T - 1 ? KERNELS_IGNORE_INDEX : ids[i + 1];
+    const stage_adamw opt = {3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f};
+    for (long step = 0; step <= K; step++) { /* step 0 is the unmeasured warm-up */
+        double t0 = now_ms(), loss;
+        stage_zero_grads(c.stages[0]);
+        if (chain_forward_backward(&c, ids, labels, 0.0f, &loss, NULL, err, sizeof err))
+            goto done;
+        chain_adamw_step(&c, &opt, (int)step + 1, 1.0f);
+        double ms = now_ms() - t0;
+        if (step > 0) {
+            printf("{\"step\": %ld, \"step_ms\": %.1f, \"tokens_per_s\": %.1f, \"loss\": %.6f}\n",
+                   step, ms, (double)(B * T) / ms * 1e3, loss);
+            fflush(stdout);
+        }
+    }
+    rc = 0;
+done:
+    if (rc) fprintf(stderr, "shardnode bench: %s\n", err);
+    chain_free(&c);
+    free(ids);
+    free(labels);
+    return rc;
+}

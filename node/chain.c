@@ -1,0 +1,91 @@
+/* chain.c — a split plan's stages in one process, passing activations and
+ * gradients between neighbours the way the pipeline does over the wire. */
+#include "node.h"
+
+#include "kernels.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+int chain_create(chain *c, const llama_config *cfg, const split_plan *plan, int B, int T,
+                 char *err, size_t errlen)
+{
+    memset(c, 0, sizeof *c);
+    c->cfg = *cfg;
+    c->plan = *plan;
+    c->B = B;
+    c->T = T;
+    for (int i = 0; i < plan->nstages; i++)
+        if (stage_create(&c->stages[i], cfg, plan->begin[i], plan->end[i], i == 0,
+                         i == plan->nstages - 1, B, T, err, errlen)) {
+            chain_free(c);
+            return -1;
+        }
+    return 0;
+}
+
+void chain_free(chain *c)
+{
+    for (int i = 0; i < c->plan.nstages; i++) stage_free(c->stages[i]);
+    memset(c->stages, 0, sizeof c->stages);
+}
+
+int chain_forward_backward(chain *c, const int32_t *ids, const int32_t *labels,
+                           float loss_scale, double *loss, int *kept, char *err,
+                           size_t errlen)
+{
+    int n = c->plan.nstages, k = 0;
+    double sum = 0.0;
+    /* Labels are checked before any compute so a bad batch costs nothing. */
+    for (int i = 0; i < n; i++) {
+        const float *in = i ? stage_output(c->stages[i - 1]) : NULL;
+        if (stage_forward(c->stages[i], ids, in, labels, &sum, &k, err, errlen)) return -1;
+    }
+    if (k == 0) {
+        snprintf(err, errlen, "labels: every target is -100, so the loss is undefined");
+        return -1;
+    }
+    *loss = sum / k;
+    if (kept) *kept = k;
+    for (int i = n - 1; i >= 0; i--) {
+        const float *dout = i < n - 1 ? stage_input_grad(c->stages[i + 1]) : NULL;
+        stage_backward(c->stages[i], dout, loss_scale > 0 ? loss_scale : 1.0f / (float)k);
+    }
+    return 0;
+}
+
+/* Finds a parameter by name in a stage; -1 if absent. */
+static int find_param(const stage *s, const char *name)
+{
+    for (int i = 0; i < stage_param_count(s); i++)
+        if (strcmp(stage_param_at(s, i)->name, name) == 0) return i;
+    return -1;
+}
+
+void chain_sum_tied_grads(chain *c)
+{
+    int n = c->plan.nstages;
+    if (n < 2 || !c->cfg.tie_word_embeddings) return;
+    stage *first = c->stages[0], *last = c->stages[n - 1];
+    int a = find_param(first, "model.embed_tokens.weight");
+    int b = find_param(last, "model.embed_tokens.weight");
+    if (a < 0 || b < 0) return;
+    const stage_param *pa = stage_param_at(first, a), *pb = stage_param_at(last, b);
+    float *ga = stage_grads(first) + pa->offset, *gb = stage_grads(last) + pb->offset;
+    kernels_add(ga, gb, pa->numel);
+    memcpy(gb, ga, pa->numel * sizeof(float));
+}
+
+double chain_adamw_step(chain *c, const stage_adamw *opt, int t, float max_norm)
+{
+    chain_sum_tied_grads(c);
+    double sumsq = 0.0;
+    for (int i = 0; i < c->plan.nstages; i++) sumsq += stage_grad_sumsq(c->stages[i]);
+    double norm = sqrt(sumsq);
+    /* as torch.nn.utils.clip_grad_norm_ */
+    double coef = max_norm > 0 ? max_norm / (norm + 1e-6) : 1.0;
+    float scale = coef < 1.0 ? (float)coef : 1.0f;
+    for (int i = 0; i < c->plan.nstages; i++) stage_adamw_step(c->stages[i], opt, t, scale);
+    return norm;
+}

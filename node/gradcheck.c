@@ -1,0 +1,124 @@
+/* gradcheck.c — `shardnode gradcheck`: loss and every parameter gradient of
+ * one batch, for comparison with an independent implementation (PyTorch). */
+#include "node.h"
+
+#include "kernels.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Reads input_ids and labels, int32 [B, T] of the same shape. */
+static int read_batch(const safetensors_file *f, int32_t **ids, int32_t **labels, int *B,
+                      int *T, char *err, size_t errlen)
+{
+    const safetensors_tensor *t = safetensors_find(f, "input_ids");
+    if (!t) {
+        snprintf(err, errlen, "%s: tensor input_ids is missing", safetensors_path(f));
+        return -1;
+    }
+    if (t->ndim != 2 || t->shape[0] < 1 || t->shape[1] < 1 || t->shape[0] > 1 << 20 ||
+        t->shape[1] > 1 << 20) {
+        snprintf(err, errlen, "%s: tensor input_ids must have shape [B, T] with B, T >= 1",
+                 safetensors_path(f));
+        return -1;
+    }
+    *B = (int)t->shape[0];
+    *T = (int)t->shape[1];
+    *ids = malloc((size_t)*B * *T * sizeof **ids);
+    *labels = malloc((size_t)*B * *T * sizeof **labels);
+    if (!*ids || !*labels) {
+        snprintf(err, errlen, "%s: out of memory for the batch", safetensors_path(f));
+        return -1;
+    }
+    if (safetensors_read_i32(f, "input_ids", 2, t->shape, *ids, err, errlen)) return -1;
+    if (safetensors_read_i32(f, "labels", 2, t->shape, *labels, err, errlen)) return -1;
+    return 0;
+}
+
+/* Collects loss and one gradient per distinct parameter name, in model
+ * order; tied copies were already summed by chain_sum_tied_grads. */
+static int write_grads(chain *c, const char *path, float loss, char *err, size_t errlen)
+{
+    int cap = 1;
+    for (int i = 0; i < c->plan.nstages; i++) cap += stage_param_count(c->stages[i]);
+    safetensors_entry *e = calloc((size_t)cap, sizeof *e);
+    if (!e) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    int n = 0;
+    e[n++] = (safetensors_entry){"loss", SAFETENSORS_F32, 1, {1}, &loss};
+    for (int i = 0; i < c->plan.nstages; i++) {
+        stage *s = c->stages[i];
+        for (int k = 0; k < stage_param_count(s); k++) {
+            const stage_param *p = stage_param_at(s, k);
+            if (p->tied_copy) continue;
+            safetensors_entry *x = &e[n++];
+            x->name = p->name;
+            x->dtype = SAFETENSORS_F32;
+            x->ndim = p->ndim;
+            x->shape[0] = p->shape[0];
+            x->shape[1] = p->shape[1];
+            x->data = stage_grads(s) + p->offset;
+        }
+    }
+    int rc = safetensors_write(path, e, n, err, errlen);
+    free(e);
+    return rc;
+}
+
+int cmd_gradcheck(int argc, char **argv)
+{
+    const char *config = NULL, *weights = NULL, *batch = NULL, *out = NULL, *split = NULL,
+               *threads = NULL;
+    const args_option opts[] = {
+        {"--config", &config, NULL}, {"--weights", &weights, NULL},
+        {"--batch", &batch, NULL},   {"--out", &out, NULL},
+        {"--split", &split, NULL},   {"--threads", &threads, NULL},
+    };
+    const char *where = "";
+    const char *required[] = {"--config", "--weights", "--batch", "--out", NULL};
+    int nopts = (int)(sizeof opts / sizeof opts[0]);
+    char err[512];
+    llama_config cfg;
+    split_plan plan;
+    safetensors_file *wf = NULL, *bf = NULL;
+    int32_t *ids = NULL, *labels = NULL;
+    chain c = {0};
+    int B = 0, T = 0, rc = 1;
+    long nthreads = 0;
+    double loss = 0;
+
+    if (args_parse(argc, argv, 2, opts, nopts, err, sizeof err) ||
+        args_require(opts, nopts, required, err, sizeof err))
+        goto done;
+    if (threads && args_int(threads, "--threads", 1, 1024, &nthreads, err, sizeof err))
+        goto done;
+    if (nthreads) kernels_set_threads((int)nthreads);
+    if (llama_config_load(&cfg, config, err, sizeof err)) goto done;
+    if (split_parse(&plan, split, cfg.num_hidden_layers, "--split", err, sizeof err))
+        goto done;
+    if (safetensors_open(&wf, weights, err, sizeof err)) goto done;
+    if (safetensors_open(&bf, batch, err, sizeof err)) goto done;
+    if (read_batch(bf, &ids, &labels, &B, &T, err, sizeof err)) goto done;
+    if (chain_create(&c, &cfg, &plan, B, T, err, sizeof err)) goto done;
+    for (int i = 0; i < plan.nstages; i++)
+        if (stage_load_weights(c.stages[i], wf, err, sizeof err)) goto done;
+    for (int i = 0; i < plan.nstages; i++) stage_zero_grads(c.stages[i]);
+    if (chain_forward_backward(&c, ids, labels, 0.0f, &loss, NULL, err, sizeof err)) {
+        where = batch; /* the only input a forward can reject */
+        goto done;
+    }
+    chain_sum_tied_grads(&c);
+    if (write_grads(&c, out, (float)loss, err, sizeof err)) goto done;
+    rc = 0;
+done:
+    if (rc) fprintf(stderr, "shardnode gradcheck: %s%s%s\n", where, *where ? ": " : "", err);
+    chain_free(&c);
+    free(ids);
+    free(labels);
+    safetensors_close(wf);
+    safetensors_close(bf);
+    return rc;
+}

@@ -1,0 +1,39 @@
+/* main.c — shardnode's entry point: dispatch to a subcommand. */
+#include "node.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: shardnode COMMAND [OPTIONS]\n"
+            "\n"
+            "commands:\n"
+            "  gradcheck --config C.json --weights W.safetensors --batch B.safetensors\n"
+            "            --out G.safetensors [--split L1,L2,...] [--threads N]\n"
+            "      loss and the gradient of every parameter for one batch, optionally\n"
+            "      cut into a chain of pipeline stages at the given layers\n"
+            "  bench --config C.json [--batch B] [--seq T] [--steps K] [--threads N] [--seed S]\n"
+            "      time training steps (forward, backward, AdamW) on random tokens;\n"
+            "      one JSON line per step\n"
+            "  bench --sgemm [--threads N]\n"
+            "      this machine's sgemm peak (2048^3) in GFLOP/s\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "gradcheck") == 0) return cmd_gradcheck(argc, argv);
+    if (strcmp(argv[1], "bench") == 0) return cmd_bench(argc, argv);
+    if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
+        strcmp(argv[1], "-h") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "shardnode: unknown command \"%s\" (try shardnode help)\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,27 @@
+/* scheduler.h — pure functions from data to data: how a model is cut into
+ * pipeline stages (and, to come, the cost model, the planner and the
+ * pipeline schedule). Nothing here does I/O, threads or math on tensors.
+ * scheduler/ may include only the C library. */
+#ifndef SHARDNODE_SCHEDULER_H
+#define SHARDNODE_SCHEDULER_H
+
+#include <stddef.h>
+
+/* A chain of stages over a model of num_layers layers: stage i holds layers
+ * [begin[i], end[i]); stage 0 also holds the embedding, the last stage the
+ * final norm, head and loss. */
+#define SPLIT_MAX_STAGES 256
+typedef struct {
+    int nstages;
+    int begin[SPLIT_MAX_STAGES];
+    int end[SPLIT_MAX_STAGES];
+} split_plan;
+
+/* Parses "L1,L2,..." — cut points, strictly increasing integers in
+ * [0, num_layers] — into a chain of stages. NULL or "" gives one stage.
+ * A cut at 0 makes an embedding-only first stage; a cut at num_layers a
+ * head-only last stage. Returns 0, or -1 with a message naming the flag. */
+int split_parse(split_plan *plan, const char *spec, int num_layers, const char *flag,
+                char *err, size_t errlen);
+
+#endif
