@@ -94,6 +94,14 @@ void kernels_add(float *y, const float *x, size_t n); /* y += x */
  * OpenMP build, so the two never spin against each other). */
 void kernels_set_threads(int n);
 int kernels_threads(void);
+/* OpenBLAS 0.3.21 (Debian bookworm) picks its kernels from the CPU model
+ * and falls back to a generic SSE3 core ("Prescott") on CPUs newer than it
+ * knows, running sgemm 4-6x below peak. The choice is made when the library
+ * loads and can only be overridden by OPENBLAS_CORETYPE in the environment.
+ * Returns the core type this CPU should use when OpenBLAS chose a weaker one
+ * and the variable is unset, else NULL. */
+const char *kernels_blas_coretype_hint(void);
+const char *kernels_blas_corename(void);
 /* Run sgemm of M x N x K `reps` times; returns seconds (peak measurement). */
 double kernels_sgemm_seconds(int M, int N, int K, int reps);
 

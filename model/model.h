@@ -153,6 +153,12 @@ const float *stage_output(const stage *s);
 void stage_backward(stage *s, const float *dout, float loss_scale);
 const float *stage_input_grad(const stage *s);
 void stage_zero_grads(stage *s);
+/* A stage holding both the embedding and a tied head keeps the head's
+ * gradient apart while micro-batches accumulate; this adds it to the
+ * embedding's gradient (call once per step, before the norm and the
+ * optimizer), in the same order as a chain that sums the copies of two
+ * stages, so the numerics do not depend on where the model is cut. */
+void stage_sum_tied_grads(stage *s);
 
 /* Optimizer state and step: AdamW over the flat buffers (moments allocated
  * by stage_create). grad_scale multiplies gradients first (global-norm

@@ -44,11 +44,13 @@ typedef struct {
     const char *name;
 } byte_range;
 
-static const struct {
+typedef struct {
     const char *name;
     safetensors_dtype dtype;
     size_t size;
-} dtypes[] = {
+} dtype_info;
+
+static const dtype_info dtypes[] = {
     {"F32", SAFETENSORS_F32, 4}, {"F16", SAFETENSORS_F16, 2}, {"BF16", SAFETENSORS_BF16, 2},
     {"I32", SAFETENSORS_I32, 4}, {"I64", SAFETENSORS_I64, 8},
 };
@@ -64,20 +66,14 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-static const char *dtype_name(safetensors_dtype d)
+/* Callers may pass any int as a dtype: unknown ones get size 0, name "?". */
+static const dtype_info *dtype_of(safetensors_dtype d)
 {
+    static const dtype_info unknown = {"?", SAFETENSORS_F32, 0};
     for (size_t i = 0; i < NUM_DTYPES; i++)
         if (dtypes[i].dtype == d)
-            return dtypes[i].name;
-    return "?";
-}
-
-static size_t dtype_size(safetensors_dtype d)
-{
-    for (size_t i = 0; i < NUM_DTYPES; i++)
-        if (dtypes[i].dtype == d)
-            return dtypes[i].size;
-    return 0;
+            return &dtypes[i];
+    return &unknown;
 }
 
 /* "[64, 32]"; "[]" for a scalar. */
@@ -132,31 +128,20 @@ static int map_file(safetensors_file *f, char *err, size_t errlen)
     }
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         set_err(err, errlen, "%s: not a regular file", f->path);
-        close(fd);
-        return -1;
-    }
-    if ((uint64_t)st.st_size < 8) {
+    } else if (st.st_size < 8) {
         set_err(err, errlen, "%s: file is %lld bytes, shorter than the 8-byte header length",
                 f->path, (long long)st.st_size);
-        close(fd);
-        return -1;
+    } else {
+        /* At least 8 bytes: never a 0-byte mapping, even with no data. */
+        f->map_len = (size_t)st.st_size;
+        f->map = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (f->map == MAP_FAILED) {
+            f->map = NULL;
+            set_err(err, errlen, "%s: cannot map: %s", f->path, strerror(errno));
+        }
     }
-    if ((uint64_t)st.st_size > SIZE_MAX) {
-        set_err(err, errlen, "%s: file too large to map", f->path);
-        close(fd);
-        return -1;
-    }
-    /* The size is at least 8, so this never maps 0 bytes even when the data
-     * section is empty. */
-    f->map_len = (size_t)st.st_size;
-    f->map = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd); /* the mapping keeps the file alive */
-    if (f->map == MAP_FAILED) {
-        f->map = NULL;
-        set_err(err, errlen, "%s: cannot map: %s", f->path, strerror(errno));
-        return -1;
-    }
-    return 0;
+    close(fd); /* a mapping keeps the file alive */
+    return f->map ? 0 : -1;
 }
 
 /* ======================= open: header JSON ============================== */
@@ -364,7 +349,7 @@ static int parse_entry(const safetensors_file *f, const char *name, json_t *entr
     if (nbytes != r->end - r->begin) {
         set_err(err, errlen, "%s: tensor %s has shape %s and dtype %s (%zu bytes) but "
                 "data_offsets [%llu, %llu] span %llu bytes", f->path, name, shape,
-                dtype_name(t->dtype), nbytes, (unsigned long long)r->begin,
+                dtype_of(t->dtype)->name, nbytes, (unsigned long long)r->begin,
                 (unsigned long long)r->end, (unsigned long long)(r->end - r->begin));
         return -1;
     }
@@ -578,7 +563,7 @@ int safetensors_read_f32(const safetensors_file *f, const char *name, int ndim,
         return 0;
     default:
         set_err(err, errlen, "%s: tensor %s has dtype %s, expected F32, F16 or BF16", f->path,
-                name, dtype_name(t->dtype));
+                name, dtype_of(t->dtype)->name);
         return -1;
     }
 }
@@ -598,7 +583,7 @@ int safetensors_read_i32(const safetensors_file *f, const char *name, int ndim,
     }
     if (t->dtype != SAFETENSORS_I64) {
         set_err(err, errlen, "%s: tensor %s has dtype %s, expected I32 or I64", f->path, name,
-                dtype_name(t->dtype));
+                dtype_of(t->dtype)->name);
         return -1;
     }
     for (size_t i = 0; i < t->nbytes / 8; i++) {
@@ -631,7 +616,7 @@ static int check_write_entry(const char *path, const safetensors_entry *e, json_
     }
     if (e->dtype != SAFETENSORS_F32 && e->dtype != SAFETENSORS_I32) {
         set_err(err, errlen, "%s: tensor %s has dtype %s; the writer supports F32 and I32",
-                path, e->name, dtype_name(e->dtype));
+                path, e->name, dtype_of(e->dtype)->name);
         return -1;
     }
     if (e->ndim < 0 || e->ndim > SAFETENSORS_MAX_DIMS) {
@@ -639,16 +624,12 @@ static int check_write_entry(const char *path, const safetensors_entry *e, json_
                 e->name, e->ndim, SAFETENSORS_MAX_DIMS);
         return -1;
     }
-    for (int d = 0; d < e->ndim; d++) {
-        if (e->shape[d] < 0) {
-            set_err(err, errlen, "%s: tensor %s has negative shape %s", path, e->name,
-                    shape_str(shape, sizeof shape, e->ndim, e->shape));
-            return -1;
-        }
-    }
-    if (shape_nbytes(e->ndim, e->shape, dtype_size(e->dtype), nbytes)) {
-        set_err(err, errlen, "%s: tensor %s has shape %s whose byte size overflows", path,
-                e->name, shape_str(shape, sizeof shape, e->ndim, e->shape));
+    int negative = 0;
+    for (int d = 0; d < e->ndim; d++)
+        negative |= e->shape[d] < 0;
+    if (negative || shape_nbytes(e->ndim, e->shape, dtype_of(e->dtype)->size, nbytes)) {
+        set_err(err, errlen, "%s: tensor %s has invalid shape %s (negative or too large)",
+                path, e->name, shape_str(shape, sizeof shape, e->ndim, e->shape));
         return -1;
     }
     if (*nbytes && !e->data) {
@@ -687,7 +668,7 @@ static char *build_header(const char *path, const safetensors_entry *entries, in
         size_t nbytes;
         if (check_write_entry(path, e, h, &nbytes, err, errlen))
             goto out;
-        json_t *entry = json_pack("{s:s,s:o,s:[I,I]}", "dtype", dtype_name(e->dtype),
+        json_t *entry = json_pack("{s:s,s:o,s:[I,I]}", "dtype", dtype_of(e->dtype)->name,
                                   "shape", shape_json(e->ndim, e->shape), "data_offsets",
                                   (json_int_t)offset, (json_int_t)(offset + nbytes));
         /* set_new fails on a name that is not valid UTF-8, too. */
@@ -738,9 +719,10 @@ static int write_body(int fd, const char *header, const safetensors_entry *entri
         write_all(fd, spaces, padded - hlen))
         return -1;
     for (int i = 0; i < n; i++) {
-        size_t nbytes = 0;
-        shape_nbytes(entries[i].ndim, entries[i].shape, dtype_size(entries[i].dtype), &nbytes);
-        if (nbytes && write_all(fd, entries[i].data, nbytes))
+        const safetensors_entry *e = &entries[i];
+        size_t nbytes = 0; /* checked by build_header */
+        shape_nbytes(e->ndim, e->shape, dtype_of(e->dtype)->size, &nbytes);
+        if (nbytes && write_all(fd, e->data, nbytes))
             return -1;
     }
     return 0;

@@ -46,6 +46,10 @@ struct stage {
     float *params, *grads, *m, *v;
     layer_weights *w, *dw;             /* [nl] views into params / grads */
     float *wte, *dwte, *lnf, *dlnf, *head, *dhead;
+    /* A stage holding both ends of a tied model accumulates the head's
+     * gradient apart and adds it to the embedding's in stage_sum_tied_grads,
+     * in the order a split chain does, so results do not depend on cuts. */
+    float *dhead_apart;
 
     float *arena;                      /* every activation and scratch buffer */
     layer_acts *acts;                  /* [nl] */
@@ -253,6 +257,11 @@ int stage_create(stage **out, const llama_config *cfg, int layer_begin, int laye
     stage_layout(s, s->arena);
     bind_views(s, s->params, s->w, &s->wte, &s->lnf, &s->head);
     bind_views(s, s->grads, s->dw, &s->dwte, &s->dlnf, &s->dhead);
+    if (first && last && cfg->tie_word_embeddings) {
+        s->dhead_apart = alloc_floats((size_t)cfg->vocab_size * cfg->hidden_size);
+        if (!s->dhead_apart) goto oom;
+        s->dhead = s->dhead_apart;
+    }
     rope_tables(s->rope_cos, s->rope_sin, T, cfg->head_dim, cfg->rope_theta);
     *out = s;
     return 0;
@@ -276,6 +285,7 @@ void stage_free(stage *s)
     free(s->m);
     free(s->v);
     free(s->arena);
+    free(s->dhead_apart);
     free(s);
 }
 
@@ -288,7 +298,20 @@ float *stage_grads(stage *s) { return s->grads; }
 size_t stage_num_params(const stage *s) { return s->nparams; }
 const float *stage_output(const stage *s) { return s->out; }
 const float *stage_input_grad(const stage *s) { return s->dres; }
-void stage_zero_grads(stage *s) { kernels_zero(s->grads, s->nparams); }
+void stage_zero_grads(stage *s)
+{
+    kernels_zero(s->grads, s->nparams);
+    if (s->dhead_apart)
+        kernels_zero(s->dhead_apart, (size_t)s->cfg.vocab_size * s->cfg.hidden_size);
+}
+
+void stage_sum_tied_grads(stage *s)
+{
+    if (!s->dhead_apart) return;
+    size_t n = (size_t)s->cfg.vocab_size * s->cfg.hidden_size;
+    kernels_add(s->dwte, s->dhead_apart, n);
+    kernels_zero(s->dhead_apart, n);
+}
 
 /* ---- initialisation and loading ------------------------------------------- */
 

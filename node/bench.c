@@ -24,8 +24,9 @@ static int bench_sgemm(void)
         fprintf(stderr, "shardnode bench: out of memory for the sgemm measurement\n");
         return 1;
     }
-    printf("{\"sgemm_gflops\": %.1f, \"n\": %d, \"threads\": %d}\n",
-           2.0 * n * n * (double)n * reps / s * 1e-9, n, kernels_threads());
+    printf("{\"sgemm_gflops\": %.1f, \"n\": %d, \"threads\": %d, \"blas_core\": \"%s\"}\n",
+           2.0 * n * n * (double)n * reps / s * 1e-9, n, kernels_threads(),
+           kernels_blas_corename());
     return 0;
 }
 

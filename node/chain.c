@@ -66,6 +66,7 @@ static int find_param(const stage *s, const char *name)
 void chain_sum_tied_grads(chain *c)
 {
     int n = c->plan.nstages;
+    if (n == 1) stage_sum_tied_grads(c->stages[0]);
     if (n < 2 || !c->cfg.tie_word_embeddings) return;
     stage *first = c->stages[0], *last = c->stages[n - 1];
     int a = find_param(first, "model.embed_tokens.weight");

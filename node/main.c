@@ -1,8 +1,12 @@
 /* main.c — shardnode's entry point: dispatch to a subcommand. */
 #include "node.h"
 
+#include "kernels.h"
+
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void usage(FILE *out)
 {
@@ -21,8 +25,21 @@ static void usage(FILE *out)
             "      this machine's sgemm peak (2048^3) in GFLOP/s\n");
 }
 
+/* OpenBLAS reads OPENBLAS_CORETYPE only when it loads, so a weak automatic
+ * choice is corrected by running this program again with the variable set. */
+static void blas_reexec(char **argv)
+{
+    const char *core = kernels_blas_coretype_hint();
+    if (!core || setenv("OPENBLAS_CORETYPE", core, 1) != 0) return;
+    execv("/proc/self/exe", argv);
+    /* exec failed: carry on with the slower kernels rather than not at all */
+    fprintf(stderr, "shardnode: note: OpenBLAS chose its generic kernels (%s); "
+            "set OPENBLAS_CORETYPE=%s for full speed\n", kernels_blas_corename(), core);
+}
+
 int main(int argc, char **argv)
 {
+    blas_reexec(argv);
     if (argc < 2) {
         usage(stderr);
         return 2;

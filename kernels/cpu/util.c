@@ -5,6 +5,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 void kernels_zero(float *x, size_t n) { memset(x, 0, n * sizeof(float)); }
@@ -25,6 +26,24 @@ void kernels_set_threads(int n)
 }
 
 int kernels_threads(void) { return omp_get_max_threads(); }
+
+const char *kernels_blas_corename(void) { return openblas_get_corename(); }
+
+const char *kernels_blas_coretype_hint(void)
+{
+    if (getenv("OPENBLAS_CORETYPE")) return NULL; /* the user decided */
+    const char *core = openblas_get_corename();
+    int weak = strcasecmp(core, "Prescott") == 0 || strcasecmp(core, "Core2") == 0 ||
+               strcasecmp(core, "Nehalem") == 0 || strcasecmp(core, "Sandybridge") == 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (weak && __builtin_cpu_supports("avx512f")) return "SkylakeX";
+    if (weak && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return strcasecmp(core, "Haswell") ? "Haswell" : NULL;
+#endif
+    (void)weak;
+    return NULL;
+}
 
 static double now_seconds(void)
 {

@@ -259,12 +259,18 @@ def mlp(x, params, prefix):
     return F.linear(F.silu(gate) * up, params[prefix + "down_proj.weight"])
 
 
+def _as_long(x):
+    if isinstance(x, torch.Tensor):
+        return x.long()
+    return torch.as_tensor(np.asarray(x)).long()
+
+
 def llama_forward(params, cfg, input_ids):
     """Logits [B, T, V] of LlamaForCausalLM. params: dict name -> tensor (HF
     names), input_ids: integer tensor [B, T]."""
     cfg = full_config(cfg)
     eps = cfg["rms_norm_eps"]
-    ids = torch.as_tensor(np.asarray(input_ids)).long()
+    ids = _as_long(input_ids)
     B, T = ids.shape
     wte = params["model.embed_tokens.weight"]
     x = F.embedding(ids, wte)
@@ -284,7 +290,7 @@ def llama_forward(params, cfg, input_ids):
 def llama_loss(params, cfg, input_ids, labels):
     """Mean cross-entropy over targets != -100 (labels already shifted)."""
     logits = llama_forward(params, cfg, input_ids)
-    lab = torch.as_tensor(np.asarray(labels)).long()
+    lab = _as_long(labels)
     V = logits.shape[-1]
     return F.cross_entropy(logits.reshape(-1, V), lab.reshape(-1), ignore_index=IGNORE_INDEX)
 

@@ -1,0 +1,315 @@
+/* test_config.c — HF config.json loading, validation and saving.
+ *
+ * What a user relies on: a config.json from the Hub loads with HF's
+ * defaults; a wrong one is refused with a message naming the file and the
+ * key; what we save loads back identically (and is what HF expects). */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int failures;
+
+#define CHECK(cond, ...)                                                          \
+    do {                                                                          \
+        if (!(cond)) {                                                            \
+            failures++;                                                           \
+            fprintf(stderr, "%s:%d: FAIL (%s): ", __FILE__, __LINE__, #cond);     \
+            fprintf(stderr, __VA_ARGS__);                                         \
+            fputc('\n', stderr);                                                  \
+        }                                                                         \
+    } while (0)
+
+static char cfg_path[512];
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *fp = fopen(path, "wb");
+    if (!fp || fputs(text, fp) == EOF || fclose(fp) != 0) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(2);
+    }
+}
+
+static int load_text(const char *text, llama_config *cfg, char *err, size_t errlen)
+{
+    write_text(cfg_path, text);
+    return llama_config_load(cfg, cfg_path, err, errlen);
+}
+
+/* Loading `text` must fail with a message holding the path and `needle`. */
+static void expect_fail(int line, const char *text, const char *needle)
+{
+    llama_config cfg;
+    char err[512] = "";
+    int rc = load_text(text, &cfg, err, sizeof err);
+    if (rc == 0 || !strstr(err, cfg_path) || !strstr(err, needle)) {
+        failures++;
+        fprintf(stderr, "%s:%d: FAIL: expected an error naming %s and '%s'\n  config: %s\n"
+                "  rc=%d message: %s\n", __FILE__, line, cfg_path, needle, text, rc, err);
+    }
+}
+#define EXPECT_FAIL(text, needle) expect_fail(__LINE__, text, needle)
+
+#define BASE "\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2," \
+             "\"vocab_size\":100"
+
+static void test_minimal_gets_defaults(void)
+{
+    llama_config c;
+    char err[512] = "";
+    int rc = load_text("{" BASE ",\"num_attention_heads\":4}", &c, err, sizeof err);
+    CHECK(rc == 0, "%s", err);
+    CHECK(c.hidden_size == 64 && c.intermediate_size == 128 && c.num_hidden_layers == 2 &&
+          c.num_attention_heads == 4 && c.vocab_size == 100, "required values");
+    CHECK(c.num_key_value_heads == 4, "kv heads default to heads, got %d",
+          c.num_key_value_heads);
+    CHECK(c.rms_norm_eps == 1e-6f, "eps default, got %g", (double)c.rms_norm_eps);
+    CHECK(c.rope_theta == 10000.0f, "theta default, got %g", (double)c.rope_theta);
+    CHECK(!c.tie_word_embeddings, "tie default");
+    CHECK(c.max_position_embeddings == 2048, "max pos default, got %d",
+          c.max_position_embeddings);
+    CHECK(c.head_dim == 16, "head_dim, got %d", c.head_dim);
+
+    /* HF writes null for "default". */
+    rc = load_text("{" BASE ",\"num_attention_heads\":4,\"num_key_value_heads\":null,"
+                   "\"rope_theta\":null}", &c, err, sizeof err);
+    CHECK(rc == 0 && c.num_key_value_heads == 4 && c.rope_theta == 10000.0f, "%s", err);
+}
+
+/* A TinyLlama-style config.json with many keys we do not use. */
+static void test_hub_config(void)
+{
+    llama_config c;
+    char err[512] = "";
+    int rc = load_text(
+        "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"attention_bias\": false,\n"
+        "  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n  \"hidden_act\": \"silu\",\n"
+        "  \"hidden_size\": 2048,\n  \"initializer_range\": 0.02,\n"
+        "  \"intermediate_size\": 5632,\n  \"max_position_embeddings\": 4096,\n"
+        "  \"model_type\": \"llama\",\n  \"num_attention_heads\": 32,\n"
+        "  \"num_hidden_layers\": 22,\n  \"num_key_value_heads\": 4,\n"
+        "  \"pretraining_tp\": 1,\n  \"rms_norm_eps\": 1e-05,\n  \"rope_scaling\": null,\n"
+        "  \"rope_theta\": 500000.0,\n  \"tie_word_embeddings\": true,\n"
+        "  \"torch_dtype\": \"bfloat16\",\n  \"transformers_version\": \"4.35.0\",\n"
+        "  \"use_cache\": true,\n  \"vocab_size\": 32000,\n  \"head_dim\": 64\n}\n",
+        &c, err, sizeof err);
+    CHECK(rc == 0, "%s", err);
+    CHECK(c.hidden_size == 2048 && c.intermediate_size == 5632 && c.num_hidden_layers == 22 &&
+          c.num_attention_heads == 32 && c.num_key_value_heads == 4 && c.vocab_size == 32000 &&
+          c.max_position_embeddings == 4096 && c.head_dim == 64, "sizes");
+    CHECK(c.rms_norm_eps == 1e-5f && c.rope_theta == 500000.0f && c.tie_word_embeddings,
+          "eps %g theta %g", (double)c.rms_norm_eps, (double)c.rope_theta);
+
+    /* Integral reals are integers; the architecture may be one of several. */
+    rc = load_text("{\"hidden_size\":64.0,\"intermediate_size\":128,\"num_hidden_layers\":2,"
+                   "\"vocab_size\":100,\"num_attention_heads\":4,\"rope_theta\":10000,"
+                   "\"architectures\":[\"Other\",\"LlamaForCausalLM\"]}", &c, err, sizeof err);
+    CHECK(rc == 0 && c.hidden_size == 64 && c.rope_theta == 10000.0f, "%s", err);
+}
+
+static void test_missing_required(void)
+{
+    static const char *const keys[] = {"hidden_size", "intermediate_size",
+                                       "num_hidden_layers", "num_attention_heads",
+                                       "vocab_size"};
+    static const char *const values[] = {"64", "128", "2", "4", "100"};
+    for (int skip = 0; skip < 5; skip++) {
+        char text[512], needle[128];
+        size_t used = (size_t)snprintf(text, sizeof text, "{");
+        for (int k = 0; k < 5; k++)
+            if (k != skip)
+                used += (size_t)snprintf(text + used, sizeof text - used, "%s\"%s\":%s",
+                                         used > 1 ? "," : "", keys[k], values[k]);
+        snprintf(text + used, sizeof text - used, "}");
+        snprintf(needle, sizeof needle, "%s is missing", keys[skip]);
+        EXPECT_FAIL(text, needle);
+        /* null is not a value for a required key */
+        snprintf(text + used, sizeof text - used, ",\"%s\":null}", keys[skip]);
+        EXPECT_FAIL(text, needle);
+    }
+}
+
+static void test_wrong_types(void)
+{
+    static const char *const int_keys[] = {"hidden_size", "intermediate_size",
+                                           "num_hidden_layers", "vocab_size"};
+    static const char *const bad[] = {"\"64\"", "7.5", "-64", "0", "2147483648", "true",
+                                      "[64]", "-0.5", "1e300"};
+    for (size_t k = 0; k < 4; k++) {
+        for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+            const char *v[4] = {"64", "128", "2", "100"};
+            char text[512];
+            v[k] = bad[b];
+            snprintf(text, sizeof text, "{\"num_attention_heads\":4,\"hidden_size\":%s,"
+                     "\"intermediate_size\":%s,\"num_hidden_layers\":%s,\"vocab_size\":%s}",
+                     v[0], v[1], v[2], v[3]);
+            EXPECT_FAIL(text, int_keys[k]);
+        }
+    }
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":\"4\"}", "num_attention_heads");
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"num_key_value_heads\":0}",
+                "num_key_value_heads");
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"num_key_value_heads\":1.5}",
+                "num_key_value_heads");
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"max_position_embeddings\":0}",
+                "max_position_embeddings");
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"max_position_embeddings\":\"2k\"}",
+                "max_position_embeddings");
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"rms_norm_eps\":\"1e-6\"}",
+                "rms_norm_eps");
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"rms_norm_eps\":0}", "rms_norm_eps");
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"rms_norm_eps\":-1e-6}", "rms_norm_eps");
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"rms_norm_eps\":1e300}", "rms_norm_eps");
+    /* underflows to 0 in float32 */
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"rms_norm_eps\":1e-50}", "rms_norm_eps");
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"rope_theta\":0}", "rope_theta");
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"rope_theta\":-10000.0}", "rope_theta");
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"rope_theta\":\"1e4\"}", "rope_theta");
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"tie_word_embeddings\":1}",
+                "tie_word_embeddings");
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"tie_word_embeddings\":\"true\"}",
+                "tie_word_embeddings");
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"architectures\":[\"GPT2LMHeadModel\"]}",
+                "architectures");
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"architectures\":\"LlamaForCausalLM\"}",
+                "architectures");
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"architectures\":[]}", "architectures");
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"head_dim\":32}", "head_dim");
+}
+
+static void test_shape_rules(void)
+{
+    char needle[256];
+    snprintf(needle, sizeof needle, "cfg.json: num_attention_heads (5) does not divide "
+             "hidden_size (64)");
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":5}", needle);
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"num_key_value_heads\":3}",
+                "num_key_value_heads (3) does not divide num_attention_heads (4)");
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"num_key_value_heads\":8}",
+                "num_key_value_heads (8)");
+    /* 60 / 4 = 15: RoPE rotates pairs */
+    EXPECT_FAIL("{\"hidden_size\":60,\"intermediate_size\":128,\"num_hidden_layers\":2,"
+                "\"vocab_size\":100,\"num_attention_heads\":4}", "even");
+
+    llama_config c = {0};
+    char err[256] = "";
+    CHECK(llama_config_validate(&c, "mem", err, sizeof err) != 0 &&
+          strstr(err, "mem: hidden_size"), "%s", err);
+    c = (llama_config){.hidden_size = 64, .intermediate_size = 128, .num_hidden_layers = 1,
+                       .num_attention_heads = 8, .num_key_value_heads = 2, .vocab_size = 10,
+                       .max_position_embeddings = 16, .rms_norm_eps = 1e-5f,
+                       .rope_theta = 10000.0f};
+    CHECK(llama_config_validate(&c, "mem", err, sizeof err) == 0 && c.head_dim == 8, "%s",
+          err);
+    c.rms_norm_eps = NAN;
+    CHECK(llama_config_validate(&c, "mem", err, sizeof err) != 0 &&
+          strstr(err, "rms_norm_eps"), "%s", err);
+    c.rms_norm_eps = 1e-5f;
+    c.rope_theta = INFINITY;
+    CHECK(llama_config_validate(&c, "mem", err, sizeof err) != 0 && strstr(err, "rope_theta"),
+          "%s", err);
+    /* A tiny buffer gets a truncated, terminated message. */
+    char tiny[8];
+    memset(tiny, 'x', sizeof tiny);
+    CHECK(llama_config_validate(&c, "mem", tiny, sizeof tiny) != 0 && tiny[7] == '\0',
+          "truncation");
+}
+
+static void test_bad_files(void)
+{
+    llama_config c;
+    char err[512] = "";
+    int rc = load_text("{\n  \"hidden_size\": 64,\n  \"vocab_size\" 100\n}\n", &c, err,
+                       sizeof err);
+    CHECK(rc != 0 && strstr(err, cfg_path) && strstr(err, "line 3"), "%s", err);
+    EXPECT_FAIL("[1, 2]", "object");
+    EXPECT_FAIL("", "JSON");
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"hidden_size\":64}", "duplicate");
+
+    char missing[600];
+    snprintf(missing, sizeof missing, "%s.does-not-exist", cfg_path);
+    rc = llama_config_load(&c, missing, err, sizeof err);
+    CHECK(rc != 0 && strstr(err, missing), "%s", err);
+}
+
+static int file_exists(const char *path) { return access(path, F_OK) == 0; }
+
+static char *slurp(const char *path)
+{
+    FILE *fp = fopen(path, "rb");
+    static char buf[8192];
+    size_t n = fp ? fread(buf, 1, sizeof buf - 1, fp) : 0;
+    if (fp)
+        fclose(fp);
+    buf[n] = '\0';
+    return buf;
+}
+
+static void test_save_round_trip(void)
+{
+    char path[600], tmp[620], err[512] = "";
+    llama_config c = {.hidden_size = 96, .intermediate_size = 256, .num_hidden_layers = 3,
+                      .num_attention_heads = 6, .num_key_value_heads = 2, .vocab_size = 1000,
+                      .max_position_embeddings = 512, .rms_norm_eps = 1e-5f,
+                      .rope_theta = 500000.0f, .tie_word_embeddings = true};
+    llama_config back;
+    snprintf(path, sizeof path, "%s.saved", cfg_path);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    CHECK(llama_config_save(&c, path, err, sizeof err) == 0, "%s", err);
+    CHECK(!file_exists(tmp), "temp file left behind");
+    CHECK(llama_config_load(&back, path, err, sizeof err) == 0, "%s", err);
+    CHECK(back.hidden_size == 96 && back.intermediate_size == 256 &&
+          back.num_hidden_layers == 3 && back.num_attention_heads == 6 &&
+          back.num_key_value_heads == 2 && back.vocab_size == 1000 &&
+          back.max_position_embeddings == 512 && back.head_dim == 16 &&
+          back.rms_norm_eps == 1e-5f && back.rope_theta == 500000.0f &&
+          back.tie_word_embeddings, "round trip changed values");
+
+    const char *text = slurp(path);
+    CHECK(strstr(text, "\"architectures\": [\n    \"LlamaForCausalLM\"\n  ]") ||
+          strstr(text, "\"architectures\": [\"LlamaForCausalLM\"]"), "%s", text);
+    CHECK(strstr(text, "\"model_type\": \"llama\""), "%s", text);
+    CHECK(strstr(text, "\"torch_dtype\": \"float32\""), "%s", text);
+    CHECK(strstr(text, "\"hidden_act\": \"silu\""), "%s", text);
+    CHECK(strstr(text, "\"tie_word_embeddings\": true"), "%s", text);
+    CHECK(!strstr(text, "9999"), "floats written in shortest form: %s", text);
+    CHECK(text[0] == '{' && text[strlen(text) - 1] == '\n', "pretty, newline-terminated");
+
+    /* An invalid config is not written, and an existing file survives. */
+    llama_config bad = c;
+    bad.num_attention_heads = 5;
+    CHECK(llama_config_save(&bad, path, err, sizeof err) != 0 &&
+          strstr(err, "num_attention_heads"), "%s", err);
+    CHECK(llama_config_load(&back, path, err, sizeof err) == 0 && back.hidden_size == 96,
+          "existing file damaged: %s", err);
+
+    char nodir[700];
+    snprintf(nodir, sizeof nodir, "%s.no-such-dir/config.json", cfg_path);
+    CHECK(llama_config_save(&c, nodir, err, sizeof err) != 0 && strstr(err, nodir), "%s",
+          err);
+    unlink(path);
+}
+
+int main(void)
+{
+    snprintf(cfg_path, sizeof cfg_path, "%s/test_config_%d_cfg.json", SHARDNODE_TEST_TMP,
+             (int)getpid());
+    test_minimal_gets_defaults();
+    test_hub_config();
+    test_missing_required();
+    test_wrong_types();
+    test_shape_rules();
+    test_bad_files();
+    test_save_round_trip();
+    unlink(cfg_path);
+    if (failures) {
+        fprintf(stderr, "test_config: %d failure(s)\n", failures);
+        return 1;
+    }
+    printf("test_config: ok\n");
+    return 0;
+}
