@@ -19,6 +19,30 @@ import os
 # shardnode subprocess gets an environment without it.
 os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
+
+def blas_coretype():
+    """Debian's OpenBLAS 0.3.21 does not recognise newer Xeons and falls back
+    to its generic "Prescott" kernels, 4-8x slower; torch's matmuls go through
+    the same library. shardnode corrects this itself (kernels.h,
+    kernels_blas_coretype_hint); the baseline gets the same correction, by
+    the same rule, so both sides run the same sgemm kernels."""
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        return os.environ["OPENBLAS_CORETYPE"]
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((l.split(":", 1)[1].split() for l in f if l.startswith("flags")), [])
+    except OSError:
+        flags = []
+    if "avx512f" in flags:
+        return "SkylakeX"
+    if "avx2" in flags and "fma" in flags:
+        return "Haswell"
+    return ""
+
+
+if blas_coretype():
+    os.environ["OPENBLAS_CORETYPE"] = blas_coretype()
+
 import argparse  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
@@ -144,8 +168,9 @@ def main():
           % (args.config, C, L, cfg["num_attention_heads"], cfg["num_key_value_heads"],
              cfg["intermediate_size"], cfg["vocab_size"]))
     print("batch %d x seq %d, %d threads, %d rounds x %d steps per side; torch %s, "
-          "OMP_WAIT_POLICY=PASSIVE for torch only"
-          % (B, T, args.threads, args.rounds, args.steps, torch.__version__))
+          "OMP_WAIT_POLICY=PASSIVE for torch only; OPENBLAS_CORETYPE=%s for both"
+          % (B, T, args.threads, args.rounds, args.steps, torch.__version__,
+             os.environ.get("OPENBLAS_CORETYPE", "(unset)")))
 
     torch_step = make_torch_trainer(cfg, B, T)
     torch_step()  # warm-up (shardnode does its own)

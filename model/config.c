@@ -266,7 +266,7 @@ int llama_config_validate(llama_config *cfg, const char *src, char *err, size_t 
     int head_dim = cfg->hidden_size / cfg->num_attention_heads;
     if (head_dim % 2 != 0) {
         set_err(err, errlen, "%s: head dimension hidden_size / num_attention_heads = %d / %d "
-                "= %d must be even for rotary embeddings", src, cfg->hidden_size,
+                "= %d, which must be even for rotary embeddings", src, cfg->hidden_size,
                 cfg->num_attention_heads, head_dim);
         return -1;
     }
