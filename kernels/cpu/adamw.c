@@ -7,7 +7,7 @@
 double grad_sumsq(const float *g, size_t n)
 {
     double s = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : s)
+#pragma omp parallel for simd schedule(static) reduction(+ : s)
     for (size_t i = 0; i < n; i++) s += (double)g[i] * (double)g[i];
     return s;
 }
@@ -18,7 +18,7 @@ void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float 
 {
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
     float step = lr / bc1, rbc2 = 1.0f / sqrtf(bc2), decay = 1.0f - lr * weight_decay;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
         float gi = g[i] * grad_scale;
         m[i] = beta1 * m[i] + (1.0f - beta1) * gi;

@@ -6,6 +6,8 @@
  * runs them single-threaded inside the OpenMP loop, so one pool is busy. */
 #include "kernels.h"
 
+#include "elementwise.h"
+
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -19,10 +21,12 @@ static void causal_softmax(float *s, int T)
     for (int i = 0; i < T; i++) {
         float *row = s + (size_t)i * T;
         float mx = row[0];
+#pragma omp simd reduction(max : mx)
         for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
         float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
         for (int j = 0; j <= i; j++) {
-            row[j] = expf(row[j] - mx);
+            row[j] = kernels_expf(row[j] - mx);
             sum += row[j];
         }
         float inv = 1.0f / sum;
@@ -83,6 +87,7 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
             for (int i = 0; i < T; i++) {
                 const float *pr = p + (size_t)i * T;
                 float *dr = dp + (size_t)i * T, dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
                 for (int j = 0; j <= i; j++) dot += pr[j] * dr[j];
                 for (int j = 0; j <= i; j++) dr[j] = pr[j] * (dr[j] - dot);
                 for (int j = i + 1; j < T; j++) dr[j] = 0.0f;

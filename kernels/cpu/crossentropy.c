@@ -2,6 +2,8 @@
  *   logits/probs, dlogits [N, V]; labels [N] in [0, V) or KERNELS_IGNORE_INDEX */
 #include "kernels.h"
 
+#include "elementwise.h"
+
 #include <math.h>
 
 double crossentropy_forward(float *probs_inplace, float *losses, const int32_t *labels,
@@ -13,13 +15,15 @@ double crossentropy_forward(float *probs_inplace, float *losses, const int32_t *
     for (int n = 0; n < N; n++) {
         float *x = probs_inplace + (size_t)n * V;
         float mx = x[0];
+#pragma omp simd reduction(max : mx)
         for (int i = 1; i < V; i++) mx = x[i] > mx ? x[i] : mx;
         int l = labels[n];
         /* the loss from the logit itself, before it is overwritten */
         float target = l == KERNELS_IGNORE_INDEX ? 0.0f : x[l] - mx;
         float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
         for (int i = 0; i < V; i++) {
-            x[i] = expf(x[i] - mx);
+            x[i] = kernels_expf(x[i] - mx);
             sum += x[i];
         }
         float inv = 1.0f / sum;

@@ -13,6 +13,7 @@ void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *wei
         const float *x = inp + (size_t)n * C;
         float *y = out + (size_t)n * C;
         float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
         for (int c = 0; c < C; c++) ss += x[c] * x[c];
         float r = 1.0f / sqrtf(ss / (float)C + eps);
         rstd[n] = r;
@@ -31,6 +32,7 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const floa
             const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
             float *dx = dinp + (size_t)n * C;
             float r = rstd[n], dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
             for (int c = 0; c < C; c++) dot += dy[c] * weight[c] * x[c];
             float k = r * r * r * dot / (float)C;
             for (int c = 0; c < C; c++) dx[c] += r * weight[c] * dy[c] - k * x[c];
