@@ -205,6 +205,33 @@ static int check_explicit_head_dim(json_t *root, const llama_config *cfg, const 
     return 0;
 }
 
+/* Keys this implementation does not model but which change the network: a
+ * config that sets them would otherwise load as a silently different model. */
+static int check_unsupported(json_t *root, const char *src, char *err, size_t errlen)
+{
+    json_t *v = optional_key(root, "rope_scaling");
+    if (v) {
+        set_err(err, errlen, "%s: rope_scaling is not supported (only plain RoPE); "
+                "remove it or set it to null", src);
+        return -1;
+    }
+    static const char *const biases[] = {"attention_bias", "mlp_bias"};
+    for (size_t i = 0; i < sizeof biases / sizeof biases[0]; i++) {
+        v = optional_key(root, biases[i]);
+        if (v && !json_is_false(v)) {
+            set_err(err, errlen, "%s: %s must be false (bias terms are not supported)", src,
+                    biases[i]);
+            return -1;
+        }
+    }
+    v = optional_key(root, "hidden_act");
+    if (v && !(json_is_string(v) && strcmp(json_string_value(v), "silu") == 0)) {
+        set_err(err, errlen, "%s: hidden_act must be \"silu\" (the LLaMA MLP)", src);
+        return -1;
+    }
+    return 0;
+}
+
 int llama_config_load(llama_config *cfg, const char *path, char *err, size_t errlen)
 {
     json_error_t jerr;
@@ -225,7 +252,8 @@ int llama_config_load(llama_config *cfg, const char *path, char *err, size_t err
         set_err(err, errlen, "%s: expected a JSON object, got %s", path, json_kind(root));
     else if (parse_config(&c, root, path, err, errlen) == 0 &&
              llama_config_validate(&c, path, err, errlen) == 0 &&
-             check_explicit_head_dim(root, &c, path, err, errlen) == 0) {
+             check_explicit_head_dim(root, &c, path, err, errlen) == 0 &&
+             check_unsupported(root, path, err, errlen) == 0) {
         *cfg = c;
         rc = 0;
     }
@@ -334,61 +362,6 @@ static json_t *config_to_json(const llama_config *c)
     return o;
 }
 
-static int write_all(int fd, const char *buf, size_t len)
-{
-    while (len > 0) {
-        ssize_t w = write(fd, buf, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -1;
-        if (w == 0) { /* no progress and no errno: treat as an I/O error */
-            errno = EIO;
-            return -1;
-        }
-        buf += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
-/* tmp + fsync + rename: a crash leaves either the old file or the new one. */
-static int write_file_atomic(const char *path, const char *text, size_t len, char *err,
-                             size_t errlen)
-{
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 5);
-    int fd, rc = -1;
-    if (!tmp) {
-        set_err(err, errlen, "%s: out of memory", path);
-        return -1;
-    }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        set_err(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
-        free(tmp);
-        return -1;
-    }
-    int ok = write_all(fd, text, len) == 0 && fsync(fd) == 0;
-    int saved = errno;
-    if (close(fd) != 0 && ok) { /* NFS and friends report write errors here */
-        ok = 0;
-        saved = errno;
-    }
-    if (!ok)
-        set_err(err, errlen, "%s: write failed: %s", tmp, strerror(saved));
-    else if (rename(tmp, path))
-        set_err(err, errlen, "%s: cannot rename %s over it: %s", path, tmp, strerror(errno));
-    else
-        rc = 0;
-    if (rc)
-        unlink(tmp);
-    free(tmp);
-    return rc;
-}
-
 int llama_config_save(const llama_config *cfg, const char *path, char *err, size_t errlen)
 {
     llama_config c = *cfg;
@@ -416,7 +389,12 @@ int llama_config_save(const llama_config *cfg, const char *path, char *err, size
     }
     with_nl[len] = '\n';
     with_nl[len + 1] = '\0';
-    rc = write_file_atomic(path, with_nl, len + 1, err, errlen);
+    atomic_file f;
+    rc = atomic_file_begin(&f, path, err, errlen);
+    if (rc == 0) {
+        atomic_file_write(&f, with_nl, len + 1);
+        rc = atomic_file_commit(&f, err, errlen);
+    }
     free(with_nl);
     return rc;
 }

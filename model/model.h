@@ -40,6 +40,23 @@ int llama_config_validate(llama_config *cfg, const char *src, char *err, size_t 
 /* Writes config.json as HF would (architectures, model_type "llama", dtype). */
 int llama_config_save(const llama_config *cfg, const char *path, char *err, size_t errlen);
 
+/* ======================= atomic files ==================================== */
+
+/* Writes go to PATH.tmp; commit fsyncs and renames it over PATH, so a crash
+ * or an error leaves the old file or the new one, never a torn one. A write
+ * error is remembered and reported by commit; abort removes PATH.tmp. */
+typedef struct {
+    int fd;
+    int error;          /* errno of the first failed write, 0 if none */
+    char *tmp;
+    const char *path;
+} atomic_file;
+
+int atomic_file_begin(atomic_file *f, const char *path, char *err, size_t errlen);
+int atomic_file_write(atomic_file *f, const void *buf, size_t len);
+int atomic_file_commit(atomic_file *f, char *err, size_t errlen);
+void atomic_file_abort(atomic_file *f);
+
 /* ======================= safetensors ===================================== */
 
 typedef enum {
@@ -70,7 +87,8 @@ const safetensors_tensor *safetensors_at(const safetensors_file *f, int i);
 const safetensors_tensor *safetensors_find(const safetensors_file *f, const char *name);
 const char *safetensors_path(const safetensors_file *f);
 /* Copies tensor `name` into dst as fp32 (from F32, F16 or BF16), checking
- * it exists and has exactly the expected shape. */
+ * it exists and has exactly the expected shape. On error dst may be partly
+ * written. */
 int safetensors_read_f32(const safetensors_file *f, const char *name, int ndim,
                          const int64_t *shape, float *dst, char *err, size_t errlen);
 /* Same for integer tensors (I32, or I64 within int32 range) into int32. */
@@ -85,8 +103,8 @@ typedef struct {
     const void *data;
 } safetensors_entry;
 
-/* Writes path.tmp then renames it over path, so a crash never leaves a
- * half-written file under the final name. metadata_format: "pt" or NULL. */
+/* Writes an atomic_file: a crash never leaves a half-written file under the
+ * final name. The header carries __metadata__ {"format": "pt"}. */
 int safetensors_write(const char *path, const safetensors_entry *entries, int n,
                       char *err, size_t errlen);
 

@@ -687,42 +687,24 @@ out:
     return text;
 }
 
-static int write_all(int fd, const void *buf, size_t len)
-{
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -1;
-        if (w == 0) { /* no progress and no errno: treat as an I/O error */
-            errno = EIO;
-            return -1;
-        }
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
 /* Length prefix, header padded with spaces so the data starts 8-aligned
  * (as the reference writer does), then each tensor's bytes. */
-static int write_body(int fd, const char *header, const safetensors_entry *entries, int n)
+static int write_body(atomic_file *fd, const char *header, const safetensors_entry *entries,
+                      int n)
 {
     size_t hlen = strlen(header), padded = (hlen + 7) / 8 * 8;
     unsigned char prefix[8];
     static const char spaces[] = "       "; /* at most 7 needed */
     for (int i = 0; i < 8; i++)
         prefix[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-    if (write_all(fd, prefix, 8) || write_all(fd, header, hlen) ||
-        write_all(fd, spaces, padded - hlen))
+    if (atomic_file_write(fd, prefix, 8) || atomic_file_write(fd, header, hlen) ||
+        atomic_file_write(fd, spaces, padded - hlen))
         return -1;
     for (int i = 0; i < n; i++) {
         const safetensors_entry *e = &entries[i];
         size_t nbytes = 0; /* checked by build_header */
         shape_nbytes(e->ndim, e->shape, dtype_of(e->dtype)->size, &nbytes);
-        if (nbytes && write_all(fd, e->data, nbytes))
+        if (nbytes && atomic_file_write(fd, e->data, nbytes))
             return -1;
     }
     return 0;
@@ -731,9 +713,9 @@ static int write_body(int fd, const char *header, const safetensors_entry *entri
 int safetensors_write(const char *path, const safetensors_entry *entries, int n, char *err,
                       size_t errlen)
 {
-    size_t plen = strlen(path);
-    char *header, *tmp;
-    int fd, ok, saved, rc = -1;
+    char *header;
+    atomic_file f;
+    int rc = -1;
 
     if (n < 0 || (n > 0 && !entries)) {
         set_err(err, errlen, "%s: invalid tensor list", path);
@@ -741,34 +723,10 @@ int safetensors_write(const char *path, const safetensors_entry *entries, int n,
     }
     if (!(header = build_header(path, entries, n, err, errlen)))
         return -1;
-    if (!(tmp = malloc(plen + 5))) {
-        set_err(err, errlen, "%s: out of memory", path);
-        free(header);
-        return -1;
+    if (atomic_file_begin(&f, path, err, errlen) == 0) {
+        write_body(&f, header, entries, n); /* a failed write is reported by commit */
+        rc = atomic_file_commit(&f, err, errlen);
     }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-    if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) {
-        set_err(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
-        goto out;
-    }
-    /* fsync before rename: a crash then leaves the old file or the new one. */
-    ok = write_body(fd, header, entries, n) == 0 && fsync(fd) == 0;
-    saved = errno;
-    if (close(fd) != 0 && ok) { /* NFS and friends report write errors here */
-        ok = 0;
-        saved = errno;
-    }
-    if (!ok)
-        set_err(err, errlen, "%s: write failed: %s", tmp, strerror(saved));
-    else if (rename(tmp, path))
-        set_err(err, errlen, "%s: cannot rename %s over it: %s", path, tmp, strerror(errno));
-    else
-        rc = 0;
-    if (rc)
-        unlink(tmp);
-out:
-    free(tmp);
     free(header);
     return rc;
 }

@@ -219,6 +219,23 @@ static void test_shape_rules(void)
           "truncation");
 }
 
+/* Keys that would silently change the network are refused, not ignored. */
+static void test_unsupported_features(void)
+{
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"rope_scaling\":{\"rope_type\":\"llama3\","
+                "\"factor\":8.0}}", "rope_scaling is not supported");
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"attention_bias\":true}",
+                "attention_bias must be false");
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"mlp_bias\":true}", "mlp_bias must be false");
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"hidden_act\":\"gelu\"}",
+                "hidden_act must be \"silu\"");
+    llama_config cfg;
+    char err[512] = "";
+    CHECK(load_text("{" BASE ",\"num_attention_heads\":4,\"rope_scaling\":null,"
+                    "\"attention_bias\":false,\"hidden_act\":\"silu\"}", &cfg, err,
+                    sizeof err) == 0, "plain LLaMA keys refused: %s", err);
+}
+
 static void test_bad_files(void)
 {
     llama_config c;
@@ -303,6 +320,7 @@ int main(void)
     test_missing_required();
     test_wrong_types();
     test_shape_rules();
+    test_unsupported_features();
     test_bad_files();
     test_save_round_trip();
     unlink(cfg_path);
