@@ -108,6 +108,94 @@ typedef struct {
 int safetensors_write(const char *path, const safetensors_entry *entries, int n,
                       char *err, size_t errlen);
 
+/* ======================= tokenizer (byte-level BPE) ====================== */
+/* BEGIN tokenizer section (owned by model/tokenizer*.c) */
+
+typedef struct tokenizer tokenizer;
+
+/* Reads an HF tokenizer.json whose model is BPE with a ByteLevel
+ * pre-tokenizer/decoder (GPT-2 and Llama-3 style, including their split
+ * regex, compiled with PCRE2) or shardnode's own. Anything else (WordPiece,
+ * Unigram, SentencePiece-style BPE without byte level) is refused by name. */
+int tokenizer_load(tokenizer **out, const char *path, char *err, size_t errlen);
+/* Writes an HF tokenizer.json (atomic_file) that tokenizer_load reads back
+ * identically and HF `tokenizers` loads. */
+int tokenizer_save(const tokenizer *t, const char *path, char *err, size_t errlen);
+/* Learns byte-level BPE merges from texts until the vocabulary (256 byte
+ * tokens + merges + specials) reaches vocab_size. Specials (e.g.
+ * "<|endoftext|>") get the last ids. Deterministic: ties broken by a total
+ * order, so the same corpus gives the same file. */
+int tokenizer_train(tokenizer **out, const char *const *texts, const size_t *lens, int ntexts,
+                    int vocab_size, const char *const *specials, int nspecials, char *err,
+                    size_t errlen);
+void tokenizer_free(tokenizer *t);
+int tokenizer_vocab_size(const tokenizer *t);
+/* Id of a special token such as "<|endoftext|>", or -1. */
+int32_t tokenizer_special_id(const tokenizer *t, const char *name);
+/* Id of the end-of-text token the data pipeline puts between documents:
+ * "<|endoftext|>", else "<|end_of_text|>", else "</s>", else -1. */
+int32_t tokenizer_eos_id(const tokenizer *t);
+/* Encodes len bytes (any bytes, not only UTF-8). With allow_special, special
+ * tokens written in the text become their ids; otherwise they are plain text.
+ * *ids is malloc'ed (caller frees), *n its length. */
+int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool allow_special,
+                     int32_t **ids, size_t *n, char *err, size_t errlen);
+/* decode(encode(s)) == s for every byte string. Ids out of range are an
+ * error. *text is malloc'ed and NUL-terminated, *len excludes the NUL. */
+int tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n, char **text,
+                     size_t *len, char *err, size_t errlen);
+
+/* END tokenizer section */
+
+/* ======================= data ============================================ */
+/* BEGIN data section (owned by model/data.c) */
+
+typedef enum { DATA_TEXT, DATA_JSONL } data_format;
+
+typedef struct {
+    const char *const *files;   /* corpus files */
+    int nfiles;
+    data_format format;
+    /* DATA_TEXT: documents are separated by this string inside a file; NULL
+     * or "" means each file is one document. */
+    const char *separator;
+    /* DATA_JSONL: the prompt template; "{instruction}", "{input}" are
+     * replaced; for {"messages": [...]} each non-assistant turn becomes
+     * "{role}: {content}\n" in the prompt. NULL gives the default
+     * "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n"
+     * (the Input block left out when input is empty). */
+    const char *prompt_template;
+    double val_fraction;        /* share of documents/examples for validation */
+    int seq_len;                /* T: each sample is T+1 tokens */
+} data_spec;
+
+typedef struct data_set data_set;
+
+/* Tokenizes the corpus once into cache_path (rebuilt when the files, their
+ * sizes/mtimes, the tokenizer or the spec change) and maps it. Text
+ * documents are joined with the tokenizer's EOS between them and cut into
+ * windows of T+1 tokens; each JSONL example is one window (prompt tokens get
+ * label -100; padded with label -100, truncated to T+1). Documents go to
+ * validation by a hash of their index, so the split does not depend on the
+ * order they are read in. Errors: missing or empty corpus, fewer tokens than
+ * one sequence, malformed JSONL (file and line). */
+int data_open(data_set **out, const data_spec *spec, const tokenizer *tok,
+              const char *cache_path, char *err, size_t errlen);
+void data_close(data_set *d);
+int64_t data_train_samples(const data_set *d);
+int64_t data_val_samples(const data_set *d);
+int64_t data_train_tokens(const data_set *d);
+/* The training batch is a pure function of (seed, step, micro-batch): sample
+ * number i = step * global_batch + micro * micro_batch + b, taken from a
+ * seeded permutation of the training windows that changes each epoch.
+ * Fills ids and labels [micro_batch, T]. */
+void data_train_batch(const data_set *d, uint64_t seed, int64_t step, int micro,
+                      int micro_batch, int global_batch, int32_t *ids, int32_t *labels);
+/* Validation windows in a fixed order: rows [first, first + rows). */
+void data_val_batch(const data_set *d, int64_t first, int rows, int32_t *ids, int32_t *labels);
+
+/* END data section */
+
 /* ======================= stage =========================================== */
 
 /* A named parameter of a stage: an HF tensor and where it lives in the
@@ -187,5 +275,32 @@ typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
 } stage_adamw;
 void stage_adamw_step(stage *s, const stage_adamw *opt, int t, float grad_scale);
+
+/* Pointer to the parameter `name` in the stage's buffer, or NULL. */
+float *stage_param_data(stage *s, const char *name);
+/* Per-token losses [B*T] of the last forward of a last stage (0 where the
+ * label is ignored). */
+const float *stage_token_losses(const stage *s);
+
+/* ======================= generation ====================================== */
+/* BEGIN generation section (owned by model/generate.c) */
+
+/* Incremental decoding of one sequence with a KV cache, reading the weights
+ * of a stage that holds the whole model (first and last). */
+typedef struct generator generator;
+
+int generator_create(generator **out, stage *whole_model, int max_len, char *err,
+                     size_t errlen);
+void generator_free(generator *g);
+/* Appends one token at the next position and leaves the logits [V] of the
+ * next token in *logits (valid until the next call). Fails past max_len. */
+int generator_push(generator *g, int32_t token, const float **logits, char *err,
+                   size_t errlen);
+void generator_reset(generator *g);
+/* Picks the next token: argmax at temperature 0, else a sample of
+ * softmax(logits / temperature) drawn with *rng_state (splitmix64). */
+int32_t generator_sample(const float *logits, int V, float temperature, uint64_t *rng_state);
+
+/* END generation section */
 
 #endif

@@ -298,6 +298,15 @@ float *stage_grads(stage *s) { return s->grads; }
 size_t stage_num_params(const stage *s) { return s->nparams; }
 const float *stage_output(const stage *s) { return s->out; }
 const float *stage_input_grad(const stage *s) { return s->dres; }
+float *stage_param_data(stage *s, const char *name)
+{
+    for (int i = 0; i < s->ntable; i++)
+        if (strcmp(s->table[i].name, name) == 0) return s->params + s->table[i].offset;
+    return NULL;
+}
+
+const float *stage_token_losses(const stage *s) { return s->losses; }
+
 void stage_zero_grads(stage *s)
 {
     kernels_zero(s->grads, s->nparams);

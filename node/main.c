@@ -46,6 +46,9 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "gradcheck") == 0) return cmd_gradcheck(argc, argv);
     if (strcmp(argv[1], "bench") == 0) return cmd_bench(argc, argv);
+    if (strcmp(argv[1], "tokenizer") == 0) return cmd_tokenizer(argc, argv);
+    if (strcmp(argv[1], "generate") == 0) return cmd_generate(argc, argv);
+    if (strcmp(argv[1], "train") == 0) return cmd_train(argc, argv);
     if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
         strcmp(argv[1], "-h") == 0) {
         usage(stdout);

@@ -14,6 +14,9 @@
 
 int cmd_gradcheck(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_tokenizer(int argc, char **argv);   /* tokenizer_cmd.c */
+int cmd_generate(int argc, char **argv);    /* generate_cmd.c */
+int cmd_train(int argc, char **argv);       /* train.c */
 
 /* ---- chain.c: the stages of a split plan run in one process -------------
  * Activations flow forward and gradients backward between neighbouring
