@@ -107,6 +107,12 @@ typedef struct {
  * final name. The header carries __metadata__ {"format": "pt"}. */
 int safetensors_write(const char *path, const safetensors_entry *entries, int n,
                       char *err, size_t errlen);
+/* Same, with extra __metadata__ strings: meta is key, value, key, value,
+ * ..., NULL. */
+int safetensors_write_meta(const char *path, const safetensors_entry *entries, int n,
+                           const char *const *meta, char *err, size_t errlen);
+/* A __metadata__ string of an open file, or NULL. */
+const char *safetensors_metadata(const safetensors_file *f, const char *key);
 
 /* ======================= tokenizer (byte-level BPE) ====================== */
 /* BEGIN tokenizer section (owned by model/tokenizer*.c) */
@@ -161,7 +167,8 @@ typedef struct {
     const char *separator;
     /* DATA_JSONL: the prompt template; "{instruction}", "{input}" are
      * replaced; for {"messages": [...]} each non-assistant turn becomes
-     * "{role}: {content}\n" in the prompt. NULL gives the default
+     * "{role}: {content}\n" in the prompt, each assistant turn "assistant: "
+     * in the prompt, then its content and EOS learned. NULL gives the default
      * "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n"
      * (the Input block left out when input is empty). */
     const char *prompt_template;
@@ -171,27 +178,52 @@ typedef struct {
 
 typedef struct data_set data_set;
 
+/* What data_open found, for the trainer to report. */
+typedef struct {
+    int64_t documents;       /* text documents / JSONL examples read */
+    int64_t corpus_tokens;   /* text: the joined stream (EOS between documents);
+                                JSONL: prompt + answer + EOS of every example */
+    int64_t train_windows, val_windows;
+    int64_t truncated;       /* JSONL examples cut to T+1 tokens */
+    int64_t dropped;         /* JSONL examples whose prompt fills all T+1
+                                tokens: nothing left to learn, left out */
+    bool split_by_window;    /* text: too few documents to split by document,
+                                so windows of the stream were split instead */
+    bool from_cache;         /* read back from cache_path, nothing tokenized */
+} data_info;
+
 /* Tokenizes the corpus once into cache_path (rebuilt when the files, their
- * sizes/mtimes, the tokenizer or the spec change) and maps it. Text
- * documents are joined with the tokenizer's EOS between them and cut into
- * windows of T+1 tokens; each JSONL example is one window (prompt tokens get
- * label -100; padded with label -100, truncated to T+1). Documents go to
- * validation by a hash of their index, so the split does not depend on the
- * order they are read in. Errors: missing or empty corpus, fewer tokens than
- * one sequence, malformed JSONL (file and line). */
+ * sizes/mtimes, the tokenizer or the spec change; written through
+ * atomic_file) and maps it. Text documents are joined with the tokenizer's
+ * EOS between them and cut into windows of T+1 tokens; each JSONL example is
+ * one window (prompt tokens get label -100; padded with label -100,
+ * truncated to T+1). Documents go to validation by a hash of their index
+ * (see data.c for the rules when that leaves a side empty). Errors: missing
+ * or empty corpus, fewer tokens than one sequence, a corpus too small for
+ * both training and validation, malformed JSONL (file:line), a tokenizer
+ * without EOS, an unwritable cache. */
 int data_open(data_set **out, const data_spec *spec, const tokenizer *tok,
               const char *cache_path, char *err, size_t errlen);
 void data_close(data_set *d);
+const data_info *data_get_info(const data_set *d);
 int64_t data_train_samples(const data_set *d);
 int64_t data_val_samples(const data_set *d);
+/* Input positions of one epoch that are not padding (text: windows * T). */
 int64_t data_train_tokens(const data_set *d);
 /* The training batch is a pure function of (seed, step, micro-batch): sample
- * number i = step * global_batch + micro * micro_batch + b, taken from a
- * seeded permutation of the training windows that changes each epoch.
- * Fills ids and labels [micro_batch, T]. */
+ * number i = step * global_batch + micro * micro_batch + b is training
+ * window data_train_window(d, seed, i): epoch e = i / n, window
+ * data_permute(n, seed, e, i mod n), so every window is seen once per epoch
+ * in an order that changes each epoch. Fills ids and labels
+ * [micro_batch, T]; costs a memcpy per row. Safe from several threads. */
 void data_train_batch(const data_set *d, uint64_t seed, int64_t step, int micro,
                       int micro_batch, int global_batch, int32_t *ids, int32_t *labels);
-/* Validation windows in a fixed order: rows [first, first + rows). */
+int64_t data_train_window(const data_set *d, uint64_t seed, int64_t sample);
+/* A seeded bijection on [0, n) (Feistel network with cycle-walking), O(1)
+ * time and no state: x -> its place in the permutation of epoch `epoch`. */
+uint64_t data_permute(uint64_t n, uint64_t seed, uint64_t epoch, uint64_t x);
+/* Validation windows in a fixed order: rows [first, first + rows), wrapping
+ * around past the last window (EOS ids, labels -100 when there is none). */
 void data_val_batch(const data_set *d, int64_t first, int rows, int32_t *ids, int32_t *labels);
 
 /* END data section */
@@ -232,6 +264,9 @@ int stage_param_count(const stage *s);
 const stage_param *stage_param_at(const stage *s, int i);
 float *stage_params(stage *s);
 float *stage_grads(stage *s);
+/* AdamW's first and second moments, same layout as the parameters. */
+float *stage_moment1(stage *s);
+float *stage_moment2(stage *s);
 size_t stage_num_params(const stage *s);
 
 /* Deterministic initialisation from a seed: normal(0, 0.02) for matrices and
@@ -286,19 +321,29 @@ const float *stage_token_losses(const stage *s);
 /* BEGIN generation section (owned by model/generate.c) */
 
 /* Incremental decoding of one sequence with a KV cache, reading the weights
- * of a stage that holds the whole model (first and last). */
+ * of a stage that holds the whole model (first and last) built from cfg (the
+ * stage does not carry the heads, eps or RoPE theta). The weights are read
+ * in place, not copied: the stage must outlive the generator, and changes
+ * to its parameters show in the next push. Everything (KV cache for
+ * max_len positions, 1 <= max_len <= max_position_embeddings, and scratch)
+ * is allocated here; a push allocates nothing. */
 typedef struct generator generator;
 
-int generator_create(generator **out, stage *whole_model, int max_len, char *err,
-                     size_t errlen);
+int generator_create(generator **out, const llama_config *cfg, stage *whole_model,
+                     int max_len, char *err, size_t errlen);
 void generator_free(generator *g);
 /* Appends one token at the next position and leaves the logits [V] of the
- * next token in *logits (valid until the next call). Fails past max_len. */
+ * next token in *logits (valid until the next push or reset). Fails, with
+ * nothing changed, for a token outside [0, V) or past max_len. */
 int generator_push(generator *g, int32_t token, const float **logits, char *err,
                    size_t errlen);
+/* Number of tokens pushed since creation or the last reset. */
+int generator_length(const generator *g);
+/* Forgets the sequence (next push is position 0). */
 void generator_reset(generator *g);
-/* Picks the next token: argmax at temperature 0, else a sample of
- * softmax(logits / temperature) drawn with *rng_state (splitmix64). */
+/* Picks the next token among ids [0, V): argmax at temperature <= 0 (lowest
+ * id on ties), else a sample of softmax(logits / temperature) drawn with
+ * *rng_state (splitmix64; the same state and logits give the same id). */
 int32_t generator_sample(const float *logits, int V, float temperature, uint64_t *rng_state);
 
 /* END generation section */

@@ -36,6 +36,7 @@ struct safetensors_file {
     size_t data_len;
     int count;
     safetensors_tensor *tensors; /* header order */
+    json_t *meta;                /* __metadata__, validated as string -> string */
 };
 
 /* A tensor's byte range, for the coverage check (sorted by begin). */
@@ -431,6 +432,7 @@ static int load_entries(safetensors_file *f, json_t *root, char *err, size_t err
         if (strcmp(key, "__metadata__") == 0) {
             if (check_metadata(f, v, err, errlen))
                 goto out;
+            f->meta = json_incref(v);
             continue;
         }
         safetensors_tensor *t = &f->tensors[f->count];
@@ -492,6 +494,7 @@ void safetensors_close(safetensors_file *f)
     for (int i = 0; i < f->count; i++)
         free((char *)f->tensors[i].name);
     free(f->tensors);
+    json_decref(f->meta);
     if (f->map)
         munmap(f->map, f->map_len);
     free(f->path);
@@ -514,6 +517,11 @@ const safetensors_tensor *safetensors_find(const safetensors_file *f, const char
 }
 
 const char *safetensors_path(const safetensors_file *f) { return f->path; }
+
+const char *safetensors_metadata(const safetensors_file *f, const char *key)
+{
+    return f->meta ? json_string_value(json_object_get(f->meta, key)) : NULL;
+}
 
 /* ======================= typed reads ==================================== */
 
@@ -653,13 +661,20 @@ static json_t *shape_json(int ndim, const int64_t *shape)
 
 /* Builds the header JSON; entries laid out back to back in entry order. */
 static char *build_header(const char *path, const safetensors_entry *entries, int n,
-                          char *err, size_t errlen)
+                          const char *const *meta, char *err, size_t errlen)
 {
-    json_t *h = json_object();
+    json_t *h = json_object(), *m = json_pack("{s:s}", "format", "pt");
     uint64_t offset = 0;
     char *text = NULL;
+    for (; meta && m && meta[0] && meta[1]; meta += 2)
+        if (json_object_set_new(m, meta[0], json_string(meta[1]))) {
+            set_err(err, errlen, "%s: metadata %s is not valid UTF-8", path, meta[0]);
+            json_decref(m);
+            json_decref(h);
+            return NULL;
+        }
     /* set_new takes the value even when it fails, and refuses NULL. */
-    if (!h || json_object_set_new(h, "__metadata__", json_pack("{s:s}", "format", "pt"))) {
+    if (!h || json_object_set_new(h, "__metadata__", m)) {
         set_err(err, errlen, "%s: out of memory building the header", path);
         goto out;
     }
@@ -713,6 +728,12 @@ static int write_body(atomic_file *fd, const char *header, const safetensors_ent
 int safetensors_write(const char *path, const safetensors_entry *entries, int n, char *err,
                       size_t errlen)
 {
+    return safetensors_write_meta(path, entries, n, NULL, err, errlen);
+}
+
+int safetensors_write_meta(const char *path, const safetensors_entry *entries, int n,
+                           const char *const *meta, char *err, size_t errlen)
+{
     char *header;
     atomic_file f;
     int rc = -1;
@@ -721,7 +742,7 @@ int safetensors_write(const char *path, const safetensors_entry *entries, int n,
         set_err(err, errlen, "%s: invalid tensor list", path);
         return -1;
     }
-    if (!(header = build_header(path, entries, n, err, errlen)))
+    if (!(header = build_header(path, entries, n, meta, err, errlen)))
         return -1;
     if (atomic_file_begin(&f, path, err, errlen) == 0) {
         write_body(&f, header, entries, n); /* a failed write is reported by commit */

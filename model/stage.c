@@ -295,6 +295,8 @@ int stage_param_count(const stage *s) { return s->ntable; }
 const stage_param *stage_param_at(const stage *s, int i) { return &s->table[i]; }
 float *stage_params(stage *s) { return s->params; }
 float *stage_grads(stage *s) { return s->grads; }
+float *stage_moment1(stage *s) { return s->m; }
+float *stage_moment2(stage *s) { return s->v; }
 size_t stage_num_params(const stage *s) { return s->nparams; }
 const float *stage_output(const stage *s) { return s->out; }
 const float *stage_input_grad(const stage *s) { return s->dres; }

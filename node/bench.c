@@ -84,9 +84,11 @@ int cmd_bench(int argc, char **argv)
     const stage_adamw opt = {3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f};
     for (long step = 0; step <= K; step++) { /* step 0 is the unmeasured warm-up */
         double t0 = now_ms(), loss;
+        int kept = 0;
         stage_zero_grads(c.stages[0]);
-        if (chain_forward_backward(&c, ids, labels, 0.0f, &loss, NULL, err, sizeof err))
+        if (chain_forward_backward(&c, ids, labels, 0.0f, &loss, &kept, err, sizeof err))
             goto done;
+        loss /= kept;
         chain_adamw_step(&c, &opt, (int)step + 1, 1.0f);
         double ms = now_ms() - t0;
         if (step > 0) {

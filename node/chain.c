@@ -31,22 +31,26 @@ void chain_free(chain *c)
     memset(c->stages, 0, sizeof c->stages);
 }
 
+int chain_forward(chain *c, const int32_t *ids, const int32_t *labels, double *loss_sum,
+                  int *kept, char *err, size_t errlen)
+{
+    for (int i = 0; i < c->plan.nstages; i++) {
+        const float *in = i ? stage_output(c->stages[i - 1]) : NULL;
+        if (stage_forward(c->stages[i], ids, in, labels, loss_sum, kept, err, errlen)) return -1;
+    }
+    return 0;
+}
+
 int chain_forward_backward(chain *c, const int32_t *ids, const int32_t *labels,
-                           float loss_scale, double *loss, int *kept, char *err,
+                           float loss_scale, double *loss_sum, int *kept, char *err,
                            size_t errlen)
 {
     int n = c->plan.nstages, k = 0;
-    double sum = 0.0;
-    /* Labels are checked before any compute so a bad batch costs nothing. */
-    for (int i = 0; i < n; i++) {
-        const float *in = i ? stage_output(c->stages[i - 1]) : NULL;
-        if (stage_forward(c->stages[i], ids, in, labels, &sum, &k, err, errlen)) return -1;
-    }
-    if (k == 0) {
+    if (chain_forward(c, ids, labels, loss_sum, &k, err, errlen)) return -1;
+    if (loss_scale <= 0 && k == 0) {
         snprintf(err, errlen, "labels: every target is -100, so the loss is undefined");
         return -1;
     }
-    *loss = sum / k;
     if (kept) *kept = k;
     for (int i = n - 1; i >= 0; i--) {
         const float *dout = i < n - 1 ? stage_input_grad(c->stages[i + 1]) : NULL;

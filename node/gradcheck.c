@@ -106,12 +106,13 @@ int cmd_gradcheck(int argc, char **argv)
     for (int i = 0; i < plan.nstages; i++)
         if (stage_load_weights(c.stages[i], wf, err, sizeof err)) goto done;
     for (int i = 0; i < plan.nstages; i++) stage_zero_grads(c.stages[i]);
-    if (chain_forward_backward(&c, ids, labels, 0.0f, &loss, NULL, err, sizeof err)) {
+    int kept = 0;
+    if (chain_forward_backward(&c, ids, labels, 0.0f, &loss, &kept, err, sizeof err)) {
         where = batch; /* the only input a forward can reject */
         goto done;
     }
     chain_sum_tied_grads(&c);
-    if (write_grads(&c, out, (float)loss, err, sizeof err)) goto done;
+    if (write_grads(&c, out, (float)(loss / kept), err, sizeof err)) goto done;
     rc = 0;
 done:
     if (rc) fprintf(stderr, "shardnode gradcheck: %s%s%s\n", where, *where ? ": " : "", err);

@@ -22,7 +22,16 @@ static void usage(FILE *out)
             "      time training steps (forward, backward, AdamW) on random tokens;\n"
             "      one JSON line per step\n"
             "  bench --sgemm [--threads N]\n"
-            "      this machine's sgemm peak (2048^3) in GFLOP/s\n");
+            "      this machine's sgemm peak (2048^3) in GFLOP/s\n"
+            "  train --job JOB.json [--steps N] [--metrics FILE] [--resume] [--threads N]\n"
+            "      train a job on this node; --steps N stops after step N of the job's\n"
+            "      schedule, --resume continues from OUT/checkpoint.safetensors\n"
+            "  batches --job JOB.json --out B.safetensors [--steps N]\n"
+            "      write the token batches the job trains on (input_ids, labels, val_*)\n"
+            "  tokenizer train --input FILE... --vocab-size N --out tokenizer.json\n"
+            "  tokenizer encode|decode --tokenizer tokenizer.json   (stdin to stdout)\n"
+            "  generate --model DIR --prompt TEXT [--tokens N] [--temperature T] [--seed S]\n"
+            "      sample from a trained model directory\n");
 }
 
 /* OpenBLAS reads OPENBLAS_CORETYPE only when it loads, so a weak automatic
@@ -49,6 +58,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "tokenizer") == 0) return cmd_tokenizer(argc, argv);
     if (strcmp(argv[1], "generate") == 0) return cmd_generate(argc, argv);
     if (strcmp(argv[1], "train") == 0) return cmd_train(argc, argv);
+    if (strcmp(argv[1], "batches") == 0) return cmd_batches(argc, argv);
     if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
         strcmp(argv[1], "-h") == 0) {
         usage(stdout);

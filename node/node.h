@@ -17,6 +17,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);   /* tokenizer_cmd.c */
 int cmd_generate(int argc, char **argv);    /* generate_cmd.c */
 int cmd_train(int argc, char **argv);       /* train.c */
+int cmd_batches(int argc, char **argv);     /* train.c */
 
 /* ---- chain.c: the stages of a split plan run in one process -------------
  * Activations flow forward and gradients backward between neighbouring
@@ -32,17 +33,55 @@ int chain_create(chain *c, const llama_config *cfg, const split_plan *plan, int 
                  char *err, size_t errlen);
 void chain_free(chain *c);
 /* One micro-batch forward and backward; gradients accumulate. loss_scale as
- * in stage_backward; 0 means 1 / (kept targets of this micro-batch). Fills
- * *loss with the mean loss over kept targets of the micro-batch. */
+ * in stage_backward (1 / kept targets of the whole batch); 0 means 1 / kept
+ * targets of this micro-batch, which then must have one. Fills the sum of
+ * the kept targets' losses and their count. */
 int chain_forward_backward(chain *c, const int32_t *ids, const int32_t *labels,
-                           float loss_scale, double *loss, int *kept, char *err,
+                           float loss_scale, double *loss_sum, int *kept, char *err,
                            size_t errlen);
+/* Forward only (validation): the loss sum and count of kept targets. */
+int chain_forward(chain *c, const int32_t *ids, const int32_t *labels, double *loss_sum,
+                  int *kept, char *err, size_t errlen);
 /* Adds the gradient of a tied weight held by several stages into every
  * copy, so each copy holds the gradient of the shared parameter. */
 void chain_sum_tied_grads(chain *c);
 /* Global-norm clipping across stages followed by AdamW in every stage;
  * returns the gradient norm before clipping. */
 double chain_adamw_step(chain *c, const stage_adamw *opt, int t, float max_norm);
+
+/* ---- job.c: the job spec (docs/FORMATS.md) ------------------------------ */
+typedef struct {
+    char *path, *text;           /* the job file and its JSON text */
+    char *config, *init_weights, *tokenizer, *out_dir;   /* resolved paths */
+    char **data_files;
+    int ndata;
+    data_format format;
+    char *separator, *prompt_template;
+    double val_fraction;
+    int seq_len, batch, micro_batch;
+    long steps, warmup_steps, val_interval, checkpoint_interval, log_interval;
+    int val_batches, threads;
+    double lr, min_lr, weight_decay, beta1, beta2, eps, grad_clip;
+    uint64_t seed;
+} job_spec;
+
+int job_load(job_spec *j, const char *path, char *err, size_t errlen);
+void job_free(job_spec *j);
+/* Learning rate at a step (0-based): linear warm-up to lr over warmup_steps,
+ * then cosine decay to min_lr at the last step. A pure function of the
+ * step, so a resumed run follows the same schedule. */
+double job_lr(const job_spec *j, long step);
+
+/* ---- checkpoint.c: weights, AdamW moments, step, config, job ------------ */
+/* Writes the chain's state after `step` completed steps (atomic_file). */
+int checkpoint_save(const char *path, chain *c, long step, const char *job_text, char *err,
+                    size_t errlen);
+/* Restores a checkpoint into a chain of the same model config (a different
+ * config is refused, naming the first field that differs). */
+int checkpoint_load(const char *path, chain *c, long *step, char *err, size_t errlen);
+/* Writes the weights alone under their HF names (model.safetensors). */
+int checkpoint_export(const char *path, chain *c, char *err, size_t errlen);
+void checkpoint_config_string(const llama_config *c, char *buf, size_t len);
 
 /* ---- args.c: "--name value" and "--flag" options ---------------------- */
 typedef struct {

@@ -1,12 +1,370 @@
-/* train.c — scaffold, replaced by the real command. */
+/* train.c — `shardnode train`: a job on one node, from text to a model
+ * directory HF tools load. The loop is the pipeline's loop with one stage:
+ * the same batches (a function of seed, step, micro-batch), the same
+ * normaliser (kept targets of the whole batch), the same commit point. */
 #include "node.h"
 
+#include "kernels.h"
+
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    job_spec job;
+    llama_config cfg;
+    tokenizer *tok;
+    data_set *data;
+    chain chain;
+    int nmicro, rows;          /* micro-batches per step, rows B*T of one */
+    int32_t *ids, *labels;     /* [nmicro][rows] */
+    FILE *metrics;
+    bool tty;
+    char ckpt_path[4096];
+} trainer;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int make_dir(const char *path, char *err, size_t errlen)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) goto bad;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) goto bad;
+    if (access(path, W_OK) != 0) goto bad;
+    return 0;
+bad:
+    snprintf(err, errlen, "%s: cannot create or write the output dir: %s", path,
+             strerror(errno));
+    return -1;
+}
+
+static void out_path(const trainer *t, const char *name, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/%s", t->job.out_dir, name);
+}
+
+static int trainer_open(trainer *t, const char *job_path, long threads, bool with_model,
+                        char *err, size_t errlen)
+{
+    if (job_load(&t->job, job_path, err, errlen)) return -1;
+    const job_spec *j = &t->job;
+    if (threads || j->threads) kernels_set_threads(threads ? (int)threads : j->threads);
+    if (llama_config_load(&t->cfg, j->config, err, errlen)) return -1;
+    if (make_dir(j->out_dir, err, errlen)) return -1;
+    if (tokenizer_load(&t->tok, j->tokenizer, err, errlen)) return -1;
+    if (tokenizer_vocab_size(t->tok) > t->cfg.vocab_size) {
+        snprintf(err, errlen, "%s: tokenizer has %d tokens, more than vocab_size %d of %s",
+                 j->tokenizer, tokenizer_vocab_size(t->tok), t->cfg.vocab_size, j->config);
+        return -1;
+    }
+    data_spec spec = {(const char *const *)j->data_files, j->ndata, j->format, j->separator,
+                      j->prompt_template, j->val_fraction, j->seq_len};
+    char cache[4096];
+    out_path(t, "data-cache.bin", cache, sizeof cache);
+    if (data_open(&t->data, &spec, t->tok, cache, err, errlen)) return -1;
+    split_plan plan;
+    split_parse(&plan, NULL, t->cfg.num_hidden_layers, "--split", err, errlen);
+    if (with_model &&
+        chain_create(&t->chain, &t->cfg, &plan, j->micro_batch, j->seq_len, err, errlen))
+        return -1;
+    t->nmicro = j->batch / j->micro_batch;
+    t->rows = j->micro_batch * j->seq_len;
+    t->ids = malloc((size_t)t->nmicro * t->rows * sizeof *t->ids);
+    t->labels = malloc((size_t)t->nmicro * t->rows * sizeof *t->labels);
+    if (!t->ids || !t->labels) {
+        snprintf(err, errlen, "out of memory for a batch of %d x %d", j->batch, j->seq_len);
+        return -1;
+    }
+    out_path(t, "checkpoint.safetensors", t->ckpt_path, sizeof t->ckpt_path);
+    t->tty = isatty(STDOUT_FILENO);
+    return 0;
+}
+
+static void trainer_close(trainer *t)
+{
+    chain_free(&t->chain);
+    data_close(t->data);
+    tokenizer_free(t->tok);
+    free(t->ids);
+    free(t->labels);
+    if (t->metrics) fclose(t->metrics);
+    job_free(&t->job);
+}
+
+/* Initial weights: the checkpoint, else the job's init_weights, else the
+ * seeded initialisation. Returns the number of completed steps. */
+static int trainer_start(trainer *t, bool resume, long *start, char *err, size_t errlen)
+{
+    *start = 0;
+    if (resume) {
+        if (access(t->ckpt_path, F_OK) != 0) {
+            snprintf(err, errlen, "%.900s: no checkpoint to resume from", t->ckpt_path);
+            return -1;
+        }
+        return checkpoint_load(t->ckpt_path, &t->chain, start, err, errlen);
+    }
+    if (t->job.init_weights) {
+        safetensors_file *f;
+        if (safetensors_open(&f, t->job.init_weights, err, errlen)) return -1;
+        int rc = 0;
+        for (int i = 0; i < t->chain.plan.nstages && !rc; i++)
+            rc = stage_load_weights(t->chain.stages[i], f, err, errlen);
+        safetensors_close(f);
+        return rc;
+    }
+    for (int i = 0; i < t->chain.plan.nstages; i++)
+        stage_init_weights(t->chain.stages[i], t->job.seed);
+    return 0;
+}
+
+/* Mean loss over the fixed validation windows (val_batches micro-batches). */
+static int validate(trainer *t, double *val_loss, char *err, size_t errlen)
+{
+    int64_t avail = data_val_samples(t->data);
+    int mb = t->job.micro_batch;
+    double sum = 0;
+    long kept = 0;
+    if (avail < mb) {
+        *val_loss = NAN;
+        return 0;
+    }
+    for (int b = 0; b < t->job.val_batches && (int64_t)(b + 1) * mb <= avail; b++) {
+        double s = 0;
+        int k = 0;
+        data_val_batch(t->data, (int64_t)b * mb, mb, t->ids, t->labels);
+        if (chain_forward(&t->chain, t->ids, t->labels, &s, &k, err, errlen)) return -1;
+        sum += s;
+        kept += k;
+    }
+    *val_loss = kept ? sum / (double)kept : NAN;
+    return 0;
+}
+
+/* One optimizer step: every micro-batch's data first (the normaliser is the
+ * kept targets of the whole batch), then forward/backward of each, then
+ * clipping and AdamW. Returns the mean loss over the batch's kept targets. */
+static int train_step(trainer *t, long step, double lr, double *loss, double *gnorm, char *err,
+                      size_t errlen)
+{
+    const job_spec *j = &t->job;
+    long kept = 0;
+    for (int m = 0; m < t->nmicro; m++) {
+        int32_t *ids = t->ids + (size_t)m * t->rows, *lab = t->labels + (size_t)m * t->rows;
+        data_train_batch(t->data, j->seed, step, m, j->micro_batch, j->batch, ids, lab);
+        for (int i = 0; i < t->rows; i++) kept += lab[i] != KERNELS_IGNORE_INDEX;
+    }
+    if (kept == 0) {
+        snprintf(err, errlen, "step %ld: every target of the batch is masked (-100)", step + 1);
+        return -1;
+    }
+    for (int i = 0; i < t->chain.plan.nstages; i++) stage_zero_grads(t->chain.stages[i]);
+    double sum = 0;
+    for (int m = 0; m < t->nmicro; m++) {
+        double s = 0;
+        int k = 0;
+        if (chain_forward_backward(&t->chain, t->ids + (size_t)m * t->rows,
+                                   t->labels + (size_t)m * t->rows, (float)(1.0 / kept), &s, &k,
+                                   err, errlen))
+            return -1;
+        sum += s;
+    }
+    stage_adamw opt = {(float)lr, (float)j->beta1, (float)j->beta2, (float)j->eps,
+                       (float)j->weight_decay};
+    *gnorm = chain_adamw_step(&t->chain, &opt, (int)(step + 1), (float)j->grad_clip);
+    *loss = sum / (double)kept;
+    return 0;
+}
+
+static void format_eta(double seconds, char *buf, size_t len)
+{
+    long s = (long)(seconds + 0.5);
+    if (s >= 3600) snprintf(buf, len, "%ldh%02ldm", s / 3600, s / 60 % 60);
+    else if (s >= 60) snprintf(buf, len, "%ldm%02lds", s / 60, s % 60);
+    else snprintf(buf, len, "%lds", s);
+}
+
+static int write_outputs(trainer *t, char *err, size_t errlen)
+{
+    char path[4096];
+    out_path(t, "model.safetensors", path, sizeof path);
+    if (checkpoint_export(path, &t->chain, err, errlen)) return -1;
+    out_path(t, "config.json", path, sizeof path);
+    if (llama_config_save(&t->cfg, path, err, errlen)) return -1;
+    out_path(t, "tokenizer.json", path, sizeof path);
+    return tokenizer_save(t->tok, path, err, errlen);
+}
+
+static int run(trainer *t, long stop, bool resume, const char *metrics_path, char *err,
+               size_t errlen)
+{
+    const job_spec *j = &t->job;
+    long step;
+    if (trainer_start(t, resume, &step, err, errlen)) return -1;
+    if (metrics_path && !(t->metrics = fopen(metrics_path, resume ? "a" : "w"))) {
+        snprintf(err, errlen, "%s: cannot open for writing: %s", metrics_path, strerror(errno));
+        return -1;
+    }
+    if (stop <= 0 || stop > j->steps) stop = j->steps;
+    printf("train: %s: %d layers, hidden %d, %.2fM parameters; %lld training tokens, "
+           "batch %d x %d, %ld steps%s\n",
+           j->config, t->cfg.num_hidden_layers, t->cfg.hidden_size,
+           1e-6 * (double)stage_num_params(t->chain.stages[0]),
+           (long long)data_train_tokens(t->data), j->batch, j->seq_len, j->steps,
+           step ? " (resumed)" : "");
+    if (step) printf("train: resuming after step %ld from %s\n", step, t->ckpt_path);
+    double t_start = now_s();
+    long first = step, tokens = step * (long)j->batch * j->seq_len;
+    for (; step < stop; step++) {
+        double t0 = now_s(), lr = job_lr(j, step), loss, gnorm, val = NAN;
+        if (train_step(t, step, lr, &loss, &gnorm, err, errlen)) return -1;
+        long done = step + 1;
+        double ms = 1e3 * (now_s() - t0);
+        tokens += (long)j->batch * j->seq_len;
+        bool last = done == stop;
+        if ((j->val_interval && done % j->val_interval == 0) || (last && done == j->steps))
+            if (validate(t, &val, err, errlen)) return -1;
+        if ((j->checkpoint_interval && done % j->checkpoint_interval == 0) || last)
+            if (checkpoint_save(t->ckpt_path, &t->chain, done, j->text, err, errlen)) return -1;
+        double tps = (double)(done - first) * j->batch * j->seq_len / (now_s() - t_start);
+        if (t->metrics) {
+            fprintf(t->metrics, "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.6g, \"tokens\": %ld, "
+                    "\"step_ms\": %.1f, \"tokens_per_s\": %.1f", done, loss, lr, tokens, ms,
+                    (double)j->batch * j->seq_len / ms * 1e3);
+            if (!isnan(val)) fprintf(t->metrics, ", \"val_loss\": %.17g", val);
+            fprintf(t->metrics, "}\n");
+            fflush(t->metrics);
+        }
+        char eta[32];
+        format_eta((double)(stop - done) * (double)j->batch * j->seq_len / tps, eta, sizeof eta);
+        if (t->tty) {
+            printf("\rstep %ld/%ld  loss %.4f  lr %.2e  %.0f tok/s  ETA %s   ", done, j->steps,
+                   loss, lr, tps, eta);
+            if (!isnan(val)) printf("\nstep %ld/%ld  val_loss %.4f\n", done, j->steps, val);
+            fflush(stdout);
+        } else if (done % j->log_interval == 0 || last || !isnan(val)) {
+            printf("step %ld/%ld  loss %.4f  lr %.2e  %.0f tok/s  ETA %s", done, j->steps, loss,
+                   lr, tps, eta);
+            if (!isnan(val)) printf("  val_loss %.4f", val);
+            printf("\n");
+            fflush(stdout);
+        }
+    }
+    if (t->tty) printf("\n");
+    if (step == j->steps) {
+        if (write_outputs(t, err, errlen)) return -1;
+        printf("train: wrote %s/model.safetensors, config.json, tokenizer.json\n", j->out_dir);
+    } else {
+        printf("train: stopped after step %ld of %ld; continue with --resume\n", step,
+               j->steps);
+    }
+    return 0;
+}
 
 int cmd_train(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "shardnode train: not built yet\n");
-    return 1;
+    const char *job = NULL, *steps = NULL, *metrics = NULL, *threads = NULL;
+    bool resume = false;
+    const args_option opts[] = {
+        {"--job", &job, NULL},         {"--steps", &steps, NULL},
+        {"--metrics", &metrics, NULL}, {"--threads", &threads, NULL},
+        {"--resume", NULL, &resume},
+    };
+    const char *required[] = {"--job", NULL};
+    int nopts = (int)(sizeof opts / sizeof opts[0]);
+    char err[1024];
+    long stop = 0, nthreads = 0;
+    trainer t;
+    memset(&t, 0, sizeof t);
+    int rc = 1;
+    if (args_parse(argc, argv, 2, opts, nopts, err, sizeof err) ||
+        args_require(opts, nopts, required, err, sizeof err) ||
+        (steps && args_int(steps, "--steps", 1, 1L << 40, &stop, err, sizeof err)) ||
+        (threads && args_int(threads, "--threads", 1, 1024, &nthreads, err, sizeof err)) ||
+        trainer_open(&t, job, nthreads, true, err, sizeof err) ||
+        run(&t, stop, resume, metrics, err, sizeof err))
+        goto done;
+    rc = 0;
+done:
+    if (rc) {
+        if (t.tty) printf("\n");
+        fflush(stdout);
+        fprintf(stderr, "shardnode train: %s\n", err);
+    }
+    trainer_close(&t);
+    return rc;
+}
+
+/* `shardnode batches`: the exact token batches a job trains on, for
+ * inspection and for the PyTorch reference: input_ids/labels [steps*batch, T]
+ * in step order, and the validation windows the job evaluates. */
+int cmd_batches(int argc, char **argv)
+{
+    const char *job = NULL, *steps = NULL, *out = NULL;
+    const args_option opts[] = {
+        {"--job", &job, NULL}, {"--steps", &steps, NULL}, {"--out", &out, NULL}};
+    const char *required[] = {"--job", "--out", NULL};
+    char err[1024];
+    long nsteps = 0;
+    trainer t;
+    memset(&t, 0, sizeof t);
+    int32_t *ids = NULL, *labels = NULL, *vids = NULL, *vlabels = NULL;
+    int rc = 1;
+    if (args_parse(argc, argv, 2, opts, 3, err, sizeof err) ||
+        args_require(opts, 3, required, err, sizeof err) ||
+        (steps && args_int(steps, "--steps", 1, 1L << 30, &nsteps, err, sizeof err)) ||
+        trainer_open(&t, job, 0, false, err, sizeof err))
+        goto done;
+    const job_spec *j = &t.job;
+    if (!nsteps || nsteps > j->steps) nsteps = j->steps;
+    size_t per_step = (size_t)j->batch * j->seq_len;
+    int mb = j->micro_batch;
+    int64_t nval = data_val_samples(t.data) / mb * mb;
+    if (nval > (int64_t)j->val_batches * mb) nval = (int64_t)j->val_batches * mb;
+    ids = malloc((size_t)nsteps * per_step * sizeof *ids);
+    labels = malloc((size_t)nsteps * per_step * sizeof *labels);
+    vids = malloc(((size_t)nval + 1) * j->seq_len * sizeof *vids);
+    vlabels = malloc(((size_t)nval + 1) * j->seq_len * sizeof *vlabels);
+    if (!ids || !labels || !vids || !vlabels) {
+        snprintf(err, sizeof err, "out of memory for %ld steps of batches", nsteps);
+        goto done;
+    }
+    for (long s = 0; s < nsteps; s++)
+        for (int m = 0; m < t.nmicro; m++) {
+            size_t at = (size_t)s * per_step + (size_t)m * t.rows;
+            data_train_batch(t.data, j->seed, s, m, mb, j->batch, ids + at, labels + at);
+        }
+    for (int64_t b = 0; b < nval; b += mb)
+        data_val_batch(t.data, b, mb, vids + b * j->seq_len, vlabels + b * j->seq_len);
+    safetensors_entry e[4] = {
+        {"input_ids", SAFETENSORS_I32, 2, {nsteps * j->batch, j->seq_len}, ids},
+        {"labels", SAFETENSORS_I32, 2, {nsteps * j->batch, j->seq_len}, labels},
+        {"val_input_ids", SAFETENSORS_I32, 2, {nval, j->seq_len}, vids},
+        {"val_labels", SAFETENSORS_I32, 2, {nval, j->seq_len}, vlabels},
+    };
+    if (safetensors_write(out, e, 4, err, sizeof err)) goto done;
+    rc = 0;
+done:
+    if (rc) fprintf(stderr, "shardnode batches: %s\n", err);
+    free(ids);
+    free(labels);
+    free(vids);
+    free(vlabels);
+    trainer_close(&t);
+    return rc;
 }

@@ -1,0 +1,149 @@
+/* checkpoint.c — everything a run needs to continue bit for bit: weights,
+ * both AdamW moments, the number of completed steps, the model config and
+ * the job, in one safetensors file written through atomic_file. Data order
+ * needs no state of its own: every batch is a function of (seed, step,
+ * micro-batch), so the step count is the data position, and there is no
+ * other randomness in a step. */
+#include "node.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CKPT_FORMAT "shardnode-checkpoint-1"
+
+static const char *const kind_prefix[3] = {"", "optim.exp_avg.", "optim.exp_avg_sq."};
+
+static float *kind_buffer(stage *s, int kind)
+{
+    return kind == 0 ? stage_params(s) : kind == 1 ? stage_moment1(s) : stage_moment2(s);
+}
+
+void checkpoint_config_string(const llama_config *c, char *buf, size_t len)
+{
+    snprintf(buf, len,
+             "hidden_size=%d,intermediate_size=%d,num_hidden_layers=%d,num_attention_heads=%d,"
+             "num_key_value_heads=%d,vocab_size=%d,max_position_embeddings=%d,rms_norm_eps=%.9g,"
+             "rope_theta=%.9g,tie_word_embeddings=%d",
+             c->hidden_size, c->intermediate_size, c->num_hidden_layers,
+             c->num_attention_heads, c->num_key_value_heads, c->vocab_size,
+             c->max_position_embeddings, (double)c->rms_norm_eps, (double)c->rope_theta,
+             (int)c->tie_word_embeddings);
+}
+
+int checkpoint_save(const char *path, chain *c, long step, const char *job_text, char *err,
+                    size_t errlen)
+{
+    int cap = 0, n = 0;
+    for (int i = 0; i < c->plan.nstages; i++) cap += 3 * stage_param_count(c->stages[i]);
+    safetensors_entry *e = calloc((size_t)cap, sizeof *e);
+    char (*names)[128] = calloc((size_t)cap, sizeof *names);
+    if (!e || !names) {
+        free(e);
+        free(names);
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    for (int kind = 0; kind < 3; kind++)
+        for (int i = 0; i < c->plan.nstages; i++)
+            for (int k = 0; k < stage_param_count(c->stages[i]); k++) {
+                const stage_param *p = stage_param_at(c->stages[i], k);
+                if (p->tied_copy) continue; /* the same tensor as the embedding */
+                snprintf(names[n], sizeof names[n], "%s%s", kind_prefix[kind], p->name);
+                e[n] = (safetensors_entry){names[n], SAFETENSORS_F32, p->ndim,
+                                           {p->shape[0], p->shape[1]},
+                                           kind_buffer(c->stages[i], kind) + p->offset};
+                n++;
+            }
+    char steps[32], cfg[512];
+    snprintf(steps, sizeof steps, "%ld", step);
+    checkpoint_config_string(&c->cfg, cfg, sizeof cfg);
+    const char *meta[] = {"shardnode", CKPT_FORMAT, "step", steps, "config", cfg,
+                          "job", job_text ? job_text : "", NULL};
+    int rc = safetensors_write_meta(path, e, n, meta, err, errlen);
+    free(e);
+    free(names);
+    return rc;
+}
+
+/* Names the first field that differs between two config strings. */
+static void config_difference(const char *a, const char *b, char *out, size_t len)
+{
+    char x[512], y[512];
+    snprintf(x, sizeof x, "%s", a);
+    snprintf(y, sizeof y, "%s", b);
+    char *sx, *sy, *tx = strtok_r(x, ",", &sx), *ty = strtok_r(y, ",", &sy);
+    while (tx && ty && strcmp(tx, ty) == 0) {
+        tx = strtok_r(NULL, ",", &sx);
+        ty = strtok_r(NULL, ",", &sy);
+    }
+    snprintf(out, len, "checkpoint has %s, the job's model has %s", tx ? tx : "(nothing)",
+             ty ? ty : "(nothing)");
+}
+
+int checkpoint_load(const char *path, chain *c, long *step, char *err, size_t errlen)
+{
+    safetensors_file *f = NULL;
+    if (safetensors_open(&f, path, err, errlen)) return -1;
+    int rc = -1;
+    const char *format = safetensors_metadata(f, "shardnode");
+    const char *steps = safetensors_metadata(f, "step");
+    const char *cfg = safetensors_metadata(f, "config");
+    char want[512], diff[1100];
+    checkpoint_config_string(&c->cfg, want, sizeof want);
+    char *end = NULL;
+    long s = steps ? strtol(steps, &end, 10) : -1;
+    if (!format || strcmp(format, CKPT_FORMAT) != 0) {
+        snprintf(err, errlen, "%s: not a shardnode checkpoint (no \"shardnode\": \"%s\" "
+                 "metadata)", path, CKPT_FORMAT);
+        goto out;
+    }
+    if (!steps || !end || *end || s < 0) {
+        snprintf(err, errlen, "%s: checkpoint metadata \"step\" is missing or invalid", path);
+        goto out;
+    }
+    if (!cfg || strcmp(cfg, want) != 0) {
+        config_difference(cfg ? cfg : "", want, diff, sizeof diff);
+        snprintf(err, errlen, "%s: checkpoint is from a different model config: %s", path,
+                 diff);
+        goto out;
+    }
+    for (int kind = 0; kind < 3; kind++)
+        for (int i = 0; i < c->plan.nstages; i++)
+            for (int k = 0; k < stage_param_count(c->stages[i]); k++) {
+                const stage_param *p = stage_param_at(c->stages[i], k);
+                char name[128];
+                snprintf(name, sizeof name, "%s%s", kind_prefix[kind], p->name);
+                if (safetensors_read_f32(f, name, p->ndim, p->shape,
+                                         kind_buffer(c->stages[i], kind) + p->offset, err,
+                                         errlen))
+                    goto out;
+            }
+    *step = s;
+    rc = 0;
+out:
+    safetensors_close(f);
+    return rc;
+}
+
+int checkpoint_export(const char *path, chain *c, char *err, size_t errlen)
+{
+    int cap = 0, n = 0;
+    for (int i = 0; i < c->plan.nstages; i++) cap += stage_param_count(c->stages[i]);
+    safetensors_entry *e = calloc((size_t)(cap ? cap : 1), sizeof *e);
+    if (!e) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    for (int i = 0; i < c->plan.nstages; i++)
+        for (int k = 0; k < stage_param_count(c->stages[i]); k++) {
+            const stage_param *p = stage_param_at(c->stages[i], k);
+            if (p->tied_copy) continue;
+            e[n++] = (safetensors_entry){p->name, SAFETENSORS_F32, p->ndim,
+                                         {p->shape[0], p->shape[1]},
+                                         stage_params(c->stages[i]) + p->offset};
+        }
+    int rc = safetensors_write(path, e, n, err, errlen);
+    free(e);
+    return rc;
+}
