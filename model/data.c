@@ -44,10 +44,10 @@
  * tokenizer, every file's real path, size and mtime in nanoseconds), then
  * per side the token arrays of the layout in data_internal.h, each 64-byte
  * aligned. The fingerprint is compared byte for byte; any difference, or a
- * file whose sizes do not add up, is rebuilt. tokenizer.h exposes no hash of
- * its merges, so the tokenizer is fingerprinted by decoding every id and
- * encoding a probe string: a different vocabulary or different merges
- * (which change how the probe encodes) give a different fingerprint.
+ * file whose sizes do not add up, is rebuilt. The tokenizer API offers no
+ * hash of its merges, so the tokenizer is fingerprinted by decoding every id
+ * and encoding a probe string: a different vocabulary, or merges that change
+ * how the probe encodes, give a different fingerprint.
  *
  * Batches
  * Sample i = step * global_batch + micro * micro_batch + b is training
@@ -62,7 +62,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -458,7 +457,11 @@ int data_open(data_set **out, const data_spec *spec, const tokenizer *tok,
      * minutes of tokenizing, not after. */
     atomic_file f;
     data_built b;
-    if (atomic_file_begin(&f, cache_path, err, errlen) != 0) goto fail;
+    if (atomic_file_begin(&f, cache_path, err, errlen) != 0) {
+        snprintf(err, errlen, "%s: cannot create the token cache: %s", cache_path,
+                 strerror(errno));
+        goto fail;
+    }
     if (data_build(&b, spec, tok, d->eos, err, errlen) != 0) {
         atomic_file_abort(&f);
         goto fail;

@@ -401,7 +401,9 @@ static int build_jsonl(build_ctx *c, data_built *b)
         size_t len;
         int line = 0;
         if (read_whole(c, path, &buf, &len) != 0) goto out;
-        for (size_t pos = 0; pos < len; line++) {
+        /* Editors on Windows start UTF-8 files with a byte order mark. */
+        size_t bom = len >= 3 && memcmp(buf, "\xef\xbb\xbf", 3) == 0 ? 3 : 0;
+        for (size_t pos = bom; pos < len; line++) {
             const char *s = buf + pos, *nl = memchr(s, '\n', len - pos);
             size_t n = nl ? (size_t)(nl - s) : len - pos;
             pos += n + 1;

@@ -140,11 +140,13 @@ static int validate(trainer *t, double *val_loss, char *err, size_t errlen)
     int mb = t->job.micro_batch;
     double sum = 0;
     long kept = 0;
-    if (avail < mb) {
+    if (avail == 0) {
         *val_loss = NAN;
         return 0;
     }
-    for (int b = 0; b < t->job.val_batches && (int64_t)(b + 1) * mb <= avail; b++) {
+    /* data_val_batch wraps around, so a short validation set still fills
+     * the last micro-batch; stop once every window has been seen. */
+    for (int b = 0; b < t->job.val_batches && (int64_t)b * mb < avail; b++) {
         double s = 0;
         int k = 0;
         data_val_batch(t->data, (int64_t)b * mb, mb, t->ids, t->labels);
@@ -334,7 +336,8 @@ int cmd_batches(int argc, char **argv)
     if (!nsteps || nsteps > j->steps) nsteps = j->steps;
     size_t per_step = (size_t)j->batch * j->seq_len;
     int mb = j->micro_batch;
-    int64_t nval = data_val_samples(t.data) / mb * mb;
+    /* the windows validate() evaluates: whole micro-batches, wrapping */
+    int64_t avail = data_val_samples(t.data), nval = (avail + mb - 1) / mb * mb;
     if (nval > (int64_t)j->val_batches * mb) nval = (int64_t)j->val_batches * mb;
     ids = malloc((size_t)nsteps * per_step * sizeof *ids);
     labels = malloc((size_t)nsteps * per_step * sizeof *labels);

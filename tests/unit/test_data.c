@@ -33,12 +33,13 @@ static int32_t EOS;
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-/* A per-process path in the build's temp dir; 4 rotating buffers. */
+/* A per-process path in the build's temp dir; 16 rotating buffers, more
+ * than any test holds at once. */
 static const char *path_for(const char *name)
 {
-    static char bufs[4][512];
+    static char bufs[16][512];
     static int next;
-    char *p = bufs[next++ % 4];
+    char *p = bufs[next++ % 16];
     snprintf(p, 512, "%s/data_%d_%s", SHARDNODE_TEST_TMP, (int)getpid(), name);
     return p;
 }
@@ -535,13 +536,13 @@ static void test_cache_reuse_and_rebuild(void)
     d = OPEN_OK(&sp, cache);
     CHECK(d && !data_get_info(d)->from_cache, "seq_len change ignored");
     data_close(d);
-    /* So is the tokenizer. */
+    /* So is the tokenizer, even one of the same vocabulary size. */
     tokenizer *t2 = NULL;
     char err[256];
     const char *texts[] = {text};
     size_t lens[] = {strlen(text)};
     const char *specials[] = {"<|endoftext|>"};
-    CHECK(tokenizer_train(&t2, texts, lens, 1, 270, specials, 1, err, sizeof err) == 0, "%s", err);
+    CHECK(tokenizer_train(&t2, texts, lens, 1, 300, specials, 1, err, sizeof err) == 0, "%s", err);
     d = t2 ? open_ok(__LINE__, &sp, t2, cache) : NULL;
     CHECK(d && !data_get_info(d)->from_cache, "tokenizer change ignored");
     data_close(d);
@@ -578,6 +579,11 @@ static void test_errors(void)
     sp.separator = "\n";
     write_text(txt, "\n\n\n");
     EXPECT_FAIL(&sp, cache, txt, "empty corpus");
+    /* The missing one of several files is the one named. */
+    const char *two[] = {txt, missing};
+    write_text(txt, "some text");
+    sp = text_spec(two, 2, NULL, 0, 2);
+    EXPECT_FAIL(&sp, cache, missing, "No such file");
 
     /* Shorter than one sequence: the message the user sees, exactly. */
     char *text = numbers(0, 60), want[700];
