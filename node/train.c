@@ -222,7 +222,12 @@ static int run(trainer *t, long stop, bool resume, const char *metrics_path, cha
         snprintf(err, errlen, "%s: cannot open for writing: %s", metrics_path, strerror(errno));
         return -1;
     }
-    if (stop <= 0 || stop > j->steps) stop = j->steps;
+    if (stop > j->steps) {
+        snprintf(err, errlen, "--steps %ld is past the job's last step (%ld, \"steps\" in %.900s)",
+                 stop, j->steps, j->path);
+        return -1;
+    }
+    if (stop <= 0) stop = j->steps;
     printf("train: %s: %d layers, hidden %d, %.2fM parameters; %lld training tokens, "
            "batch %d x %d, %ld steps%s\n",
            j->config, t->cfg.num_hidden_layers, t->cfg.hidden_size,
@@ -333,7 +338,12 @@ int cmd_batches(int argc, char **argv)
         trainer_open(&t, job, 0, false, err, sizeof err))
         goto done;
     const job_spec *j = &t.job;
-    if (!nsteps || nsteps > j->steps) nsteps = j->steps;
+    if (nsteps > j->steps) {
+        snprintf(err, sizeof err, "--steps %ld is past the job's last step (%ld)", nsteps,
+                 j->steps);
+        goto done;
+    }
+    if (!nsteps) nsteps = j->steps;
     size_t per_step = (size_t)j->batch * j->seq_len;
     int mb = j->micro_batch;
     /* the windows validate() evaluates: whole micro-batches, wrapping */

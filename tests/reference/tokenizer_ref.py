@@ -481,6 +481,10 @@ def main():
     llama["model"]["ignore_merges"] = True
     llama["model"]["merges"] = [l.split(" ") for i, l in enumerate(llama["model"]["merges"])
                                 if i % 5 != 4]
+    # Tokens across the boundary that (?i:'s) makes in "'Saul" and "'ſabc".
+    for a, b in (("S", "a"), ("Sa", "u"), ("Sau", "l"), ("Å", "¿"), ("Å¿", "a")):
+        llama["model"]["vocab"].setdefault(a + b, len(llama["model"]["vocab"]) + 1)
+        llama["model"]["merges"].insert(0, [a, b])
     llama_path = os.path.join(wd, "llama3_style.json")
     with open(llama_path, "w", encoding="utf-8") as f:
         json.dump(llama, f, ensure_ascii=False)
