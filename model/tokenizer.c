@@ -226,8 +226,8 @@ int32_t tok_lookup(const tokenizer *t, const char *b, size_t n)
     }
 }
 
-/* The first id with given bytes wins: a file listing two tokens with the
- * same bytes (possible only with raw strings) keeps its first. */
+/* Bytes already indexed keep their id (the lower one, as tok_index_vocab
+ * goes in id order). */
 int tok_index_token(tokenizer *t, int32_t id)
 {
     tok_idmap *m = &t->vocab;
@@ -260,8 +260,10 @@ int tok_index_token(tokenizer *t, int32_t id)
 
 int tok_index_vocab(tokenizer *t, const char *src, char *err, size_t errlen)
 {
+    /* Raw strings are left out: HF compares chunks with vocabulary strings
+     * in the byte alphabet, which a raw string never equals. */
     for (int32_t id = 0; id < t->ntok; id++) {
-        if (!(t->flags[id] & TOK_MODEL)) continue;
+        if ((t->flags[id] & (TOK_MODEL | TOK_RAW)) != TOK_MODEL) continue;
         if (tok_index_token(t, id)) {
             set_err(err, errlen, "%s: out of memory", src);
             return -1;
@@ -556,6 +558,7 @@ int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool allo
     int rc = -1, nactive = 0;
     *ids = NULL;
     *n = 0;
+    if (!text) text = ""; /* (NULL, 0) is an empty text; NULL + 0 is not defined C */
     if (!sp || !strs || !lens || !aids) {
         set_err(err, errlen, "out of memory");
         goto done;

@@ -1,5 +1,5 @@
-/* tokenizer_internal.h — what tokenizer.c, tokenizer_json.c and
- * tokenizer_train.c share; not part of model.h's API.
+/* tokenizer_internal.h — what tokenizer.c, tokenizer_split.c,
+ * tokenizer_json.c and tokenizer_train.c share; not part of model.h's API.
  *
  * A token is a byte string. Ids may have holes (a tokenizer.json need not
  * number its vocabulary densely); a hole has no TOK_PRESENT flag. */
@@ -54,7 +54,7 @@ struct tokenizer {
     char *bytes;
     size_t nbytes, capbytes;
     int32_t byte_id[256];     /* the single-byte token of each byte */
-    tok_idmap vocab;          /* bytes of model.vocab tokens -> id */
+    tok_idmap vocab;          /* bytes of model.vocab tokens (not raw) -> id */
 
     int32_t nmerges, capmerges;
     int32_t *merges;          /* [left, right] per merge, in rank order */
@@ -90,16 +90,18 @@ int tok_set_token(tokenizer *t, int32_t id, const char *b, size_t n, uint8_t fla
 char *tok_token_string(const tokenizer *t, int32_t id);
 /* Id of the model token with these bytes, or -1. */
 int32_t tok_lookup(const tokenizer *t, const char *b, size_t n);
-/* Indexes one model token by its bytes (the first id with given bytes
- * keeps them). */
+/* Indexes one model token by its bytes (bytes already indexed keep their
+ * id). */
 int tok_index_token(tokenizer *t, int32_t id);
-/* Indexes model tokens and byte tokens; fails if a byte has no token. */
+/* Indexes the model tokens (raw ones left out) in id order and finds the
+ * byte tokens; fails if a byte has no token. */
 int tok_index_vocab(tokenizer *t, const char *src, char *err, size_t errlen);
 /* Appends a merge of rank nmerges; the merged token must be in the
  * vocabulary. A repeated pair takes the later rank, as HF does. */
 int tok_add_merge(tokenizer *t, int32_t a, int32_t b, const char *src, char *err,
                   size_t errlen);
 int tok_add_added(tokenizer *t, int32_t id);
+/* ---- tokenizer_split.c ---- */
 /* Compiles the split regex (NULL: none) with PCRE2. */
 int tok_set_pretokenizer(tokenizer *t, tok_pre_style style, const char *pattern,
                          bool literal, bool add_prefix_space, const char *src, char *err,

@@ -113,14 +113,15 @@ static int cmd_train_tokenizer(int argc, char **argv)
     args_option opts[] = {{"--vocab-size", &vocab_arg, NULL}, {"--out", &out_path, NULL}};
     const char *required[] = {"--vocab-size", "--out", NULL};
     long vocab_size;
+    if (nspecials == 0) specials[nspecials++] = "<|endoftext|>";
     if (args_parse(nrest, rest, 0, opts, 2, err, sizeof err) ||
         args_require(opts, 2, required, err, sizeof err) ||
         (ninputs == 0 && snprintf(err, sizeof err, "--input is required") > 0) ||
-        args_int(vocab_arg, "--vocab-size", 1, 1 << 24, &vocab_size, err, sizeof err)) {
+        args_int(vocab_arg, "--vocab-size", 256 + nspecials, 1 << 24, &vocab_size, err,
+                 sizeof err)) {
         fprintf(stderr, PREFIX "%s\n", err);
         return 2;
     }
-    if (nspecials == 0) specials[nspecials++] = "<|endoftext|>";
 
     char *texts[MAX_INPUTS] = {0};
     size_t lens[MAX_INPUTS], total = 0;
