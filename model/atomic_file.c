@@ -56,6 +56,23 @@ void atomic_file_abort(atomic_file *f)
     f->tmp = NULL;
 }
 
+/* The rename itself lives in the directory: sync it so a power loss after
+ * commit cannot bring the old file back. Best effort (some filesystems
+ * refuse fsync on directories); SIGKILL safety does not depend on it. */
+static void sync_dir(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
 int atomic_file_commit(atomic_file *f, char *err, size_t errlen)
 {
     if (!f->error && fsync(f->fd) != 0) f->error = errno;
@@ -68,6 +85,7 @@ int atomic_file_commit(atomic_file *f, char *err, size_t errlen)
                  strerror(errno));
         f->error = errno;
     } else {
+        sync_dir(f->path);
         free(f->tmp);
         f->tmp = NULL;
         return 0;

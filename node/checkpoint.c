@@ -81,7 +81,8 @@ static void config_difference(const char *a, const char *b, char *out, size_t le
              ty ? ty : "(nothing)");
 }
 
-int checkpoint_load(const char *path, chain *c, long *step, char *err, size_t errlen)
+int checkpoint_load(const char *path, chain *c, const job_spec *job, long *step, char *err,
+                    size_t errlen)
 {
     safetensors_file *f = NULL;
     if (safetensors_open(&f, path, err, errlen)) return -1;
@@ -107,6 +108,19 @@ int checkpoint_load(const char *path, chain *c, long *step, char *err, size_t er
         snprintf(err, errlen, "%s: checkpoint is from a different model config: %s", path,
                  diff);
         goto out;
+    }
+    const char *saved_job = safetensors_metadata(f, "job");
+    if (job && saved_job && *saved_job) {
+        job_spec old;
+        char what[256];
+        if (job_parse(&old, path, saved_job, err, errlen)) goto out;
+        int same = job_compare(&old, job, what, sizeof what);
+        job_free(&old);
+        if (same != 0) {
+            snprintf(err, errlen, "%s: the job changed since this checkpoint (%s); resume with "
+                     "the same job, or start a new out_dir", path, what);
+            goto out;
+        }
     }
     for (int kind = 0; kind < 3; kind++)
         for (int i = 0; i < c->plan.nstages; i++)

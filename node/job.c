@@ -231,6 +231,30 @@ static int parse_job(ctx *c, job_spec *j, json_t *root)
     return 0;
 }
 
+int job_parse(job_spec *j, const char *path, const char *text, char *err, size_t errlen)
+{
+    memset(j, 0, sizeof *j);
+    j->text = strdup(text);
+    j->path = strdup(path);
+    if (!j->text || !j->path) {
+        job_free(j);
+        return fail(err, errlen, "%s: out of memory", path);
+    }
+    json_error_t jerr;
+    json_t *root = json_loadb(text, strlen(text), JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        fail(err, errlen, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
+        job_free(j);
+        return -1;
+    }
+    ctx c = {j, err, errlen};
+    int rc = json_is_object(root) ? parse_job(&c, j, root)
+                                  : fail(err, errlen, "%s: a job is a JSON object", path);
+    json_decref(root);
+    if (rc) job_free(j);
+    return rc;
+}
+
 int job_load(job_spec *j, const char *path, char *err, size_t errlen)
 {
     memset(j, 0, sizeof *j);
@@ -256,21 +280,43 @@ int job_load(job_spec *j, const char *path, char *err, size_t errlen)
         return fail(err, errlen, "%s: cannot read (empty or unreadable)", path);
     }
     text[len] = '\0';
-    j->text = text;
-    j->path = strdup(path);
-    json_error_t jerr;
-    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) {
-        fail(err, errlen, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
-        job_free(j);
+    if (strlen(text) != len) {
+        free(text);
+        return fail(err, errlen, "%s: contains a NUL byte; a job is JSON text", path);
+    }
+    int rc = job_parse(j, path, text, err, errlen);
+    free(text);
+    return rc;
+}
+
+/* The settings that decide which numbers a step computes: a resumed run must
+ * use the same ones or it silently becomes another run. Paths are not
+ * compared (a job may move); the data's shape is. */
+int job_compare(const job_spec *a, const job_spec *b, char *what, size_t len)
+{
+#define SAME_INT(k)                                                                \
+    if (a->k != b->k) {                                                            \
+        snprintf(what, len, "\"%s\" was %lld, now %lld", #k, (long long)a->k,        \
+                 (long long)b->k);                                                 \
+        return -1;                                                                 \
+    }
+#define SAME_NUM(k)                                                                \
+    if (a->k != b->k) {                                                            \
+        snprintf(what, len, "\"%s\" was %g, now %g", #k, a->k, b->k);               \
+        return -1;                                                                 \
+    }
+    SAME_INT(seed) SAME_INT(seq_len) SAME_INT(batch) SAME_INT(steps) SAME_INT(warmup_steps)
+    SAME_INT(ndata) SAME_INT(format)
+    SAME_NUM(lr) SAME_NUM(min_lr) SAME_NUM(weight_decay) SAME_NUM(beta1) SAME_NUM(beta2)
+    SAME_NUM(eps) SAME_NUM(grad_clip) SAME_NUM(val_fraction)
+#undef SAME_INT
+#undef SAME_NUM
+    const char *sa = a->separator ? a->separator : "", *sb = b->separator ? b->separator : "";
+    if (strcmp(sa, sb) != 0) {
+        snprintf(what, len, "\"separator\" changed");
         return -1;
     }
-    ctx c = {j, err, errlen};
-    int rc = json_is_object(root) ? parse_job(&c, j, root)
-                                  : fail(err, errlen, "%s: a job is a JSON object", path);
-    json_decref(root);
-    if (rc) job_free(j);
-    return rc;
+    return 0;
 }
 
 void job_free(job_spec *j)

@@ -66,6 +66,11 @@ typedef struct {
 } job_spec;
 
 int job_load(job_spec *j, const char *path, char *err, size_t errlen);
+/* Parses job text; path names it in messages and anchors relative paths. */
+int job_parse(job_spec *j, const char *path, const char *text, char *err, size_t errlen);
+/* 0 if both jobs compute the same steps (seed, shapes, schedule, optimizer,
+ * data layout); else -1 with the first difference in `what`. */
+int job_compare(const job_spec *a, const job_spec *b, char *what, size_t len);
 void job_free(job_spec *j);
 /* Learning rate at a step (0-based): linear warm-up to lr over warmup_steps,
  * then cosine decay to min_lr at the last step. A pure function of the
@@ -78,7 +83,8 @@ int checkpoint_save(const char *path, chain *c, long step, const char *job_text,
                     size_t errlen);
 /* Restores a checkpoint into a chain of the same model config (a different
  * config is refused, naming the first field that differs). */
-int checkpoint_load(const char *path, chain *c, long *step, char *err, size_t errlen);
+int checkpoint_load(const char *path, chain *c, const job_spec *job, long *step, char *err,
+                    size_t errlen);
 /* Writes the weights alone under their HF names (model.safetensors). */
 int checkpoint_export(const char *path, chain *c, char *err, size_t errlen);
 void checkpoint_config_string(const llama_config *c, char *buf, size_t len);

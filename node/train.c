@@ -117,7 +117,7 @@ static int trainer_start(trainer *t, bool resume, long *start, char *err, size_t
             snprintf(err, errlen, "%.900s: no checkpoint to resume from", t->ckpt_path);
             return -1;
         }
-        return checkpoint_load(t->ckpt_path, &t->chain, start, err, errlen);
+        return checkpoint_load(t->ckpt_path, &t->chain, &t->job, start, err, errlen);
     }
     if (t->job.init_weights) {
         safetensors_file *f;

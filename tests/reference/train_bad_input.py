@@ -234,6 +234,10 @@ def make_cases(s):
     ckpt = os.path.join(s.victim, "checkpoint.safetensors")
     case("--resume with a checkpoint of another model config", s.job(config=s.config_b),
          extra=["--resume"], must=[ckpt, "hidden_size", "64", "96"])
+    case("--resume after the job's seed changed", s.job(seed=99), extra=["--resume"],
+         must=[ckpt, "seed", "now 99"])
+    case("--resume after the job's lr changed", s.job(lr=0.5), extra=["--resume"],
+         must=[ckpt, "\"lr\""])
     torn_dir = s.path("torn-checkpoint")
     shutil.rmtree(torn_dir, ignore_errors=True)
     os.makedirs(torn_dir)

@@ -21,7 +21,8 @@ Every shardnode run uses --threads 2. Checks:
    leaves: writes go to .tmp, then rename) beside the checkpoint of step N:
    --resume continues from step N with the losses of the uninterrupted run.
 2b. real SIGKILLs of a running `train` with checkpoint_interval 1 and a model
-   whose checkpoint writes take a large share of each step (vocab_size 4096),
+   whose checkpoint writes take a large share of each step (hidden 128,
+   vocab_size 2048: a 10.7 MB checkpoint after every step of 8 x 16 tokens),
    at random moments and at moments when a checkpoint .tmp is being written:
    --resume succeeds from the checkpoint left behind (its step read from the
    file's metadata), and every later loss and val_loss, and the final
@@ -259,8 +260,7 @@ def check_torn_tmp(env, cfg_path, whole, full_dir):
     check(second and second[0]["step"] == str(n + 1),
           "torn .tmp: --resume beside a torn checkpoint.safetensors.tmp did not continue "
           "after step %d (first step %s)" % (n, second[0]["step"] if second else "(none)"))
-    same_metrics(read_metrics(env.metrics("torn-a.jsonl")) + read_metrics(env.metrics("torn-b.jsonl")),
-                 whole, "torn .tmp")
+    same_metrics(read_metrics(env.metrics("torn-a.jsonl")) + second, whole, "torn .tmp")
     same_bytes(os.path.join(d, "model.safetensors"), os.path.join(full_dir, "model.safetensors"),
                "torn .tmp")
     check(not os.path.exists(ckpt + ".tmp"),
@@ -286,11 +286,11 @@ def wait_for(pred, proc, timeout):
 
 
 def check_sigkill(env, rng, kills):
-    cfg = small_config(hidden_size=128, intermediate_size=344, vocab_size=4096)
+    cfg = small_config(hidden_size=128, intermediate_size=344, vocab_size=2048)
     cfg_path = env.path("kill-config.json")
     ref.save_config(cfg, cfg_path)
-    steps = 24
-    over = dict(steps=steps, seq_len=32, checkpoint_interval=1, val_interval=6)
+    steps = 16
+    over = dict(steps=steps, seq_len=16, checkpoint_interval=1, val_interval=4)
     ref_dir = env.fresh_dir("kill-whole")
     job_ref, _ = env.write_job("kill-whole.json", cfg_path, ref_dir, **over)
     t0 = time.time()
@@ -323,8 +323,9 @@ def check_sigkill(env, rng, kills):
                                      THREADS, "--metrics", killed_log],
                                     stdout=out, stderr=subprocess.PIPE)
             try:
-                check(wait_for(lambda: os.path.exists(ckpt), proc, PROCESS_TIMEOUT_S),
-                      "sigkill: trial %d: no checkpoint appeared" % trial)
+                if not wait_for(lambda: os.path.exists(ckpt), proc, PROCESS_TIMEOUT_S):
+                    proc.kill()
+                    raise Failure("sigkill: trial %d: no checkpoint appeared" % trial)
                 time.sleep(rng.uniform(0.0, 0.6 * duration))
                 if mode == "mid-write":
                     # Kill as soon as a .tmp is seen, or a little later
@@ -464,7 +465,7 @@ def check_torch(env, cfg, cfg_path, seed):
             s, sn_loss[s - 1], th_loss[s - 1],
             abs(sn_loss[s - 1] - th_loss[s - 1]) / th_loss[s - 1])
         if s in th_val:
-            line += " |  %12.6f %9.6f" % (sn_val[s], th_val[s])
+            line += " |  %12.7f %10.7f" % (sn_val[s], th_val[s])
         print(line)
     rel0 = abs(sn_loss[0] - th_loss[0]) / abs(th_loss[0])
     check(rel0 <= FIRST_LOSS_RTOL, "torch: first step loss: shardnode %.9g, torch %.9g, rel "
@@ -482,7 +483,7 @@ def check_torch(env, cfg, cfg_path, seed):
     wdiff = max(float(np.max(np.abs(w[k] - params[k].detach().numpy()))) / max(
         float(np.max(np.abs(params[k].detach().numpy()))), 1e-30) for k in params)
     print("ok   torch: %d steps of batch %dx%d (micro-batch %d): first loss rel diff %.1e; "
-          "val_loss %.4f -> %.4f (shardnode), %.4f -> %.4f (torch); final ratio %.5f; "
+          "val_loss %.6f -> %.6f (shardnode), %.6f -> %.6f (torch); final ratio %.7f; "
           "weights max rel diff %.1e; shardnode %.1f s, torch %.1f s, batches %.1f s"
           % (steps, B, T, job["micro_batch"], rel0, sn_val[first], sn_val[last], th_val[first],
              th_val[last], ratio, wdiff, sn_time, th_time, t1 - t0))
@@ -597,7 +598,7 @@ def main():
     ap.add_argument("--workdir", required=True, help="directory for the generated files")
     ap.add_argument("--seed", type=int, default=20240501,
                     help="seed of the initial weights and of the kill moments")
-    ap.add_argument("--kills", type=int, default=6, help="SIGKILL trials")
+    ap.add_argument("--kills", type=int, default=5, help="SIGKILL trials")
     args = ap.parse_args()
 
     shardnode = os.path.abspath(args.shardnode)
