@@ -77,6 +77,9 @@ class Failure(Exception):
     pass
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 def check(cond, msg):
     if not cond:
         raise Failure(msg)
@@ -387,19 +390,18 @@ def torch_val_loss(params, cfg, vids, vlabels):
         return float(per.double().sum() / (lab != ref.IGNORE_INDEX).sum())
 
 
-def check_torch(env, cfg, cfg_path, seed):
-    steps, val_interval = 80, 20
-    d = env.fresh_dir("torch")
+def check_torch(env, cfg, cfg_path, seed, name="torch", steps=80, val_interval=20):
+    d = env.fresh_dir(name)
     init = ref.random_params(cfg, np.random.default_rng(seed), std=0.02, norm_spread=0.1)
-    init_path = env.path("torch-init.safetensors")
+    init_path = env.path(name + "-init.safetensors")
     ref.write_safetensors(init_path, init)
-    job_path, job = env.write_job("torch.json", cfg_path, d, steps=steps, warmup_steps=8,
+    job_path, job = env.write_job(name + ".json", cfg_path, d, steps=steps, warmup_steps=8,
                                   val_interval=val_interval, checkpoint_interval=0, seed=11,
                                   init_weights=init_path)
     B, T = job["batch"], job["seq_len"]
 
     t0 = time.time()
-    batches_path = env.path("torch-batches.safetensors")
+    batches_path = env.path(name + "-batches.safetensors")
     run([env.shardnode, "batches", "--job", job_path, "--out", batches_path])
     b = ref.read_safetensors(batches_path)
     ids, labels = b["input_ids"], b["labels"]
@@ -416,9 +418,9 @@ def check_torch(env, cfg, cfg_path, seed):
     check(ids.min() >= 0 and ids.max() < VOCAB, "batches: token ids outside [0, %d)" % VOCAB)
 
     t1 = time.time()
-    env.train(job_path, "--metrics", env.metrics("torch-shardnode.jsonl"))
+    env.train(job_path, "--metrics", env.metrics(name + "-shardnode.jsonl"))
     sn_time = time.time() - t1
-    sn = read_metrics(env.metrics("torch-shardnode.jsonl"))
+    sn = read_metrics(env.metrics(name + "-shardnode.jsonl"))
     check(len(sn) == steps, "torch: shardnode wrote %d metrics lines, expected %d"
           % (len(sn), steps))
     for i, m in enumerate(sn):
@@ -621,6 +623,10 @@ def main():
         check_sigkill(env, random.Random(args.seed), args.kills)
         out_dir = check_torch(env, cfg, cfg_path, args.seed)
         check_model_dir(env, cfg, out_dir)
+        # the shipped demo model (configs/kjv), on a short run of the same corpus
+        kjv_path = os.path.join(REPO, "configs", "kjv", "config.json")
+        check_torch(env, ref.load_config(kjv_path), kjv_path, args.seed, name="torch-kjv",
+                    steps=60, val_interval=20)
     except Failure as e:
         print("FAIL " + str(e))
         print("train_ref: FAILED (%.1f s)" % (time.time() - t0))
