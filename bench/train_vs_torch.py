@@ -20,42 +20,19 @@ fails on them.
 
 import os
 
-# PyTorch's best setting on these machines: without it its OpenMP workers
-# spin against OpenBLAS threads. Must be set before torch is imported; the
-# shardnode subprocess gets an environment without it.
-os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+import sys
 
+# torch_env sets the baseline's environment (OMP_WAIT_POLICY,
+# OPENBLAS_CORETYPE): it must come before torch is imported.
 
-def blas_coretype():
-    """Debian's OpenBLAS 0.3.21 does not recognise newer Xeons and falls back
-    to its generic "Prescott" kernels, 4-8x slower; torch's matmuls go through
-    the same library. shardnode corrects this itself (kernels.h,
-    kernels_blas_coretype_hint); the baseline gets the same correction, by
-    the same rule, so both sides run the same sgemm kernels. (The rule is
-    step_vs_torch.py's.)"""
-    if os.environ.get("OPENBLAS_CORETYPE"):
-        return os.environ["OPENBLAS_CORETYPE"]
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((l.split(":", 1)[1].split() for l in f if l.startswith("flags")), [])
-    except OSError:
-        flags = []
-    if "avx512f" in flags:
-        return "SkylakeX"
-    if "avx2" in flags and "fma" in flags:
-        return "Haswell"
-    return ""
-
-
-if blas_coretype():
-    os.environ["OPENBLAS_CORETYPE"] = blas_coretype()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_env import child_env  # noqa: E402  (sets torch's environment first)
 
 import argparse  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 
 import torch  # noqa: E402
@@ -97,11 +74,6 @@ JOB = {
 def die(msg):
     sys.exit("train_vs_torch: " + msg)
 
-
-def child_env():
-    env = dict(os.environ)
-    env.pop("OMP_WAIT_POLICY", None)
-    return env
 
 
 def run(cmd, timeout, cwd):

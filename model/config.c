@@ -4,6 +4,7 @@
  * an error, never silently coerced) and ignores every other HF key, so a
  * config.json taken straight from the Hub loads. */
 #include "model.h"
+#include "model_util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,30 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
-static const char *json_kind(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "a list";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE: case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-    }
-    return "something else";
-}
 
 /* HF writes null for "use the default" (e.g. num_key_value_heads: null), so
  * an optional key that is null counts as absent. */
@@ -58,7 +35,7 @@ static int get_positive_int(const json_t *v, const char *src, const char *key, i
     if (json_is_integer(v)) {
         json_int_t i = json_integer_value(v);
         if (i <= 0 || i > INT_MAX) {
-            set_err(err, errlen, "%s: %s must be a positive integer up to %d, got %lld", src,
+            model_errf(err, errlen, "%s: %s must be a positive integer up to %d, got %lld", src,
                     key, INT_MAX, (long long)i);
             return -1;
         }
@@ -66,13 +43,13 @@ static int get_positive_int(const json_t *v, const char *src, const char *key, i
         return 0;
     }
     if (!json_is_real(v)) {
-        set_err(err, errlen, "%s: %s must be a positive integer, got %s", src, key,
-                json_kind(v));
+        model_errf(err, errlen, "%s: %s must be a positive integer, got %s", src, key,
+                model_json_kind(v));
         return -1;
     }
     d = json_real_value(v);
     if (d != floor(d) || d <= 0 || d > INT_MAX) {
-        set_err(err, errlen, "%s: %s must be a positive integer up to %d, got %g", src, key,
+        model_errf(err, errlen, "%s: %s must be a positive integer up to %d, got %g", src, key,
                 INT_MAX, d);
         return -1;
     }
@@ -85,7 +62,7 @@ static int get_required_int(json_t *root, const char *src, const char *key, int 
 {
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v)) {
-        set_err(err, errlen, "%s: required key %s is missing", src, key);
+        model_errf(err, errlen, "%s: required key %s is missing", src, key);
         return -1;
     }
     return get_positive_int(v, src, key, out, err, errlen);
@@ -106,13 +83,13 @@ static int get_optional_float(json_t *root, const char *src, const char *key, fl
     if (!v)
         return 0;
     if (!json_is_number(v)) {
-        set_err(err, errlen, "%s: %s must be a number, got %s", src, key, json_kind(v));
+        model_errf(err, errlen, "%s: %s must be a number, got %s", src, key, model_json_kind(v));
         return -1;
     }
     double d = json_number_value(v);
     /* Converting an out-of-range double to float is undefined behaviour. */
     if (fabs(d) > FLT_MAX) {
-        set_err(err, errlen, "%s: %s (%g) is out of float32 range", src, key, d);
+        model_errf(err, errlen, "%s: %s (%g) is out of float32 range", src, key, d);
         return -1;
     }
     *out = (float)d;
@@ -126,7 +103,7 @@ static int get_optional_bool(json_t *root, const char *src, const char *key, boo
     if (!v)
         return 0;
     if (!json_is_boolean(v)) {
-        set_err(err, errlen, "%s: %s must be true or false, got %s", src, key, json_kind(v));
+        model_errf(err, errlen, "%s: %s must be true or false, got %s", src, key, model_json_kind(v));
         return -1;
     }
     *out = json_is_true(v);
@@ -140,14 +117,14 @@ static int check_architectures(json_t *root, const char *src, char *err, size_t 
     if (!v)
         return 0;
     if (!json_is_array(v)) {
-        set_err(err, errlen, "%s: architectures must be a list, got %s", src, json_kind(v));
+        model_errf(err, errlen, "%s: architectures must be a list, got %s", src, model_json_kind(v));
         return -1;
     }
     json_array_foreach(v, i, item) {
         if (json_is_string(item) && strcmp(json_string_value(item), "LlamaForCausalLM") == 0)
             return 0;
     }
-    set_err(err, errlen, "%s: architectures does not list LlamaForCausalLM "
+    model_errf(err, errlen, "%s: architectures does not list LlamaForCausalLM "
             "(only LLaMA models are supported)", src);
     return -1;
 }
@@ -197,7 +174,7 @@ static int check_explicit_head_dim(json_t *root, const llama_config *cfg, const 
     if (get_positive_int(v, src, "head_dim", &hd, err, errlen))
         return -1;
     if (hd != cfg->head_dim) {
-        set_err(err, errlen, "%s: head_dim (%d) differs from hidden_size / "
+        model_errf(err, errlen, "%s: head_dim (%d) differs from hidden_size / "
                 "num_attention_heads (%d), which this model requires", src, hd,
                 cfg->head_dim);
         return -1;
@@ -211,7 +188,7 @@ static int check_unsupported(json_t *root, const char *src, char *err, size_t er
 {
     json_t *v = optional_key(root, "rope_scaling");
     if (v) {
-        set_err(err, errlen, "%s: rope_scaling is not supported (only plain RoPE); "
+        model_errf(err, errlen, "%s: rope_scaling is not supported (only plain RoPE); "
                 "remove it or set it to null", src);
         return -1;
     }
@@ -219,14 +196,14 @@ static int check_unsupported(json_t *root, const char *src, char *err, size_t er
     for (size_t i = 0; i < sizeof biases / sizeof biases[0]; i++) {
         v = optional_key(root, biases[i]);
         if (v && !json_is_false(v)) {
-            set_err(err, errlen, "%s: %s must be false (bias terms are not supported)", src,
+            model_errf(err, errlen, "%s: %s must be false (bias terms are not supported)", src,
                     biases[i]);
             return -1;
         }
     }
     v = optional_key(root, "hidden_act");
     if (v && !(json_is_string(v) && strcmp(json_string_value(v), "silu") == 0)) {
-        set_err(err, errlen, "%s: hidden_act must be \"silu\" (the LLaMA MLP)", src);
+        model_errf(err, errlen, "%s: hidden_act must be \"silu\" (the LLaMA MLP)", src);
         return -1;
     }
     return 0;
@@ -242,14 +219,14 @@ int llama_config_load(llama_config *cfg, const char *path, char *err, size_t err
     memset(&c, 0, sizeof c);
     if (!root) {
         if (json_error_code(&jerr) == json_error_cannot_open_file)
-            set_err(err, errlen, "%s: cannot read: %s", path, jerr.text);
+            model_errf(err, errlen, "%s: cannot read: %s", path, jerr.text);
         else
-            set_err(err, errlen, "%s: invalid JSON at line %d, column %d: %s", path,
+            model_errf(err, errlen, "%s: invalid JSON at line %d, column %d: %s", path,
                     jerr.line, jerr.column, jerr.text);
         return -1;
     }
     if (!json_is_object(root))
-        set_err(err, errlen, "%s: expected a JSON object, got %s", path, json_kind(root));
+        model_errf(err, errlen, "%s: expected a JSON object, got %s", path, model_json_kind(root));
     else if (parse_config(&c, root, path, err, errlen) == 0 &&
              llama_config_validate(&c, path, err, errlen) == 0 &&
              check_explicit_head_dim(root, &c, path, err, errlen) == 0 &&
@@ -265,7 +242,7 @@ static int check_positive(int v, const char *src, const char *key, char *err, si
 {
     if (v > 0)
         return 0;
-    set_err(err, errlen, "%s: %s must be positive, got %d", src, key, v);
+    model_errf(err, errlen, "%s: %s must be positive, got %d", src, key, v);
     return -1;
 }
 
@@ -281,31 +258,31 @@ int llama_config_validate(llama_config *cfg, const char *src, char *err, size_t 
                        errlen))
         return -1;
     if (cfg->hidden_size % cfg->num_attention_heads != 0) {
-        set_err(err, errlen, "%s: num_attention_heads (%d) does not divide hidden_size (%d)",
+        model_errf(err, errlen, "%s: num_attention_heads (%d) does not divide hidden_size (%d)",
                 src, cfg->num_attention_heads, cfg->hidden_size);
         return -1;
     }
     if (cfg->num_attention_heads % cfg->num_key_value_heads != 0) {
-        set_err(err, errlen, "%s: num_key_value_heads (%d) does not divide "
+        model_errf(err, errlen, "%s: num_key_value_heads (%d) does not divide "
                 "num_attention_heads (%d)", src, cfg->num_key_value_heads,
                 cfg->num_attention_heads);
         return -1;
     }
     int head_dim = cfg->hidden_size / cfg->num_attention_heads;
     if (head_dim % 2 != 0) {
-        set_err(err, errlen, "%s: head dimension hidden_size / num_attention_heads = %d / %d "
+        model_errf(err, errlen, "%s: head dimension hidden_size / num_attention_heads = %d / %d "
                 "= %d, which must be even for rotary embeddings", src, cfg->hidden_size,
                 cfg->num_attention_heads, head_dim);
         return -1;
     }
     /* !(x > 0) also catches NaN. */
     if (!(cfg->rms_norm_eps > 0) || !isfinite(cfg->rms_norm_eps)) {
-        set_err(err, errlen, "%s: rms_norm_eps must be positive and finite in float32, got %g",
+        model_errf(err, errlen, "%s: rms_norm_eps must be positive and finite in float32, got %g",
                 src, (double)cfg->rms_norm_eps);
         return -1;
     }
     if (!(cfg->rope_theta > 0) || !isfinite(cfg->rope_theta)) {
-        set_err(err, errlen, "%s: rope_theta must be positive and finite in float32, got %g",
+        model_errf(err, errlen, "%s: rope_theta must be positive and finite in float32, got %g",
                 src, (double)cfg->rope_theta);
         return -1;
     }
@@ -376,7 +353,7 @@ int llama_config_save(const llama_config *cfg, const char *path, char *err, size
     text = root ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(root);
     if (!text) {
-        set_err(err, errlen, "%s: out of memory encoding the config", path);
+        model_errf(err, errlen, "%s: out of memory encoding the config", path);
         return -1;
     }
     size_t len = strlen(text);
@@ -384,7 +361,7 @@ int llama_config_save(const llama_config *cfg, const char *path, char *err, size
     char *with_nl = realloc(text, len + 2);
     if (!with_nl) {
         free(text);
-        set_err(err, errlen, "%s: out of memory encoding the config", path);
+        model_errf(err, errlen, "%s: out of memory encoding the config", path);
         return -1;
     }
     with_nl[len] = '\n';

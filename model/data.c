@@ -58,6 +58,7 @@
 /* realpath() is XSI, beyond the build's _POSIX_C_SOURCE. */
 #define _XOPEN_SOURCE 700
 #include "data_internal.h"
+#include "model_util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -75,22 +76,9 @@
 
 /* ---- growable arrays ------------------------------------------------------- */
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap) return 0;
-    size_t ncap = *cap ? *cap : 64;
-    while (ncap < need) ncap *= 2;
-    if (ncap > SIZE_MAX / elem) return -1;
-    void *np = realloc(*p, ncap * elem);
-    if (!np) return -1;
-    *p = np;
-    *cap = ncap;
-    return 0;
-}
-
 int data_i32s_push(data_i32s *v, const int32_t *src, size_t n)
 {
-    if (grow((void **)&v->p, &v->cap, v->n + n, sizeof *v->p)) return -1;
+    if (model_grow((void **)&v->p, sizeof *v->p, v->n + n, &v->cap)) return -1;
     if (n) memcpy(v->p + v->n, src, n * sizeof *src);
     v->n += n;
     return 0;
@@ -98,14 +86,14 @@ int data_i32s_push(data_i32s *v, const int32_t *src, size_t n)
 
 int data_i64s_push(data_i64s *v, int64_t x)
 {
-    if (grow((void **)&v->p, &v->cap, v->n + 1, sizeof *v->p)) return -1;
+    if (model_grow((void **)&v->p, sizeof *v->p, v->n + 1, &v->cap)) return -1;
     v->p[v->n++] = x;
     return 0;
 }
 
 int data_chars_push(data_chars *v, const char *src, size_t n)
 {
-    if (grow((void **)&v->p, &v->cap, v->n + n + 1, 1)) return -1;
+    if (model_grow((void **)&v->p, 1, v->n + n + 1, &v->cap)) return -1;
     if (n) memcpy(v->p + v->n, src, n);
     v->n += n;
     v->p[v->n] = '\0';

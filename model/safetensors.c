@@ -10,6 +10,7 @@
  * its shape needs, and the tensors tile the data section with no hole and no
  * overlap (a hole or overlap means a corrupt or hostile file). */
 #include "model.h"
+#include "model_util.h"
 #include "kernels.h"
 
 #include <errno.h>
@@ -57,16 +58,6 @@ static const dtype_info dtypes[] = {
 };
 #define NUM_DTYPES (sizeof dtypes / sizeof dtypes[0])
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* Callers may pass any int as a dtype: unknown ones get size 0, name "?". */
 static const dtype_info *dtype_of(safetensors_dtype d)
 {
@@ -103,20 +94,6 @@ static int shape_nbytes(int ndim, const int64_t *shape, size_t elem_size, size_t
     return 0;
 }
 
-static const char *json_kind(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "a list";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE: case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-    }
-    return "something else";
-}
-
 /* ======================= open: mapping ================================== */
 
 static int map_file(safetensors_file *f, char *err, size_t errlen)
@@ -124,13 +101,13 @@ static int map_file(safetensors_file *f, char *err, size_t errlen)
     struct stat st;
     int fd = open(f->path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        set_err(err, errlen, "%s: cannot open: %s", f->path, strerror(errno));
+        model_errf(err, errlen, "%s: cannot open: %s", f->path, strerror(errno));
         return -1;
     }
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        set_err(err, errlen, "%s: not a regular file", f->path);
+        model_errf(err, errlen, "%s: not a regular file", f->path);
     } else if (st.st_size < 8) {
-        set_err(err, errlen, "%s: file is %lld bytes, shorter than the 8-byte header length",
+        model_errf(err, errlen, "%s: file is %lld bytes, shorter than the 8-byte header length",
                 f->path, (long long)st.st_size);
     } else {
         /* At least 8 bytes: never a 0-byte mapping, even with no data. */
@@ -138,7 +115,7 @@ static int map_file(safetensors_file *f, char *err, size_t errlen)
         f->map = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
         if (f->map == MAP_FAILED) {
             f->map = NULL;
-            set_err(err, errlen, "%s: cannot map: %s", f->path, strerror(errno));
+            model_errf(err, errlen, "%s: cannot map: %s", f->path, strerror(errno));
         }
     }
     close(fd); /* a mapping keeps the file alive */
@@ -190,21 +167,21 @@ static json_t *parse_header(const safetensors_file *f, const char *hdr, size_t l
         char key[256];
         int depth = find_duplicate_key(hdr, (size_t)jerr.position, key, sizeof key);
         if (depth == 1)
-            set_err(err, errlen, "%s: tensor %s appears twice in the header", f->path, key);
+            model_errf(err, errlen, "%s: tensor %s appears twice in the header", f->path, key);
         else
-            set_err(err, errlen, "%s: key \"%s\" appears twice in one object of the header "
+            model_errf(err, errlen, "%s: key \"%s\" appears twice in one object of the header "
                     "(line %d, column %d)", f->path, depth < 0 ? "?" : key, jerr.line,
                     jerr.column);
         return NULL;
     }
     if (!root) {
-        set_err(err, errlen, "%s: header is not valid JSON (line %d, column %d): %s", f->path,
+        model_errf(err, errlen, "%s: header is not valid JSON (line %d, column %d): %s", f->path,
                 jerr.line, jerr.column, jerr.text);
         return NULL;
     }
     if (!json_is_object(root)) {
-        set_err(err, errlen, "%s: header is %s, expected a JSON object", f->path,
-                json_kind(root));
+        model_errf(err, errlen, "%s: header is %s, expected a JSON object", f->path,
+                model_json_kind(root));
         json_decref(root);
         return NULL;
     }
@@ -216,14 +193,14 @@ static int check_metadata(const safetensors_file *f, json_t *meta, char *err, si
     const char *key;
     json_t *v;
     if (!json_is_object(meta)) {
-        set_err(err, errlen, "%s: __metadata__ is %s, expected an object of strings", f->path,
-                json_kind(meta));
+        model_errf(err, errlen, "%s: __metadata__ is %s, expected an object of strings", f->path,
+                model_json_kind(meta));
         return -1;
     }
     json_object_foreach(meta, key, v) {
         if (!json_is_string(v)) {
-            set_err(err, errlen, "%s: __metadata__ value of \"%s\" is %s, expected a string",
-                    f->path, key, json_kind(v));
+            model_errf(err, errlen, "%s: __metadata__ value of \"%s\" is %s, expected a string",
+                    f->path, key, model_json_kind(v));
             return -1;
         }
     }
@@ -236,8 +213,8 @@ static int parse_dtype(const safetensors_file *f, const char *name, json_t *v,
                        safetensors_tensor *t, size_t *elem_size, char *err, size_t errlen)
 {
     if (!json_is_string(v)) {
-        set_err(err, errlen, "%s: tensor %s has a dtype that is %s, expected a string",
-                f->path, name, json_kind(v));
+        model_errf(err, errlen, "%s: tensor %s has a dtype that is %s, expected a string",
+                f->path, name, model_json_kind(v));
         return -1;
     }
     for (size_t i = 0; i < NUM_DTYPES; i++) {
@@ -247,7 +224,7 @@ static int parse_dtype(const safetensors_file *f, const char *name, json_t *v,
             return 0;
         }
     }
-    set_err(err, errlen, "%s: tensor %s has unsupported dtype %s (supported: F32 F16 BF16 "
+    model_errf(err, errlen, "%s: tensor %s has unsupported dtype %s (supported: F32 F16 BF16 "
             "I32 I64)", f->path, name, json_string_value(v));
     return -1;
 }
@@ -258,18 +235,18 @@ static int parse_shape(const safetensors_file *f, const char *name, json_t *v,
     json_t *dim;
     size_t i;
     if (!json_is_array(v)) {
-        set_err(err, errlen, "%s: tensor %s has a shape that is %s, expected a list of "
-                "non-negative integers", f->path, name, json_kind(v));
+        model_errf(err, errlen, "%s: tensor %s has a shape that is %s, expected a list of "
+                "non-negative integers", f->path, name, model_json_kind(v));
         return -1;
     }
     if (json_array_size(v) > SAFETENSORS_MAX_DIMS) {
-        set_err(err, errlen, "%s: tensor %s has %zu dimensions, at most %d are supported",
+        model_errf(err, errlen, "%s: tensor %s has %zu dimensions, at most %d are supported",
                 f->path, name, json_array_size(v), SAFETENSORS_MAX_DIMS);
         return -1;
     }
     json_array_foreach(v, i, dim) {
         if (!json_is_integer(dim) || json_integer_value(dim) < 0) {
-            set_err(err, errlen, "%s: tensor %s has shape[%zu] that is not a non-negative "
+            model_errf(err, errlen, "%s: tensor %s has shape[%zu] that is not a non-negative "
                     "integer", f->path, name, i);
             return -1;
         }
@@ -285,19 +262,19 @@ static int parse_offsets(const safetensors_file *f, const char *name, json_t *v,
     json_t *b = json_array_get(v, 0), *e = json_array_get(v, 1);
     if (!json_is_array(v) || json_array_size(v) != 2 || !json_is_integer(b) ||
         !json_is_integer(e) || json_integer_value(b) < 0 || json_integer_value(e) < 0) {
-        set_err(err, errlen, "%s: tensor %s has data_offsets that are not two non-negative "
+        model_errf(err, errlen, "%s: tensor %s has data_offsets that are not two non-negative "
                 "integers [begin, end]", f->path, name);
         return -1;
     }
     r->begin = (uint64_t)json_integer_value(b);
     r->end = (uint64_t)json_integer_value(e);
     if (r->begin > r->end) {
-        set_err(err, errlen, "%s: tensor %s has data_offsets [%llu, %llu] with begin after end",
+        model_errf(err, errlen, "%s: tensor %s has data_offsets [%llu, %llu] with begin after end",
                 f->path, name, (unsigned long long)r->begin, (unsigned long long)r->end);
         return -1;
     }
     if (r->end > f->data_len) {
-        set_err(err, errlen, "%s: tensor %s ends at byte %llu, which runs past the end of the "
+        model_errf(err, errlen, "%s: tensor %s ends at byte %llu, which runs past the end of the "
                 "file (data section is %zu bytes)", f->path, name,
                 (unsigned long long)r->end, f->data_len);
         return -1;
@@ -313,13 +290,13 @@ static int check_entry_keys(const safetensors_file *f, const char *name, json_t 
     json_t *v;
     for (size_t i = 0; i < 3; i++) {
         if (!json_object_get(entry, required[i])) {
-            set_err(err, errlen, "%s: tensor %s has no %s", f->path, name, required[i]);
+            model_errf(err, errlen, "%s: tensor %s has no %s", f->path, name, required[i]);
             return -1;
         }
     }
     json_object_foreach(entry, key, v) {
         if (strcmp(key, "dtype") && strcmp(key, "shape") && strcmp(key, "data_offsets")) {
-            set_err(err, errlen, "%s: tensor %s has unknown key \"%s\"", f->path, name, key);
+            model_errf(err, errlen, "%s: tensor %s has unknown key \"%s\"", f->path, name, key);
             return -1;
         }
     }
@@ -332,8 +309,8 @@ static int parse_entry(const safetensors_file *f, const char *name, json_t *entr
     size_t elem_size = 0, nbytes;
     char shape[256];
     if (!json_is_object(entry)) {
-        set_err(err, errlen, "%s: tensor %s has an entry that is %s, expected an object",
-                f->path, name, json_kind(entry));
+        model_errf(err, errlen, "%s: tensor %s has an entry that is %s, expected an object",
+                f->path, name, model_json_kind(entry));
         return -1;
     }
     if (check_entry_keys(f, name, entry, err, errlen) ||
@@ -343,12 +320,12 @@ static int parse_entry(const safetensors_file *f, const char *name, json_t *entr
         return -1;
     shape_str(shape, sizeof shape, t->ndim, t->shape);
     if (shape_nbytes(t->ndim, t->shape, elem_size, &nbytes)) {
-        set_err(err, errlen, "%s: tensor %s has shape %s whose byte size overflows", f->path,
+        model_errf(err, errlen, "%s: tensor %s has shape %s whose byte size overflows", f->path,
                 name, shape);
         return -1;
     }
     if (nbytes != r->end - r->begin) {
-        set_err(err, errlen, "%s: tensor %s has shape %s and dtype %s (%zu bytes) but "
+        model_errf(err, errlen, "%s: tensor %s has shape %s and dtype %s (%zu bytes) but "
                 "data_offsets [%llu, %llu] span %llu bytes", f->path, name, shape,
                 dtype_of(t->dtype)->name, nbytes, (unsigned long long)r->begin,
                 (unsigned long long)r->end, (unsigned long long)(r->end - r->begin));
@@ -380,7 +357,7 @@ static int check_coverage(const safetensors_file *f, byte_range *r, int n, char 
     qsort(r, (size_t)n, sizeof *r, compare_ranges);
     for (int i = 0; i < n; i++) {
         if (r[i].begin < pos) {
-            set_err(err, errlen, "%s: tensors %s (bytes [%llu, %llu)) and %s (bytes [%llu, "
+            model_errf(err, errlen, "%s: tensors %s (bytes [%llu, %llu)) and %s (bytes [%llu, "
                     "%llu)) overlap", f->path, r[i - 1].name,
                     (unsigned long long)r[i - 1].begin, (unsigned long long)r[i - 1].end,
                     r[i].name, (unsigned long long)r[i].begin, (unsigned long long)r[i].end);
@@ -388,11 +365,11 @@ static int check_coverage(const safetensors_file *f, byte_range *r, int n, char 
         }
         if (r[i].begin > pos) {
             if (i == 0)
-                set_err(err, errlen, "%s: bytes [0, %llu) of the data section, before tensor "
+                model_errf(err, errlen, "%s: bytes [0, %llu) of the data section, before tensor "
                         "%s, belong to no tensor", f->path,
                         (unsigned long long)r[i].begin, r[i].name);
             else
-                set_err(err, errlen, "%s: bytes [%llu, %llu) of the data section, between "
+                model_errf(err, errlen, "%s: bytes [%llu, %llu) of the data section, between "
                         "tensors %s and %s, belong to no tensor", f->path,
                         (unsigned long long)pos, (unsigned long long)r[i].begin,
                         r[i - 1].name, r[i].name);
@@ -403,10 +380,10 @@ static int check_coverage(const safetensors_file *f, byte_range *r, int n, char 
     if (pos == f->data_len)
         return 0;
     if (n == 0)
-        set_err(err, errlen, "%s: data section is %zu bytes but the header lists no tensor",
+        model_errf(err, errlen, "%s: data section is %zu bytes but the header lists no tensor",
                 f->path, f->data_len);
     else
-        set_err(err, errlen, "%s: bytes [%llu, %zu) at the end of the data section, after "
+        model_errf(err, errlen, "%s: bytes [%llu, %zu) at the end of the data section, after "
                 "tensor %s, belong to no tensor", f->path, (unsigned long long)pos,
                 f->data_len, r[n - 1].name);
     return -1;
@@ -424,7 +401,7 @@ static int load_entries(safetensors_file *f, json_t *root, char *err, size_t err
 
     f->tensors = calloc(cap ? cap : 1, sizeof *f->tensors);
     if (!ranges || !f->tensors) {
-        set_err(err, errlen, "%s: out of memory reading the header", f->path);
+        model_errf(err, errlen, "%s: out of memory reading the header", f->path);
         free(ranges);
         return -1;
     }
@@ -440,7 +417,7 @@ static int load_entries(safetensors_file *f, json_t *root, char *err, size_t err
             goto out;
         /* Names outlive the JSON document. */
         if (!(t->name = strdup(key))) {
-            set_err(err, errlen, "%s: out of memory reading the header", f->path);
+            model_errf(err, errlen, "%s: out of memory reading the header", f->path);
             goto out;
         }
         ranges[f->count].name = t->name;
@@ -461,7 +438,7 @@ int safetensors_open(safetensors_file **out, const char *path, char *err, size_t
     *out = NULL;
     if (!f || !(f->path = strdup(path))) {
         free(f);
-        set_err(err, errlen, "%s: out of memory", path);
+        model_errf(err, errlen, "%s: out of memory", path);
         return -1;
     }
     if (map_file(f, err, errlen))
@@ -469,7 +446,7 @@ int safetensors_open(safetensors_file **out, const char *path, char *err, size_t
     for (int i = 7; i >= 0; i--)
         hlen = hlen << 8 | ((const unsigned char *)f->map)[i];
     if (hlen > f->map_len - 8) {
-        set_err(err, errlen, "%s: header length %llu is larger than the file (%zu bytes)",
+        model_errf(err, errlen, "%s: header length %llu is larger than the file (%zu bytes)",
                 path, (unsigned long long)hlen, f->map_len);
         goto fail;
     }
@@ -532,14 +509,14 @@ static const safetensors_tensor *find_with_shape(const safetensors_file *f, cons
     const safetensors_tensor *t = safetensors_find(f, name);
     char have[256], want[256];
     if (!t) {
-        set_err(err, errlen, "%s: tensor %s is missing", f->path, name);
+        model_errf(err, errlen, "%s: tensor %s is missing", f->path, name);
         return NULL;
     }
     int same = t->ndim == ndim;
     for (int i = 0; same && i < ndim; i++)
         same = t->shape[i] == shape[i];
     if (!same) {
-        set_err(err, errlen, "%s: tensor %s has shape %s, expected %s", f->path, name,
+        model_errf(err, errlen, "%s: tensor %s has shape %s, expected %s", f->path, name,
                 shape_str(have, sizeof have, t->ndim, t->shape),
                 shape_str(want, sizeof want, ndim, shape));
         return NULL;
@@ -570,7 +547,7 @@ int safetensors_read_f32(const safetensors_file *f, const char *name, int ndim,
         }
         return 0;
     default:
-        set_err(err, errlen, "%s: tensor %s has dtype %s, expected F32, F16 or BF16", f->path,
+        model_errf(err, errlen, "%s: tensor %s has dtype %s, expected F32, F16 or BF16", f->path,
                 name, dtype_of(t->dtype)->name);
         return -1;
     }
@@ -590,7 +567,7 @@ int safetensors_read_i32(const safetensors_file *f, const char *name, int ndim,
         return 0;
     }
     if (t->dtype != SAFETENSORS_I64) {
-        set_err(err, errlen, "%s: tensor %s has dtype %s, expected I32 or I64", f->path, name,
+        model_errf(err, errlen, "%s: tensor %s has dtype %s, expected I32 or I64", f->path, name,
                 dtype_of(t->dtype)->name);
         return -1;
     }
@@ -598,7 +575,7 @@ int safetensors_read_i32(const safetensors_file *f, const char *name, int ndim,
         int64_t v;
         memcpy(&v, p + 8 * i, sizeof v);
         if (v < INT32_MIN || v > INT32_MAX) {
-            set_err(err, errlen, "%s: tensor %s has value %lld at index %zu, outside the "
+            model_errf(err, errlen, "%s: tensor %s has value %lld at index %zu, outside the "
                     "int32 range", f->path, name, (long long)v, i);
             return -1;
         }
@@ -614,21 +591,21 @@ static int check_write_entry(const char *path, const safetensors_entry *e, json_
 {
     char shape[256];
     if (!e->name || !*e->name || strcmp(e->name, "__metadata__") == 0) {
-        set_err(err, errlen, "%s: tensor name \"%s\" is not allowed", path,
+        model_errf(err, errlen, "%s: tensor name \"%s\" is not allowed", path,
                 e->name ? e->name : "(null)");
         return -1;
     }
     if (json_object_get(header, e->name)) {
-        set_err(err, errlen, "%s: tensor %s is listed twice", path, e->name);
+        model_errf(err, errlen, "%s: tensor %s is listed twice", path, e->name);
         return -1;
     }
     if (e->dtype != SAFETENSORS_F32 && e->dtype != SAFETENSORS_I32) {
-        set_err(err, errlen, "%s: tensor %s has dtype %s; the writer supports F32 and I32",
+        model_errf(err, errlen, "%s: tensor %s has dtype %s; the writer supports F32 and I32",
                 path, e->name, dtype_of(e->dtype)->name);
         return -1;
     }
     if (e->ndim < 0 || e->ndim > SAFETENSORS_MAX_DIMS) {
-        set_err(err, errlen, "%s: tensor %s has %d dimensions (0 to %d supported)", path,
+        model_errf(err, errlen, "%s: tensor %s has %d dimensions (0 to %d supported)", path,
                 e->name, e->ndim, SAFETENSORS_MAX_DIMS);
         return -1;
     }
@@ -636,12 +613,12 @@ static int check_write_entry(const char *path, const safetensors_entry *e, json_
     for (int d = 0; d < e->ndim; d++)
         negative |= e->shape[d] < 0;
     if (negative || shape_nbytes(e->ndim, e->shape, dtype_of(e->dtype)->size, nbytes)) {
-        set_err(err, errlen, "%s: tensor %s has invalid shape %s (negative or too large)",
+        model_errf(err, errlen, "%s: tensor %s has invalid shape %s (negative or too large)",
                 path, e->name, shape_str(shape, sizeof shape, e->ndim, e->shape));
         return -1;
     }
     if (*nbytes && !e->data) {
-        set_err(err, errlen, "%s: tensor %s has no data", path, e->name);
+        model_errf(err, errlen, "%s: tensor %s has no data", path, e->name);
         return -1;
     }
     return 0;
@@ -668,14 +645,14 @@ static char *build_header(const char *path, const safetensors_entry *entries, in
     char *text = NULL;
     for (; meta && m && meta[0] && meta[1]; meta += 2)
         if (json_object_set_new(m, meta[0], json_string(meta[1]))) {
-            set_err(err, errlen, "%s: metadata %s is not valid UTF-8", path, meta[0]);
+            model_errf(err, errlen, "%s: metadata %s is not valid UTF-8", path, meta[0]);
             json_decref(m);
             json_decref(h);
             return NULL;
         }
     /* set_new takes the value even when it fails, and refuses NULL. */
     if (!h || json_object_set_new(h, "__metadata__", m)) {
-        set_err(err, errlen, "%s: out of memory building the header", path);
+        model_errf(err, errlen, "%s: out of memory building the header", path);
         goto out;
     }
     for (int i = 0; i < n; i++) {
@@ -688,7 +665,7 @@ static char *build_header(const char *path, const safetensors_entry *entries, in
                                   (json_int_t)offset, (json_int_t)(offset + nbytes));
         /* set_new fails on a name that is not valid UTF-8, too. */
         if (!entry || json_object_set_new(h, e->name, entry)) {
-            set_err(err, errlen, "%s: cannot encode tensor %s (name not UTF-8?)", path,
+            model_errf(err, errlen, "%s: cannot encode tensor %s (name not UTF-8?)", path,
                     e->name);
             goto out;
         }
@@ -696,7 +673,7 @@ static char *build_header(const char *path, const safetensors_entry *entries, in
     }
     text = json_dumps(h, JSON_COMPACT);
     if (!text)
-        set_err(err, errlen, "%s: out of memory encoding the header", path);
+        model_errf(err, errlen, "%s: out of memory encoding the header", path);
 out:
     json_decref(h);
     return text;
@@ -739,7 +716,7 @@ int safetensors_write_meta(const char *path, const safetensors_entry *entries, i
     int rc = -1;
 
     if (n < 0 || (n > 0 && !entries)) {
-        set_err(err, errlen, "%s: invalid tensor list", path);
+        model_errf(err, errlen, "%s: invalid tensor list", path);
         return -1;
     }
     if (!(header = build_header(path, entries, n, meta, err, errlen)))

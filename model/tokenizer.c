@@ -10,21 +10,13 @@
  * UTF-8 only; bytes that are not valid UTF-8 are their own chunks here (each
  * maximal run of them is one chunk, the valid runs around it are split by the
  * regex as separate texts), so every byte string encodes and decodes back. */
+#include "model_util.h"
 #include "tokenizer_internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* ---- bytes, code points, hashing ---------------------------------------- */
 
@@ -153,18 +145,6 @@ void tokenizer_free(tokenizer *t)
     free(t);
 }
 
-static int grow(void **p, size_t elem, size_t need, size_t *cap)
-{
-    if (need <= *cap) return 0;
-    size_t c = *cap ? *cap : 16;
-    while (c < need) c *= 2;
-    void *q = realloc(*p, c * elem);
-    if (!q) return -1;
-    *p = q;
-    *cap = c;
-    return 0;
-}
-
 int tok_set_token(tokenizer *t, int32_t id, const char *b, size_t n, uint8_t flags)
 {
     if (id < 0 || id >= TOK_MAX_ID || n > UINT32_MAX) return -1;
@@ -183,7 +163,7 @@ int tok_set_token(tokenizer *t, int32_t id, const char *b, size_t n, uint8_t fla
     }
     if (t->nbytes + n > UINT32_MAX) return -1;
     size_t cap = t->capbytes;
-    if (grow((void **)&t->bytes, 1, t->nbytes + n + 1, &cap)) return -1;
+    if (model_grow((void **)&t->bytes, 1, t->nbytes + n + 1, &cap)) return -1;
     t->capbytes = cap;
     memcpy(t->bytes + t->nbytes, b, n);
     t->off[id] = (uint32_t)t->nbytes;
@@ -265,7 +245,7 @@ int tok_index_vocab(tokenizer *t, const char *src, char *err, size_t errlen)
     for (int32_t id = 0; id < t->ntok; id++) {
         if ((t->flags[id] & (TOK_MODEL | TOK_RAW)) != TOK_MODEL) continue;
         if (tok_index_token(t, id)) {
-            set_err(err, errlen, "%s: out of memory", src);
+            model_errf(err, errlen, "%s: out of memory", src);
             return -1;
         }
     }
@@ -275,7 +255,7 @@ int tok_index_vocab(tokenizer *t, const char *src, char *err, size_t errlen)
         if (t->byte_id[b] < 0) {
             char s[5];
             s[tok_utf8_put(tok_byte_to_cp((unsigned char)b), s)] = 0;
-            set_err(err, errlen,
+            model_errf(err, errlen,
                     "%s: the vocabulary has no token for byte 0x%02X (\"%s\"): "
                     "byte-level BPE needs all 256", src, b, s);
             return -1;
@@ -349,14 +329,14 @@ int tok_add_merge(tokenizer *t, int32_t a, int32_t b, const char *src, char *err
     if (buf != small) free(buf);
     if (merged < 0) {
         char *sa = tok_token_string(t, a), *sb = tok_token_string(t, b);
-        set_err(err, errlen, "%s: merges[%d] \"%s %s\": the merged token is not in the "
+        model_errf(err, errlen, "%s: merges[%d] \"%s %s\": the merged token is not in the "
                 "vocabulary", src, t->nmerges, sa ? sa : "?", sb ? sb : "?");
         free(sa);
         free(sb);
         return -1;
     }
     size_t cap = (size_t)t->capmerges;
-    if (grow((void **)&t->merges, 2 * sizeof *t->merges, (size_t)t->nmerges + 1, &cap)) goto oom;
+    if (model_grow((void **)&t->merges, 2 * sizeof *t->merges, (size_t)t->nmerges + 1, &cap)) goto oom;
     t->capmerges = (int32_t)cap;
     t->merges[2 * t->nmerges] = a;
     t->merges[2 * t->nmerges + 1] = b;
@@ -364,14 +344,14 @@ int tok_add_merge(tokenizer *t, int32_t a, int32_t b, const char *src, char *err
     t->nmerges++;
     return 0;
 oom:
-    set_err(err, errlen, "%s: out of memory", src);
+    model_errf(err, errlen, "%s: out of memory", src);
     return -1;
 }
 
 int tok_add_added(tokenizer *t, int32_t id)
 {
     size_t cap = (size_t)t->capadded;
-    if (grow((void **)&t->added, sizeof *t->added, (size_t)t->nadded + 1, &cap)) return -1;
+    if (model_grow((void **)&t->added, sizeof *t->added, (size_t)t->nadded + 1, &cap)) return -1;
     t->capadded = (int32_t)cap;
     t->added[t->nadded++] = id;
     return 0;
@@ -414,7 +394,7 @@ typedef struct {
 
 static int push_id(encoder *e, int32_t id)
 {
-    if (grow((void **)&e->ids, sizeof *e->ids, e->n + 1, &e->cap)) return -1;
+    if (model_grow((void **)&e->ids, sizeof *e->ids, e->n + 1, &e->cap)) return -1;
     e->ids[e->n++] = id;
     return 0;
 }
@@ -426,7 +406,7 @@ static bool cand_less(bpe_cand a, bpe_cand b)
 
 static int heap_push(encoder *e, int32_t rank, int32_t pos)
 {
-    if (grow((void **)&e->heap, sizeof *e->heap, e->nheap + 1, &e->capheap)) return -1;
+    if (model_grow((void **)&e->heap, sizeof *e->heap, e->nheap + 1, &e->capheap)) return -1;
     bpe_cand c = {rank, pos};
     size_t i = e->nheap++;
     while (i > 0 && cand_less(c, e->heap[(i - 1) / 2])) {
@@ -469,7 +449,7 @@ static int bpe_chunk(encoder *e, const char *chunk, size_t len)
 {
     const tokenizer *t = e->t;
     if (len > INT32_MAX) return -1;
-    if (grow((void **)&e->sym, sizeof *e->sym, len, &e->capsym)) return -1;
+    if (model_grow((void **)&e->sym, sizeof *e->sym, len, &e->capsym)) return -1;
     bpe_sym *s = e->sym;
     int32_t n = (int32_t)len;
     for (int32_t i = 0; i < n; i++) {
@@ -526,7 +506,7 @@ static int encode_chunk(void *ctx, const char *chunk, size_t len)
     for (; e->slots[i].klen; i = (i + 1) & mask) {
         cache_slot *c = &e->slots[i];
         if (c->hash != h || c->klen != len || memcmp(e->keys + c->koff, chunk, len)) continue;
-        if (grow((void **)&e->ids, sizeof *e->ids, e->n + c->icount, &e->cap)) return -1;
+        if (model_grow((void **)&e->ids, sizeof *e->ids, e->n + c->icount, &e->cap)) return -1;
         memcpy(e->ids + e->n, e->cids + c->ioff, c->icount * sizeof *e->ids);
         e->n += c->icount;
         return 0;
@@ -535,8 +515,8 @@ static int encode_chunk(void *ctx, const char *chunk, size_t len)
     int32_t whole = t->ignore_merges ? tok_lookup(t, chunk, len) : -1;
     if (whole >= 0 ? push_id(e, whole) : bpe_chunk(e, chunk, len)) return -1;
     size_t count = e->n - first;
-    if (grow((void **)&e->keys, 1, e->nkeys + len, &e->capkeys) ||
-        grow((void **)&e->cids, sizeof *e->cids, e->ncids + count, &e->capcids))
+    if (model_grow((void **)&e->keys, 1, e->nkeys + len, &e->capkeys) ||
+        model_grow((void **)&e->cids, sizeof *e->cids, e->ncids + count, &e->capcids))
         return -1;
     memcpy(e->keys + e->nkeys, chunk, len);
     memcpy(e->cids + e->ncids, e->ids + first, count * sizeof *e->ids);
@@ -560,7 +540,7 @@ int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool allo
     *n = 0;
     if (!text) text = ""; /* (NULL, 0) is an empty text; NULL + 0 is not defined C */
     if (!sp || !strs || !lens || !aids) {
-        set_err(err, errlen, "out of memory");
+        model_errf(err, errlen, "out of memory");
         goto done;
     }
     /* HF always cuts out added tokens that are not special; special ones
@@ -581,7 +561,7 @@ int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool allo
         if (tok_split(sp, text + pos, end - pos, encode_chunk, &e, err, errlen)) goto done;
         if (k < 0) break;
         if (push_id(&e, aids[k])) {
-            set_err(err, errlen, "out of memory");
+            model_errf(err, errlen, "out of memory");
             goto done;
         }
         pos = end + lens[k];
@@ -615,7 +595,7 @@ int tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n, char **te
     for (size_t i = 0; i < n; i++) {
         int32_t id = ids[i];
         if (id < 0 || id >= t->ntok || !(t->flags[id] & TOK_PRESENT)) {
-            set_err(err, errlen, "id %ld at position %zu is not in the vocabulary (ids 0..%d)",
+            model_errf(err, errlen, "id %ld at position %zu is not in the vocabulary (ids 0..%d)",
                     (long)id, i, t->ntok - 1);
             return -1;
         }
@@ -623,7 +603,7 @@ int tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n, char **te
     }
     char *out = malloc(total + 1), *o = out;
     if (!out) {
-        set_err(err, errlen, "out of memory for %zu bytes", total);
+        model_errf(err, errlen, "out of memory for %zu bytes", total);
         return -1;
     }
     for (size_t i = 0; i < n; i++) {

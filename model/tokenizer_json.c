@@ -6,6 +6,7 @@
  * no BOS/EOS when it encodes). Writing produces what HF `tokenizers` writes
  * for a GPT-2 style tokenizer, or the Llama-3 style Sequence[Split,
  * ByteLevel] when the split regex is not GPT-2's. */
+#include "model_util.h"
 #include "tokenizer_internal.h"
 
 #include <jansson.h>
@@ -13,29 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
-static const char *json_kind(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "a list";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE: case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-    }
-    return "something else";
-}
 
 /* HF writes null for "absent". */
 static json_t *get(const json_t *o, const char *key)
@@ -57,8 +35,8 @@ static int get_bool(const json_t *o, const char *key, bool dflt, bool *out, cons
     *out = dflt;
     if (!v) return 0;
     if (!json_is_boolean(v)) {
-        set_err(err, errlen, "%s: %s.%s must be a boolean, got %s", src, where, key,
-                json_kind(v));
+        model_errf(err, errlen, "%s: %s.%s must be a boolean, got %s", src, where, key,
+                model_json_kind(v));
         return -1;
     }
     *out = json_is_true(v);
@@ -119,17 +97,17 @@ static int parse_split(const json_t *o, pre_spec *ps, const char *src, char *err
     json_t *re = pat ? json_object_get(pat, "Regex") : NULL;
     json_t *lit = pat ? json_object_get(pat, "String") : NULL;
     if (!json_is_string(re) && !json_is_string(lit)) {
-        set_err(err, errlen, "%s: pre_tokenizer Split needs pattern {\"Regex\": ...} or "
+        model_errf(err, errlen, "%s: pre_tokenizer Split needs pattern {\"Regex\": ...} or "
                 "{\"String\": ...}", src);
         return -1;
     }
     if (!behavior || strcmp(behavior, "Isolated") != 0) {
-        set_err(err, errlen, "%s: pre_tokenizer Split behavior %s is not supported "
+        model_errf(err, errlen, "%s: pre_tokenizer Split behavior %s is not supported "
                 "(only Isolated)", src, behavior ? behavior : "(missing)");
         return -1;
     }
     if (invert) {
-        set_err(err, errlen, "%s: pre_tokenizer Split with invert true is not supported", src);
+        model_errf(err, errlen, "%s: pre_tokenizer Split with invert true is not supported", src);
         return -1;
     }
     ps->pattern = json_string_value(re ? re : lit);
@@ -144,7 +122,7 @@ static int parse_pre_tokenizer(const json_t *root, pre_spec *ps, const char *src
     bool use_regex, aps;
     memset(ps, 0, sizeof *ps);
     if (!pre) {
-        set_err(err, errlen, "%s: BPE without a ByteLevel pre_tokenizer is not supported "
+        model_errf(err, errlen, "%s: BPE without a ByteLevel pre_tokenizer is not supported "
                 "(byte-level BPE only)", src);
         return -1;
     }
@@ -157,7 +135,7 @@ static int parse_pre_tokenizer(const json_t *root, pre_spec *ps, const char *src
         return 0;
     }
     if (strcmp(type, "Sequence") != 0) {
-        set_err(err, errlen, "%s: pre_tokenizer %s is not supported (byte-level BPE only)", src,
+        model_errf(err, errlen, "%s: pre_tokenizer %s is not supported (byte-level BPE only)", src,
                 type);
         return -1;
     }
@@ -171,13 +149,13 @@ static int parse_pre_tokenizer(const json_t *root, pre_spec *ps, const char *src
         json_t *p = json_array_get(list, i);
         const char *pt = type_name(p);
         if (seen_bytelevel) {
-            set_err(err, errlen, "%s: pre_tokenizer %s after ByteLevel is not supported", src,
+            model_errf(err, errlen, "%s: pre_tokenizer %s after ByteLevel is not supported", src,
                     pt);
             return -1;
         }
         if (strcmp(pt, "Split") == 0) {
             if (++nsplit > 1) {
-                set_err(err, errlen, "%s: more than one pre_tokenizer Split is not supported",
+                model_errf(err, errlen, "%s: more than one pre_tokenizer Split is not supported",
                         src);
                 return -1;
             }
@@ -186,13 +164,13 @@ static int parse_pre_tokenizer(const json_t *root, pre_spec *ps, const char *src
             if (parse_bytelevel(p, &use_regex, &aps, src, err, errlen)) return -1;
             seen_bytelevel = true;
         } else {
-            set_err(err, errlen, "%s: pre_tokenizer %s is not supported (byte-level BPE only)",
+            model_errf(err, errlen, "%s: pre_tokenizer %s is not supported (byte-level BPE only)",
                     src, pt);
             return -1;
         }
     }
     if (!seen_bytelevel) {
-        set_err(err, errlen, "%s: BPE without a ByteLevel pre_tokenizer is not supported "
+        model_errf(err, errlen, "%s: BPE without a ByteLevel pre_tokenizer is not supported "
                 "(byte-level BPE only)", src);
         return -1;
     }
@@ -203,7 +181,7 @@ static int parse_pre_tokenizer(const json_t *root, pre_spec *ps, const char *src
         return 0;
     }
     if (use_regex || aps) {
-        set_err(err, errlen, "%s: pre_tokenizer ByteLevel after a Split must have use_regex "
+        model_errf(err, errlen, "%s: pre_tokenizer ByteLevel after a Split must have use_regex "
                 "and add_prefix_space false", src);
         return -1;
     }
@@ -218,17 +196,17 @@ static int check_normalizer_decoder(const json_t *root, const char *src, char *e
     /* An empty Sequence changes nothing; any real normalizer changes ids. */
     if (norm && !(strcmp(type_name(norm), "Sequence") == 0 &&
                   json_array_size(get(norm, "normalizers")) == 0)) {
-        set_err(err, errlen, "%s: normalizer %s is not supported (byte-level BPE only)", src,
+        model_errf(err, errlen, "%s: normalizer %s is not supported (byte-level BPE only)", src,
                 type_name(norm));
         return -1;
     }
     if (!dec) {
-        set_err(err, errlen, "%s: decoder is missing: byte-level BPE needs the ByteLevel "
+        model_errf(err, errlen, "%s: decoder is missing: byte-level BPE needs the ByteLevel "
                 "decoder", src);
         return -1;
     }
     if (strcmp(type_name(dec), "ByteLevel") != 0) {
-        set_err(err, errlen, "%s: decoder %s is not supported (byte-level BPE only)", src,
+        model_errf(err, errlen, "%s: decoder %s is not supported (byte-level BPE only)", src,
                 type_name(dec));
         return -1;
     }
@@ -242,17 +220,17 @@ static int check_model_options(const json_t *model, tokenizer *t, const char *sr
 {
     json_t *type = json_object_get(model, "type");
     if (!json_is_string(type)) {
-        set_err(err, errlen, "%s: model.type is missing", src);
+        model_errf(err, errlen, "%s: model.type is missing", src);
         return -1;
     }
     if (strcmp(json_string_value(type), "BPE") != 0) {
-        set_err(err, errlen, "%s: model type %s is not supported (byte-level BPE only)", src,
+        model_errf(err, errlen, "%s: model type %s is not supported (byte-level BPE only)", src,
                 json_string_value(type));
         return -1;
     }
     json_t *dropout = get(model, "dropout");
     if (dropout && !(json_is_number(dropout) && json_number_value(dropout) == 0)) {
-        set_err(err, errlen, "%s: model.dropout must be null or 0 (BPE dropout is not "
+        model_errf(err, errlen, "%s: model.dropout must be null or 0 (BPE dropout is not "
                 "supported)", src);
         return -1;
     }
@@ -260,7 +238,7 @@ static int check_model_options(const json_t *model, tokenizer *t, const char *sr
     for (int i = 0; i < 2; i++) {
         json_t *v = get(model, affixes[i]);
         if (v && !(json_is_string(v) && json_string_length(v) == 0)) {
-            set_err(err, errlen, "%s: model.%s is not supported (byte-level BPE only)", src,
+            model_errf(err, errlen, "%s: model.%s is not supported (byte-level BPE only)", src,
                     affixes[i]);
             return -1;
         }
@@ -277,8 +255,8 @@ static int load_vocab(tokenizer *t, const json_t *vocab, const char *src, char *
     char *buf = NULL;
     size_t cap = 0;
     if (!json_is_object(vocab)) {
-        set_err(err, errlen, "%s: model.vocab must be an object, got %s", src,
-                vocab ? json_kind(vocab) : "nothing");
+        model_errf(err, errlen, "%s: model.vocab must be an object, got %s", src,
+                vocab ? model_json_kind(vocab) : "nothing");
         return -1;
     }
     json_object_foreach((json_t *)vocab, key, v) {
@@ -286,13 +264,13 @@ static int load_vocab(tokenizer *t, const json_t *vocab, const char *src, char *
         bool raw;
         json_int_t id = json_integer_value(v);
         if (!json_is_integer(v) || id < 0 || id >= TOK_MAX_ID) {
-            set_err(err, errlen, "%s: model.vocab[\"%s\"] must be an id in [0, %d)", src, key,
+            model_errf(err, errlen, "%s: model.vocab[\"%s\"] must be an id in [0, %d)", src, key,
                     TOK_MAX_ID);
             goto fail;
         }
         if (id < t->ntok && (t->flags[id] & TOK_PRESENT)) {
             char *other = tok_token_string(t, (int32_t)id);
-            set_err(err, errlen, "%s: model.vocab gives id %lld to both \"%s\" and \"%s\"", src,
+            model_errf(err, errlen, "%s: model.vocab gives id %lld to both \"%s\" and \"%s\"", src,
                     (long long)id, other ? other : "?", key);
             free(other);
             goto fail;
@@ -308,7 +286,7 @@ static int load_vocab(tokenizer *t, const json_t *vocab, const char *src, char *
     free(buf);
     return 0;
 oom:
-    set_err(err, errlen, "%s: out of memory", src);
+    model_errf(err, errlen, "%s: out of memory", src);
 fail:
     free(buf);
     return -1;
@@ -322,14 +300,14 @@ static int merge_side(tokenizer *t, const char *s, size_t i, const char *a, cons
     bool raw;
     char small[256] = {0}, *buf = len <= sizeof small ? small : malloc(len);
     if (!buf) {
-        set_err(err, errlen, "%s: out of memory", src);
+        model_errf(err, errlen, "%s: out of memory", src);
         return -1;
     }
     string_bytes(s, buf, &n, &raw);
     *id = tok_lookup(t, buf, n);
     if (buf != small) free(buf);
     if (*id < 0) {
-        set_err(err, errlen, "%s: merges[%zu] \"%s %s\": \"%s\" is not in the vocabulary",
+        model_errf(err, errlen, "%s: merges[%zu] \"%s %s\": \"%s\" is not in the vocabulary",
                 src, i, a, b, s);
         return -1;
     }
@@ -340,8 +318,8 @@ static int load_merges(tokenizer *t, const json_t *merges, const char *src, char
                        size_t errlen)
 {
     if (!json_is_array(merges)) {
-        set_err(err, errlen, "%s: model.merges must be a list, got %s", src,
-                merges ? json_kind(merges) : "nothing");
+        model_errf(err, errlen, "%s: model.merges must be a list, got %s", src,
+                merges ? model_json_kind(merges) : "nothing");
         return -1;
     }
     size_t n = json_array_size(merges);
@@ -363,7 +341,7 @@ static int load_merges(tokenizer *t, const json_t *merges, const char *src, char
             b = json_string_value(json_array_get(m, 1));
         }
         if (!a) {
-            set_err(err, errlen, "%s: merges[%zu] must be \"left right\" or [\"left\", "
+            model_errf(err, errlen, "%s: merges[%zu] must be \"left right\" or [\"left\", "
                     "\"right\"]", src, i);
             free(line);
             return -1;
@@ -382,7 +360,7 @@ static int load_added(tokenizer *t, const json_t *root, const char *src, char *e
 {
     json_t *list = get(root, "added_tokens");
     if (list && !json_is_array(list)) {
-        set_err(err, errlen, "%s: added_tokens must be a list, got %s", src, json_kind(list));
+        model_errf(err, errlen, "%s: added_tokens must be a list, got %s", src, model_json_kind(list));
         return -1;
     }
     for (size_t i = 0; i < json_array_size(list); i++) {
@@ -391,12 +369,12 @@ static int load_added(tokenizer *t, const json_t *root, const char *src, char *e
         json_int_t id = json_integer_value(jid);
         bool special;
         if (!json_is_integer(jid) || id < 0 || id >= TOK_MAX_ID) {
-            set_err(err, errlen, "%s: added_tokens[%zu].id must be an id in [0, %d)", src, i,
+            model_errf(err, errlen, "%s: added_tokens[%zu].id must be an id in [0, %d)", src, i,
                     TOK_MAX_ID);
             return -1;
         }
         if (!content || !*content) {
-            set_err(err, errlen, "%s: added_tokens[%zu].content must be a non-empty string",
+            model_errf(err, errlen, "%s: added_tokens[%zu].content must be a non-empty string",
                     src, i);
             return -1;
         }
@@ -409,7 +387,7 @@ static int load_added(tokenizer *t, const json_t *root, const char *src, char *e
             char *s = tok_token_string(t, id32);
             bool same = s && (t->flags[id32] & TOK_MODEL) && strcmp(s, content) == 0;
             if (!same) {
-                set_err(err, errlen, "%s: added_tokens[%zu] \"%s\" has id %d, which is "
+                model_errf(err, errlen, "%s: added_tokens[%zu] \"%s\" has id %d, which is "
                         "already \"%s\"", src, i, content, id32, s ? s : "?");
                 free(s);
                 return -1;
@@ -417,11 +395,11 @@ static int load_added(tokenizer *t, const json_t *root, const char *src, char *e
             free(s);
             t->flags[id32] |= fl;
         } else if (tok_set_token(t, id32, content, strlen(content), fl | TOK_RAW)) {
-            set_err(err, errlen, "%s: out of memory", src);
+            model_errf(err, errlen, "%s: out of memory", src);
             return -1;
         }
         if (tok_add_added(t, id32)) {
-            set_err(err, errlen, "%s: out of memory", src);
+            model_errf(err, errlen, "%s: out of memory", src);
             return -1;
         }
     }
@@ -437,24 +415,24 @@ int tokenizer_load(tokenizer **out, const char *path, char *err, size_t errlen)
     *out = NULL;
     if (!root) {
         if (json_error_code(&jerr) == json_error_cannot_open_file)
-            set_err(err, errlen, "%s: cannot read: %s", path, jerr.text);
+            model_errf(err, errlen, "%s: cannot read: %s", path, jerr.text);
         else
-            set_err(err, errlen, "%s: invalid JSON at line %d, column %d: %s", path,
+            model_errf(err, errlen, "%s: invalid JSON at line %d, column %d: %s", path,
                     jerr.line, jerr.column, jerr.text);
         return -1;
     }
     json_t *model = json_object_get(root, "model");
     if (!json_is_object(root)) {
-        set_err(err, errlen, "%s: expected a JSON object, got %s", path, json_kind(root));
+        model_errf(err, errlen, "%s: expected a JSON object, got %s", path, model_json_kind(root));
         goto fail;
     }
     if (!json_is_object(model)) {
-        set_err(err, errlen, "%s: model must be an object, got %s", path,
-                model ? json_kind(model) : "nothing");
+        model_errf(err, errlen, "%s: model must be an object, got %s", path,
+                model ? model_json_kind(model) : "nothing");
         goto fail;
     }
     if (!(t = tok_new())) {
-        set_err(err, errlen, "%s: out of memory", path);
+        model_errf(err, errlen, "%s: out of memory", path);
         goto fail;
     }
     /* The model type first: "WordPiece is not supported" says more than
@@ -606,7 +584,7 @@ int tokenizer_save(const tokenizer *t, const char *path, char *err, size_t errle
     bad |= add(root, "model", model_json(t));
     if (bad) {
         json_decref(root);
-        set_err(err, errlen, "%s: out of memory encoding the tokenizer", path);
+        model_errf(err, errlen, "%s: out of memory encoding the tokenizer", path);
         return -1;
     }
     atomic_file f;

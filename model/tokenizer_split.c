@@ -5,33 +5,13 @@
  * valid UTF-8 is one chunk of its own, and the valid runs around it are
  * split by the regex as separate texts; on valid UTF-8 the chunks are
  * exactly HF's. */
+#include "model_util.h"
 #include "tokenizer_internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
-static int grow(void **p, size_t elem, size_t need, size_t *cap)
-{
-    if (need <= *cap) return 0;
-    size_t c = *cap ? *cap : 16;
-    while (c < need) c *= 2;
-    void *q = realloc(*p, c * elem);
-    if (!q) return -1;
-    *p = q;
-    *cap = c;
-    return 0;
-}
 
 /* ---- the split regex ------------------------------------------------------- */
 
@@ -106,12 +86,12 @@ int tok_set_pretokenizer(tokenizer *t, tok_pre_style style, const char *pattern,
     t->re = NULL;
     if (!pattern) return 0;
     if (!(t->pattern = strdup(pattern))) {
-        set_err(err, errlen, "%s: out of memory", src);
+        model_errf(err, errlen, "%s: out of memory", src);
         return -1;
     }
     char *compiled = literal ? strdup(pattern) : rewrite_whitespace(pattern);
     if (!compiled) {
-        set_err(err, errlen, "%s: out of memory", src);
+        model_errf(err, errlen, "%s: out of memory", src);
         return -1;
     }
     int code;
@@ -122,7 +102,7 @@ int tok_set_pretokenizer(tokenizer *t, tok_pre_style style, const char *pattern,
     if (!t->re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(code, msg, sizeof msg);
-        set_err(err, errlen, "%s: split regex \"%s\" does not compile: %s", src, pattern,
+        model_errf(err, errlen, "%s: split regex \"%s\" does not compile: %s", src, pattern,
                 (const char *)msg);
         return -1;
     }
@@ -185,7 +165,7 @@ static int split_valid_run(tok_splitter *s, const char *p, size_t n, tok_chunk_f
         if (rc < 0) {
             PCRE2_UCHAR msg[160];
             pcre2_get_error_message(rc, msg, sizeof msg);
-            set_err(err, errlen, "split regex failed: %s", (const char *)msg);
+            model_errf(err, errlen, "split regex failed: %s", (const char *)msg);
             return -1;
         }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
@@ -202,7 +182,7 @@ static int split_valid_run(tok_splitter *s, const char *p, size_t n, tok_chunk_f
     if (gap < n && fn(ctx, p + gap, n - gap)) goto fail;
     return 0;
 fail:
-    set_err(err, errlen, "out of memory");
+    model_errf(err, errlen, "out of memory");
     return -1;
 }
 
@@ -212,7 +192,7 @@ int tok_split(tok_splitter *s, const char *text, size_t len, tok_chunk_fn fn, vo
     const tokenizer *t = s->t;
     if (len == 0) return 0;
     if (t->style == TOK_PRE_BYTELEVEL && t->add_prefix_space && text[0] != ' ') {
-        if (grow((void **)&s->buf, 1, len + 1, &s->cap)) goto oom;
+        if (model_grow((void **)&s->buf, 1, len + 1, &s->cap)) goto oom;
         s->buf[0] = ' ';
         memcpy(s->buf + 1, text, len);
         text = s->buf;
@@ -238,7 +218,7 @@ int tok_split(tok_splitter *s, const char *text, size_t len, tok_chunk_fn fn, vo
     }
     return 0;
 oom:
-    set_err(err, errlen, "out of memory");
+    model_errf(err, errlen, "out of memory");
     return -1;
 }
 

@@ -13,33 +13,13 @@
  * counts of the pairs around each merged occurrence, and a max-heap holds
  * (count, pair) entries that are checked against the live count when popped
  * (counts of old pairs only fall; a pair whose count rises is pushed again). */
+#include "model_util.h"
 #include "tokenizer_internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
-static int grow(void **p, size_t elem, size_t need, size_t *cap)
-{
-    if (need <= *cap) return 0;
-    size_t c = *cap ? *cap : 16;
-    while (c < need) c *= 2;
-    void *q = realloc(*p, c * elem);
-    if (!q) return -1;
-    *p = q;
-    *cap = c;
-    return 0;
-}
 
 typedef struct {
     const char *text;   /* into the caller's texts, until symbols are made */
@@ -115,7 +95,7 @@ static int count_chunk(void *ctx, const char *chunk, size_t len)
             return 0;
         }
     }
-    if (grow((void **)&tr->words, sizeof *tr->words, tr->nwords + 1, &tr->capwords)) return -1;
+    if (model_grow((void **)&tr->words, sizeof *tr->words, tr->nwords + 1, &tr->capwords)) return -1;
     tr->words[tr->nwords] = (word){chunk, (uint32_t)len, h, 1, NULL};
     tr->wslots[i] = (int32_t)tr->nwords++;
     return 0;
@@ -168,7 +148,7 @@ static int32_t pair_of(trainer *tr, int32_t a, int32_t b)
     for (; tr->pkeys[i] != UINT64_MAX; i = (i + 1) & mask)
         if (tr->pkeys[i] == k) return tr->pvals[i];
     if (tr->npairs >= INT32_MAX ||
-        grow((void **)&tr->pairs, sizeof *tr->pairs, tr->npairs + 1, &tr->cappairs))
+        model_grow((void **)&tr->pairs, sizeof *tr->pairs, tr->npairs + 1, &tr->cappairs))
         return -1;
     tr->pairs[tr->npairs] = (pair){a, b, 0, NULL, 0, 0, 0};
     tr->pkeys[i] = k;
@@ -188,14 +168,14 @@ static int pair_add(trainer *tr, int32_t a, int32_t b, int64_t delta, int32_t w,
     /* a word's pairs are added word by word, so a repeat is the last entry */
     if (!pp->nwords || pp->words[pp->nwords - 1] != w) {
         size_t cap = pp->capwords;
-        if (grow((void **)&pp->words, sizeof *pp->words, (size_t)pp->nwords + 1, &cap))
+        if (model_grow((void **)&pp->words, sizeof *pp->words, (size_t)pp->nwords + 1, &cap))
             return -1;
         pp->capwords = (uint32_t)cap;
         pp->words[pp->nwords++] = w;
     }
     if (pp->touched != stamp) {
         pp->touched = stamp;
-        if (grow((void **)&tr->raised, sizeof *tr->raised, tr->nraised + 1, &tr->capraised))
+        if (model_grow((void **)&tr->raised, sizeof *tr->raised, tr->nraised + 1, &tr->capraised))
             return -1;
         tr->raised[tr->nraised++] = p;
     }
@@ -222,7 +202,7 @@ static bool before(const trainer *tr, heap_entry x, heap_entry y)
 
 static int heap_push(trainer *tr, int32_t p)
 {
-    if (grow((void **)&tr->heap, sizeof *tr->heap, tr->nheap + 1, &tr->capheap)) return -1;
+    if (model_grow((void **)&tr->heap, sizeof *tr->heap, tr->nheap + 1, &tr->capheap)) return -1;
     heap_entry e = {tr->pairs[p].count, p};
     size_t i = tr->nheap++;
     while (i > 0 && before(tr, e, tr->heap[(i - 1) / 2])) {
@@ -323,19 +303,19 @@ static int check_specials(const char *const *specials, int nspecials, char *err,
         const unsigned char *s = (const unsigned char *)specials[k];
         size_t n = strlen(specials[k]);
         if (n == 0) {
-            set_err(err, errlen, "training: special token %d is empty", k);
+            model_errf(err, errlen, "training: special token %d is empty", k);
             return -1;
         }
         /* tokenizer.json holds it as a JSON string */
         for (size_t i = 0, m; i < n; i += m)
             if (!(m = tok_utf8_valid(s + i, n - i, NULL))) {
-                set_err(err, errlen, "training: special token \"%s\" is not valid UTF-8",
+                model_errf(err, errlen, "training: special token \"%s\" is not valid UTF-8",
                         specials[k]);
                 return -1;
             }
         for (int j = 0; j < k; j++)
             if (strcmp(specials[j], specials[k]) == 0) {
-                set_err(err, errlen, "training: special token \"%s\" is given twice",
+                model_errf(err, errlen, "training: special token \"%s\" is given twice",
                         specials[k]);
                 return -1;
             }
@@ -352,7 +332,7 @@ static int count_texts(trainer *tr, const char *const *texts, const size_t *lens
     tok_splitter *sp = tok_splitter_new(tr->t);
     int rc = -1;
     if (!slens || !sp) {
-        set_err(err, errlen, "training: out of memory");
+        model_errf(err, errlen, "training: out of memory");
         goto done;
     }
     for (int k = 0; k < nspecials; k++) slens[k] = strlen(specials[k]);
@@ -408,7 +388,7 @@ int tokenizer_train(tokenizer **out, const char *const *texts, const size_t *len
     if (nspecials < 0 || ntexts < 0 || check_specials(specials, nspecials, err, errlen))
         return -1;
     if (vocab_size < 256 + nspecials || vocab_size > TOK_MAX_ID) {
-        set_err(err, errlen, "training: vocabulary size %d must be in [%d, %d] (256 byte "
+        model_errf(err, errlen, "training: vocabulary size %d must be in [%d, %d] (256 byte "
                 "tokens and %d special)", vocab_size, 256 + nspecials, TOK_MAX_ID, nspecials);
         return -1;
     }
@@ -449,7 +429,7 @@ int tokenizer_train(tokenizer **out, const char *const *texts, const size_t *len
     rc = 0;
     goto done;
 oom:
-    set_err(err, errlen, "training: out of memory");
+    model_errf(err, errlen, "training: out of memory");
 done:
     tokenizer_free(tr.t);
     for (size_t p = 0; p < tr.npairs; p++) free(tr.pairs[p].words);
