@@ -1,0 +1,130 @@
+/* mesh.h — moving framed bytes between nodes: the wire codec (msgpack frames)
+ * and the peer transport (libevent TCP). mesh/ knows no math: a tensor is a
+ * dtype, a shape and bytes. docs/PROTOCOL.md is the reference for the wire.
+ *
+ * Functions that can fail return 0, or -1 with a message naming the peer or
+ * the field at fault in err (at most errlen bytes, NUL-terminated).
+ * mesh/ may include keys/ (later), libevent, msgpack-c and the C library. */
+#ifndef SHARDNODE_MESH_H
+#define SHARDNODE_MESH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ============================ wire codec (wire.c) ======================= */
+
+#define MESH_PROTOCOL_VERSION 1
+#define MESH_MAX_DIMS 4
+#define MESH_NAME_MAX 64     /* node names, with the NUL */
+#define MESH_TEXT_MAX 256    /* run names, abort reasons, with the NUL */
+/* Default bound on one frame's payload (after the 4-byte length prefix). */
+#define MESH_DEFAULT_MAX_FRAME ((size_t)1 << 30)
+
+typedef enum {
+    MESH_MSG_HELLO = 1,       /* name = node, text = run name */
+    MESH_MSG_ACTIVATIONS = 2, /* tensor = stage output; labels; kept */
+    MESH_MSG_GRADIENTS = 3,   /* tensor = gradient of the receiver's output */
+    MESH_MSG_NORM = 4,        /* value = sum of squares; flags bit 0: total */
+    MESH_MSG_TIED_GRAD = 5,   /* tensor = gradient of a weight two stages share */
+    MESH_MSG_COMMIT = 6,      /* value = the step's loss; step committed */
+    MESH_MSG_ABORT = 7,       /* text = reason */
+} mesh_msg_type;
+
+typedef enum { MESH_F32 = 0, MESH_BF16 = 1, MESH_I32 = 2 } mesh_dtype;
+
+/* One decoded or to-be-encoded message. Fields a type does not use are
+ * zero. On decode, data and labels point into the frame (possibly
+ * unaligned: read them with memcpy). */
+typedef struct {
+    mesh_msg_type type;
+    uint32_t version;
+    uint64_t run_id;          /* mesh_run_id(run name): frames of another run are refused */
+    uint32_t epoch;           /* plan epoch */
+    int64_t step;
+    int32_t micro;            /* micro-batch index */
+    int32_t stage;            /* sender's stage */
+    int64_t kept;             /* activations: kept targets of the whole batch */
+    double value;             /* norm: sum of squares; commit: loss */
+    uint32_t flags;
+    char name[MESH_NAME_MAX];
+    char text[MESH_TEXT_MAX];
+    mesh_dtype dtype;         /* of the tensor */
+    int ndim;
+    int64_t shape[MESH_MAX_DIMS];
+    const void *data;         /* tensor bytes: numel(shape) * dtype size */
+    size_t nbytes;
+    const void *labels;       /* activations: int32 labels, nlabels of them */
+    size_t nlabels;
+} mesh_msg;
+
+uint64_t mesh_run_id(const char *run);
+size_t mesh_dtype_size(mesh_dtype d);
+
+/* Encodes everything of the frame except the tensor bytes: the 4-byte
+ * little-endian payload length, the msgpack map, and the header of the
+ * final bin that holds the tensor. The frame on the wire is
+ * head[0..head_len) followed by m->data[0..m->nbytes), so tensors leave
+ * without a copy. *head is malloc'ed. Checks the message is consistent
+ * (nbytes equals the shape's element count times the dtype size, ...). */
+int mesh_encode_head(const mesh_msg *m, uint8_t **head, size_t *head_len, char *err,
+                     size_t errlen);
+/* Decodes one payload (the bytes after the length prefix). Bounded and
+ * strict: known types and keys only, version, dims <= MESH_MAX_DIMS, exact
+ * byte counts, strings within their limits, nothing after the map. Never
+ * reads outside payload[0..len). */
+int mesh_decode(const void *payload, size_t len, mesh_msg *out, char *err, size_t errlen);
+
+/* ============================ transport (net.c) ========================= */
+
+typedef struct mesh_net mesh_net;
+typedef struct mesh_frame mesh_frame;
+
+typedef struct {
+    const char *self;          /* this node's name (sent in HELLO) */
+    const char *run;           /* run name: HELLO text; run_id of every frame */
+    const char *listen_host;   /* NULL: do not listen */
+    int listen_port;           /* 0 with a host: any free port (mesh_net_port) */
+    int timeout_ms;            /* connect give-up and dead-peer timeout */
+    size_t max_frame;          /* 0: MESH_DEFAULT_MAX_FRAME */
+    size_t send_high_water;    /* bytes queued per peer before send blocks; 0: 64 MiB */
+} mesh_net_config;
+
+/* Starts the event loop on its own thread (and the listener). */
+int mesh_net_start(mesh_net **out, const mesh_net_config *cfg, char *err, size_t errlen);
+/* Closes every connection and joins the loop thread. NULL is fine. */
+void mesh_net_stop(mesh_net *n);
+int mesh_net_port(const mesh_net *n);
+
+/* Declares a peer this node talks to. With a host, this node connects to
+ * it (retrying with backoff until timeout_ms); without (NULL), the peer
+ * connects here and is recognised by the name in its HELLO. Connections
+ * from names that were not declared, frames that do not decode, frames
+ * over max_frame, another protocol version or another run are logged to
+ * stderr with the remote address and dropped; the node stays up. Returns
+ * the peer's index (0, 1, ...) or -1. */
+int mesh_net_add_peer(mesh_net *n, const char *name, const char *host, int port, char *err,
+                      size_t errlen);
+/* Waits until every declared peer has exchanged HELLO, or fails after
+ * timeout_ms naming the peers still missing. */
+int mesh_net_wait_connected(mesh_net *n, int timeout_ms, char *err, size_t errlen);
+
+/* Queues a message to a peer: the head is copied, the tensor bytes are
+ * referenced, not copied, so m->data must stay unchanged until
+ * mesh_net_flush(n, peer) returns. Blocks (without spinning) while more than
+ * send_high_water bytes are queued for that peer. Fails if the peer is gone. */
+int mesh_net_send(mesh_net *n, int peer, const mesh_msg *m, char *err, size_t errlen);
+/* Waits until everything queued for the peer has been handed to the kernel. */
+int mesh_net_flush(mesh_net *n, int peer, int timeout_ms, char *err, size_t errlen);
+
+/* The next message from any peer, in arrival order, waiting up to
+ * timeout_ms (without spinning). Fails naming the peer when a declared
+ * peer's connection closed or broke, or naming what is awaited on timeout.
+ * msg's pointers live until mesh_frame_free(*frame). */
+int mesh_net_recv(mesh_net *n, int *peer, mesh_msg *msg, mesh_frame **frame, int timeout_ms,
+                  char *err, size_t errlen);
+void mesh_frame_free(mesh_frame *f);
+/* The name of a declared peer. */
+const char *mesh_net_peer_name(const mesh_net *n, int peer);
+
+#endif
