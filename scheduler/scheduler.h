@@ -24,4 +24,24 @@ typedef struct {
 int split_parse(split_plan *plan, const char *spec, int num_layers, const char *flag,
                 char *err, size_t errlen);
 
+/* ---- pipeline schedule (schedule.c) ----------------------------------
+ * The order in which one stage runs the forwards and backwards of a step's
+ * micro-batches, as data that node/ executes. */
+typedef enum { SCHED_FORWARD = 0, SCHED_BACKWARD = 1 } sched_kind;
+typedef struct {
+    sched_kind kind;
+    int micro;
+} sched_op;
+typedef enum { SCHED_1F1B = 0, SCHED_GPIPE = 1 } sched_policy;
+
+/* Fills ops[0 .. 2m) for stage s of p stages and m micro-batches.
+ * 1F1B: min(p - s - 1, m) forwards to fill the pipe, then one forward and
+ * one backward in turn, then the remaining backwards: at most p - s
+ * micro-batches in flight on stage s. GPipe: all forwards, then all
+ * backwards: m in flight. Micro-batches run in order in each direction.
+ * Returns 2m, or -1 if the arguments make no schedule. */
+int sched_build(sched_policy policy, int p, int s, int m, sched_op *ops);
+/* The most micro-batches forwarded and not yet backwarded at any point. */
+int sched_max_in_flight(const sched_op *ops, int n);
+
 #endif
