@@ -254,7 +254,11 @@ typedef struct stage stage;
  * stages (see stage_params). Buffers are sized once for micro-batches of
  * shape [B, T]; nothing is allocated after stage_create. */
 int stage_create(stage **out, const llama_config *cfg, int layer_begin, int layer_end,
-                 bool first, bool last, int B, int T, char *err, size_t errlen);
+                 bool first, bool last, int B, int T, int slots, char *err, size_t errlen);
+/* Micro-batch slots: the activations of `slots` micro-batches can be held
+ * between their forward and their backward (a pipeline schedule's in-flight
+ * bound; 1 for a single process). */
+int stage_slots(const stage *s);
 void stage_free(stage *s);
 bool stage_is_first(const stage *s);
 bool stage_is_last(const stage *s);
@@ -276,14 +280,15 @@ void stage_init_weights(stage *s, uint64_t seed);
 /* Loads every parameter of the stage from f by its HF name. */
 int stage_load_weights(stage *s, const safetensors_file *f, char *err, size_t errlen);
 
-/* Forward of one micro-batch. The first stage reads ids [B*T]; others read
+/* Forward of one micro-batch into a slot (its activations stay there until
+ * that slot's backward). The first stage reads ids [B*T]; others read
  * in_act [B*T*C]. The last stage needs labels [B*T] and returns the sum of
  * kept token losses in *loss_sum and their count in *kept; ids and labels
  * are range-checked (error names the position). Other stages leave their
  * output activations in stage_output(). */
-int stage_forward(stage *s, const int32_t *ids, const float *in_act, const int32_t *labels,
-                  double *loss_sum, int *kept, char *err, size_t errlen);
-const float *stage_output(const stage *s);
+int stage_forward(stage *s, int slot, const int32_t *ids, const float *in_act,
+                  const int32_t *labels, double *loss_sum, int *kept, char *err, size_t errlen);
+const float *stage_output(const stage *s, int slot);
 
 /* Backward of the micro-batch last run forward. The last stage uses
  * loss_scale (1 / kept tokens of the whole batch, so micro-batches sum to
@@ -291,7 +296,7 @@ const float *stage_output(const stage *s);
  * Parameter gradients accumulate into stage_grads (zero them per step with
  * stage_zero_grads); non-first stages leave the gradient of their input in
  * stage_input_grad(). */
-void stage_backward(stage *s, const float *dout, float loss_scale);
+void stage_backward(stage *s, int slot, const float *dout, float loss_scale);
 const float *stage_input_grad(const stage *s);
 void stage_zero_grads(stage *s);
 /* A stage holding both the embedding and a tied head keeps the head's
@@ -315,7 +320,7 @@ void stage_adamw_step(stage *s, const stage_adamw *opt, int t, float grad_scale)
 float *stage_param_data(stage *s, const char *name);
 /* Per-token losses [B*T] of the last forward of a last stage (0 where the
  * label is ignored). */
-const float *stage_token_losses(const stage *s);
+const float *stage_token_losses(const stage *s, int slot);
 
 /* ======================= generation ====================================== */
 /* BEGIN generation section (owned by model/generate.c) */

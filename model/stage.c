@@ -35,6 +35,16 @@ typedef struct {
     float *h;          /* [N,F] */
 } layer_acts;
 
+/* Everything one in-flight micro-batch keeps from its forward for its
+ * backward. A pipeline stage has as many slots as its schedule keeps
+ * micro-batches in flight (1F1B: p - s). */
+typedef struct {
+    layer_acts *acts;                  /* [nl] */
+    float *out;                        /* [N,C] stage output (residual after last layer) */
+    float *lnf_out, *rstdf, *logits, *losses;
+    int32_t *ids, *labels;             /* copies for the backward */
+} slot_acts;
+
 struct stage {
     llama_config cfg;
     int l0, l1, nl, B, T, N, QKV;
@@ -52,14 +62,12 @@ struct stage {
     float *dhead_apart;
 
     float *arena;                      /* every activation and scratch buffer */
-    layer_acts *acts;                  /* [nl] */
-    float *out;                        /* [N,C] stage output (residual after last layer) */
-    float *lnf_out, *rstdf, *logits, *losses;
+    slot_acts *slots;                  /* [nslots]: micro-batches in flight */
+    int nslots;
     float *dres, *dln, *dqkv, *datty, *dgu, *dh;
     float *att_scratch;
     int nscratch;
     float *rope_cos, *rope_sin;        /* [T, HD/2] */
-    int32_t *ids, *labels;             /* copies for the backward */
 };
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
@@ -160,8 +168,10 @@ static size_t stage_layout(stage *s, float *base)
         if (base) (ptr) = base + used;                                    \
         used += ((size_t)(n) + 15) & ~(size_t)15; /* 64-byte aligned */   \
     } while (0)
+    for (int k = 0; k < s->nslots; k++) {
+    slot_acts *sl = &s->slots[k];
     for (int l = 0; l < s->nl; l++) {
-        layer_acts *a = &s->acts[l];
+        layer_acts *a = &sl->acts[l];
         CARVE(a->res_in, N * C);
         CARVE(a->ln1, N * C);
         CARVE(a->rstd1, N);
@@ -174,12 +184,13 @@ static size_t stage_layout(stage *s, float *base)
         CARVE(a->gu, N * 2 * F);
         CARVE(a->h, N * F);
     }
-    CARVE(s->out, N * C);
+    CARVE(sl->out, N * C);
     if (s->last) {
-        CARVE(s->lnf_out, N * C);
-        CARVE(s->rstdf, N);
-        CARVE(s->logits, N * V);
-        CARVE(s->losses, N);
+        CARVE(sl->lnf_out, N * C);
+        CARVE(sl->rstdf, N);
+        CARVE(sl->logits, N * V);
+        CARVE(sl->losses, N);
+    }
     }
     CARVE(s->dres, N * C);
     CARVE(s->dln, N * C);
@@ -205,7 +216,7 @@ static float *alloc_floats(size_t n)
 }
 
 int stage_create(stage **out, const llama_config *cfg, int layer_begin, int layer_end,
-                 bool first, bool last, int B, int T, char *err, size_t errlen)
+                 bool first, bool last, int B, int T, int slots, char *err, size_t errlen)
 {
     *out = NULL;
     int L = cfg->num_hidden_layers;
@@ -217,6 +228,8 @@ int stage_create(stage **out, const llama_config *cfg, int layer_begin, int laye
                     layer_end, first && layer_begin != 0 ? "embedding" : "head");
     if (!first && !last && layer_begin == layer_end)
         return fail(err, errlen, "stage layers [%d, %d) hold nothing", layer_begin, layer_end);
+    if (slots < 1 || slots > 1024)
+        return fail(err, errlen, "a stage needs 1 to 1024 micro-batch slots, not %d", slots);
     if (B < 1 || T < 1)
         return fail(err, errlen, "micro-batch shape [%d, %d] must be positive", B, T);
     if (T > cfg->max_position_embeddings)
@@ -243,10 +256,16 @@ int stage_create(stage **out, const llama_config *cfg, int layer_begin, int laye
     s->table = calloc((size_t)s->nl * 9 + 3, sizeof *s->table);
     s->w = calloc((size_t)s->nl + 1, sizeof *s->w);
     s->dw = calloc((size_t)s->nl + 1, sizeof *s->dw);
-    s->acts = calloc((size_t)s->nl + 1, sizeof *s->acts);
-    s->ids = calloc((size_t)s->N, sizeof *s->ids);
-    s->labels = calloc((size_t)s->N, sizeof *s->labels);
-    if (!s->table || !s->w || !s->dw || !s->acts || !s->ids || !s->labels) goto oom;
+    s->nslots = slots;
+    s->slots = calloc((size_t)slots, sizeof *s->slots);
+    if (!s->table || !s->w || !s->dw || !s->slots) goto oom;
+    for (int k = 0; k < slots; k++) {
+        slot_acts *sl = &s->slots[k];
+        sl->acts = calloc((size_t)s->nl + 1, sizeof *sl->acts);
+        sl->ids = calloc((size_t)s->N, sizeof *sl->ids);
+        sl->labels = calloc((size_t)s->N, sizeof *sl->labels);
+        if (!sl->acts || !sl->ids || !sl->labels) goto oom;
+    }
     build_table(s);
     s->params = alloc_floats(s->nparams);
     s->grads = alloc_floats(s->nparams);
@@ -277,9 +296,12 @@ void stage_free(stage *s)
     free(s->table);
     free(s->w);
     free(s->dw);
-    free(s->acts);
-    free(s->ids);
-    free(s->labels);
+    for (int k = 0; s->slots && k < s->nslots; k++) {
+        free(s->slots[k].acts);
+        free(s->slots[k].ids);
+        free(s->slots[k].labels);
+    }
+    free(s->slots);
     free(s->params);
     free(s->grads);
     free(s->m);
@@ -298,7 +320,8 @@ float *stage_grads(stage *s) { return s->grads; }
 float *stage_moment1(stage *s) { return s->m; }
 float *stage_moment2(stage *s) { return s->v; }
 size_t stage_num_params(const stage *s) { return s->nparams; }
-const float *stage_output(const stage *s) { return s->out; }
+const float *stage_output(const stage *s, int slot) { return s->slots[slot].out; }
+int stage_slots(const stage *s) { return s->nslots; }
 const float *stage_input_grad(const stage *s) { return s->dres; }
 float *stage_param_data(stage *s, const char *name)
 {
@@ -307,7 +330,7 @@ float *stage_param_data(stage *s, const char *name)
     return NULL;
 }
 
-const float *stage_token_losses(const stage *s) { return s->losses; }
+const float *stage_token_losses(const stage *s, int slot) { return s->slots[slot].losses; }
 
 void stage_zero_grads(stage *s)
 {
@@ -374,14 +397,14 @@ int stage_load_weights(stage *s, const safetensors_file *f, char *err, size_t er
 
 /* ---- forward ---------------------------------------------------------------- */
 
-static void layer_forward(stage *s, int l)
+static void layer_forward(stage *s, slot_acts *sl, int l)
 {
     const llama_config *c = &s->cfg;
     int N = s->N, C = c->hidden_size, F = c->intermediate_size, HD = c->head_dim;
     int NH = c->num_attention_heads, NKV = c->num_key_value_heads;
-    layer_acts *a = &s->acts[l];
+    layer_acts *a = &sl->acts[l];
     const layer_weights *w = &s->w[l];
-    float *res_out = l + 1 < s->nl ? s->acts[l + 1].res_in : s->out;
+    float *res_out = l + 1 < s->nl ? sl->acts[l + 1].res_in : sl->out;
 
     rmsnorm_forward(a->ln1, a->rstd1, a->res_in, w->ln1, N, C, c->rms_norm_eps);
     matmul_forward(a->qkv, a->ln1, w->wqkv, N, C, s->QKV, 0);
@@ -409,28 +432,33 @@ static int check_tokens(const int32_t *x, const char *what, bool allow_ignore, i
     return 0;
 }
 
-int stage_forward(stage *s, const int32_t *ids, const float *in_act, const int32_t *labels,
-                  double *loss_sum, int *kept, char *err, size_t errlen)
+int stage_forward(stage *s, int slot, const int32_t *ids, const float *in_act,
+                  const int32_t *labels, double *loss_sum, int *kept, char *err, size_t errlen)
 {
     int N = s->N, C = s->cfg.hidden_size, V = s->cfg.vocab_size;
-    float *x0 = s->nl > 0 ? s->acts[0].res_in : s->out;
+    if (slot < 0 || slot >= s->nslots) {
+        snprintf(err, errlen, "micro-batch slot %d outside the stage's %d", slot, s->nslots);
+        return -1;
+    }
+    slot_acts *sl = &s->slots[slot];
+    float *x0 = s->nl > 0 ? sl->acts[0].res_in : sl->out;
     if (s->first) {
         if (check_tokens(ids, "input_ids", false, s->B, s->T, V, err, errlen)) return -1;
-        memcpy(s->ids, ids, (size_t)N * sizeof *ids);
-        embedding_forward(x0, s->ids, s->wte, N, C);
+        memcpy(sl->ids, ids, (size_t)N * sizeof *ids);
+        embedding_forward(x0, sl->ids, s->wte, N, C);
     } else {
         memcpy(x0, in_act, (size_t)N * C * sizeof(float));
     }
     if (s->last && check_tokens(labels, "labels", true, s->B, s->T, V, err, errlen)) return -1;
 
-    for (int l = 0; l < s->nl; l++) layer_forward(s, l);
+    for (int l = 0; l < s->nl; l++) layer_forward(s, sl, l);
 
     if (s->last) {
-        memcpy(s->labels, labels, (size_t)N * sizeof *labels);
-        rmsnorm_forward(s->lnf_out, s->rstdf, s->out, s->lnf, N, C, s->cfg.rms_norm_eps);
-        matmul_forward(s->logits, s->lnf_out, s->head, N, C, V, 0);
+        memcpy(sl->labels, labels, (size_t)N * sizeof *labels);
+        rmsnorm_forward(sl->lnf_out, sl->rstdf, sl->out, s->lnf, N, C, s->cfg.rms_norm_eps);
+        matmul_forward(sl->logits, sl->lnf_out, s->head, N, C, V, 0);
         int k = 0;
-        double sum = crossentropy_forward(s->logits, s->losses, s->labels, N, V, &k);
+        double sum = crossentropy_forward(sl->logits, sl->losses, sl->labels, N, V, &k);
         if (loss_sum) *loss_sum = sum;
         if (kept) *kept = k;
     }
@@ -441,12 +469,12 @@ int stage_forward(stage *s, const int32_t *ids, const float *in_act, const int32
 
 /* On entry s->dres holds the gradient of the layer's output; on return, the
  * gradient of its input. */
-static void layer_backward(stage *s, int l)
+static void layer_backward(stage *s, slot_acts *sl, int l)
 {
     const llama_config *c = &s->cfg;
     int N = s->N, C = c->hidden_size, F = c->intermediate_size, HD = c->head_dim;
     int NH = c->num_attention_heads, NKV = c->num_key_value_heads;
-    layer_acts *a = &s->acts[l];
+    layer_acts *a = &sl->acts[l];
     const layer_weights *w = &s->w[l];
     layer_weights *dw = &s->dw[l];
 
@@ -472,20 +500,21 @@ static void layer_backward(stage *s, int l)
     rmsnorm_backward(s->dres, dw->ln1, s->dln, a->res_in, w->ln1, a->rstd1, N, C);
 }
 
-void stage_backward(stage *s, const float *dout, float loss_scale)
+void stage_backward(stage *s, int slot, const float *dout, float loss_scale)
 {
     int N = s->N, C = s->cfg.hidden_size, V = s->cfg.vocab_size;
+    slot_acts *sl = &s->slots[slot];
     if (s->last) {
-        crossentropy_backward(s->logits, s->logits, s->labels, N, V, loss_scale);
+        crossentropy_backward(sl->logits, sl->logits, sl->labels, N, V, loss_scale);
         kernels_zero(s->dln, (size_t)N * C);
-        matmul_backward(s->dln, s->dhead, s->logits, s->lnf_out, s->head, N, C, V);
+        matmul_backward(s->dln, s->dhead, sl->logits, sl->lnf_out, s->head, N, C, V);
         kernels_zero(s->dres, (size_t)N * C);
-        rmsnorm_backward(s->dres, s->dlnf, s->dln, s->out, s->lnf, s->rstdf, N, C);
+        rmsnorm_backward(s->dres, s->dlnf, s->dln, sl->out, s->lnf, sl->rstdf, N, C);
     } else {
         memcpy(s->dres, dout, (size_t)N * C * sizeof(float));
     }
-    for (int l = s->nl - 1; l >= 0; l--) layer_backward(s, l);
-    if (s->first) embedding_backward(s->dwte, s->dres, s->ids, N, C);
+    for (int l = s->nl - 1; l >= 0; l--) layer_backward(s, sl, l);
+    if (s->first) embedding_backward(s->dwte, s->dres, sl->ids, N, C);
 }
 
 /* ---- optimizer ------------------------------------------------------------- */

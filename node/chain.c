@@ -18,7 +18,7 @@ int chain_create(chain *c, const llama_config *cfg, const split_plan *plan, int 
     c->T = T;
     for (int i = 0; i < plan->nstages; i++)
         if (stage_create(&c->stages[i], cfg, plan->begin[i], plan->end[i], i == 0,
-                         i == plan->nstages - 1, B, T, err, errlen)) {
+                         i == plan->nstages - 1, B, T, 1, err, errlen)) {
             chain_free(c);
             return -1;
         }
@@ -35,8 +35,8 @@ int chain_forward(chain *c, const int32_t *ids, const int32_t *labels, double *l
                   int *kept, char *err, size_t errlen)
 {
     for (int i = 0; i < c->plan.nstages; i++) {
-        const float *in = i ? stage_output(c->stages[i - 1]) : NULL;
-        if (stage_forward(c->stages[i], ids, in, labels, loss_sum, kept, err, errlen)) return -1;
+        const float *in = i ? stage_output(c->stages[i - 1], 0) : NULL;
+        if (stage_forward(c->stages[i], 0, ids, in, labels, loss_sum, kept, err, errlen)) return -1;
     }
     return 0;
 }
@@ -54,7 +54,7 @@ int chain_forward_backward(chain *c, const int32_t *ids, const int32_t *labels,
     if (kept) *kept = k;
     for (int i = n - 1; i >= 0; i--) {
         const float *dout = i < n - 1 ? stage_input_grad(c->stages[i + 1]) : NULL;
-        stage_backward(c->stages[i], dout, loss_scale > 0 ? loss_scale : 1.0f / (float)k);
+        stage_backward(c->stages[i], 0, dout, loss_scale > 0 ? loss_scale : 1.0f / (float)k);
     }
     return 0;
 }

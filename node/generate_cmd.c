@@ -192,7 +192,7 @@ int cmd_generate(int argc, char **argv)
 
     /* B = T = 1 keeps the stage's activation arena small: the generator
      * only reads its weights. */
-    if (stage_create(&s, &cfg, 0, cfg.num_hidden_layers, true, true, 1, 1, err, sizeof err)) {
+    if (stage_create(&s, &cfg, 0, cfg.num_hidden_layers, true, true, 1, 1, 1, err, sizeof err)) {
         prefix_err(err, sizeof err, config_path);
         goto done;
     }

@@ -59,7 +59,7 @@ static stage *make_model(const llama_config *cfg, uint64_t seed)
 {
     char err[256];
     stage *s;
-    if (stage_create(&s, cfg, 0, cfg->num_hidden_layers, true, true, 1, T, err, sizeof err)) {
+    if (stage_create(&s, cfg, 0, cfg->num_hidden_layers, true, true, 1, T, 1, err, sizeof err)) {
         printf("stage_create: %s\n", err);
         exit(1);
     }
@@ -102,12 +102,12 @@ static void test_matches_stage(int NH, int NKV, bool tied, uint64_t seed)
     for (int t = 0; t < T; t++) labels[t] = t + 1 < T ? ids[t + 1] : ids[0];
     double sum;
     int kept;
-    if (stage_forward(s, ids, NULL, labels, &sum, &kept, err, sizeof err)) {
+    if (stage_forward(s, 0, ids, NULL, labels, &sum, &kept, err, sizeof err)) {
         CHECK(0, "stage_forward: %s", err);
         stage_free(s);
         return;
     }
-    const float *ref = stage_token_losses(s);
+    const float *ref = stage_token_losses(s, 0);
 
     generator *g;
     /* a cache longer than the sequence: rows past the end must not matter */
@@ -236,7 +236,7 @@ static void test_errors(void)
     stage_free(s);
 
     /* a stage without the head cannot generate */
-    if (stage_create(&s, &cfg, 0, 1, true, false, 1, 1, err, sizeof err) == 0) {
+    if (stage_create(&s, &cfg, 0, 1, true, false, 1, 1, 1, err, sizeof err) == 0) {
         CHECK(generator_create(&g, &cfg, s, 4, err, sizeof err) != 0 &&
                   strstr(err, "whole model"),
               "a first-only stage: %s", err);
