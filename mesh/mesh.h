@@ -66,14 +66,21 @@ size_t mesh_dtype_size(mesh_dtype d);
  * final bin that holds the tensor. The frame on the wire is
  * head[0..head_len) followed by m->data[0..m->nbytes), so tensors leave
  * without a copy. *head is malloc'ed. Checks the message is consistent
- * (nbytes equals the shape's element count times the dtype size, ...). */
+ * (nbytes equals the shape's element count times the dtype size, ...).
+ * m->version is not read: the encoder always writes MESH_PROTOCOL_VERSION. */
 int mesh_encode_head(const mesh_msg *m, uint8_t **head, size_t *head_len, char *err,
                      size_t errlen);
 /* Decodes one payload (the bytes after the length prefix). Bounded and
  * strict: known types and keys only, version, dims <= MESH_MAX_DIMS, exact
  * byte counts, strings within their limits, nothing after the map. Never
- * reads outside payload[0..len). */
+ * reads outside payload[0..len). A frame of another version is refused as
+ * such before anything else is judged. On failure *out is all zero. */
 int mesh_decode(const void *payload, size_t len, mesh_msg *out, char *err, size_t errlen);
+/* Reads a frame's 4-byte little-endian length prefix into *len, refusing 0
+ * and anything over max_frame (0: MESH_DEFAULT_MAX_FRAME), so a receiver
+ * never buffers more than it would accept. */
+int mesh_decode_length(const uint8_t prefix[4], size_t max_frame, size_t *len, char *err,
+                       size_t errlen);
 
 /* ============================ transport (net.c) ========================= */
 
@@ -85,9 +92,11 @@ typedef struct {
     const char *run;           /* run name: HELLO text; run_id of every frame */
     const char *listen_host;   /* NULL: do not listen */
     int listen_port;           /* 0 with a host: any free port (mesh_net_port) */
-    int timeout_ms;            /* connect give-up and dead-peer timeout */
+    int timeout_ms;            /* connect give-up and dead-peer timeout; 0: 30 s */
     size_t max_frame;          /* 0: MESH_DEFAULT_MAX_FRAME */
-    size_t send_high_water;    /* bytes queued per peer before send blocks; 0: 64 MiB */
+    size_t send_high_water;    /* bytes queued per peer before send blocks; 0: 64 MiB.
+                                * Also the bound on received bytes waiting for
+                                * mesh_net_recv: above it, peers are not read. */
 } mesh_net_config;
 
 /* Starts the event loop on its own thread (and the listener). */
@@ -106,21 +115,30 @@ int mesh_net_port(const mesh_net *n);
 int mesh_net_add_peer(mesh_net *n, const char *name, const char *host, int port, char *err,
                       size_t errlen);
 /* Waits until every declared peer has exchanged HELLO, or fails after
- * timeout_ms naming the peers still missing. */
+ * timeout_ms naming the peers still missing (at once if one is gone).
+ * Here and below, a timeout_ms of 0 does not wait and < 0 waits without
+ * limit. */
 int mesh_net_wait_connected(mesh_net *n, int timeout_ms, char *err, size_t errlen);
 
 /* Queues a message to a peer: the head is copied, the tensor bytes are
  * referenced, not copied, so m->data must stay unchanged until
  * mesh_net_flush(n, peer) returns. Blocks (without spinning) while more than
- * send_high_water bytes are queued for that peer. Fails if the peer is gone. */
+ * send_high_water bytes are queued for that peer; fails if the peer takes
+ * no byte for the config's timeout_ms meanwhile. Fails if the peer is gone.
+ * A run_id of 0 is sent as this run's. A peer not connected yet gets its
+ * messages once it is. */
 int mesh_net_send(mesh_net *n, int peer, const mesh_msg *m, char *err, size_t errlen);
-/* Waits until everything queued for the peer has been handed to the kernel. */
+/* Waits until everything queued for the peer has been handed to the kernel
+ * and no tensor of it is referenced any more. Fails if the peer is gone
+ * (its tensors are released first) or on timeout (they may then stay
+ * referenced until the peer is gone or mesh_net_stop returns). */
 int mesh_net_flush(mesh_net *n, int peer, int timeout_ms, char *err, size_t errlen);
 
 /* The next message from any peer, in arrival order, waiting up to
- * timeout_ms (without spinning). Fails naming the peer when a declared
- * peer's connection closed or broke, or naming what is awaited on timeout.
- * msg's pointers live until mesh_frame_free(*frame). */
+ * timeout_ms (without spinning). Fails naming the peer (and setting *peer)
+ * when a declared peer's connection closed or broke: reported once, after
+ * the messages that peer sent before. Fails naming what is awaited on
+ * timeout. msg's pointers live until mesh_frame_free(*frame). */
 int mesh_net_recv(mesh_net *n, int *peer, mesh_msg *msg, mesh_frame **frame, int timeout_ms,
                   char *err, size_t errlen);
 void mesh_frame_free(mesh_frame *f);

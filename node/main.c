@@ -26,6 +26,10 @@ static void usage(FILE *out)
             "  train --job JOB.json [--steps N] [--metrics FILE] [--resume] [--threads N]\n"
             "      train a job on this node; --steps N stops after step N of the job's\n"
             "      schedule, --resume continues from OUT/checkpoint.safetensors\n"
+            "  train --job JOB.json --cluster CLUSTER.json --node NAME [--steps N] [--metrics F]\n"
+            "      run this node's stage of a pipeline described by CLUSTER.json\n"
+            "  export --job JOB.json --cluster CLUSTER.json [--out DIR]\n"
+            "      merge the stages' stage-NAME.safetensors into one model directory\n"
             "  batches --job JOB.json --out B.safetensors [--steps N]\n"
             "      write the token batches the job trains on (input_ids, labels, val_*)\n"
             "  tokenizer train --input FILE... --vocab-size N --out tokenizer.json\n"
@@ -59,6 +63,9 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "generate") == 0) return cmd_generate(argc, argv);
     if (strcmp(argv[1], "train") == 0) return cmd_train(argc, argv);
     if (strcmp(argv[1], "batches") == 0) return cmd_batches(argc, argv);
+    if (strcmp(argv[1], "export") == 0) return cmd_export(argc, argv);
+    if (strcmp(argv[1], "plan") == 0) return cmd_plan(argc, argv);
+    if (strcmp(argv[1], "profile") == 0) return cmd_profile(argc, argv);
     if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
         strcmp(argv[1], "-h") == 0) {
         usage(stdout);

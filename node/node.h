@@ -6,10 +6,12 @@
 #ifndef SHARDNODE_NODE_H
 #define SHARDNODE_NODE_H
 
+#include "mesh.h"
 #include "model.h"
 #include "scheduler.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stddef.h>
 
 int cmd_gradcheck(int argc, char **argv);
@@ -18,6 +20,26 @@ int cmd_tokenizer(int argc, char **argv);   /* tokenizer_cmd.c */
 int cmd_generate(int argc, char **argv);    /* generate_cmd.c */
 int cmd_train(int argc, char **argv);       /* train.c */
 int cmd_batches(int argc, char **argv);     /* train.c */
+int cmd_export(int argc, char **argv);      /* export_cmd.c */
+int cmd_plan(int argc, char **argv);        /* plan_cmd.c */
+int cmd_profile(int argc, char **argv);     /* profile_cmd.c */
+
+/* ---- fleet.c: fleet files and configs/devices.json (docs/FORMATS.md) ----
+ * Nodes with measured profiles or public spec sheets, and their links, as
+ * the plain structs scheduler/ plans over. Errors name the entry. */
+typedef struct {
+    char name[PLAN_NAME_MAX];
+    plan_fleet fleet;                   /* nodes in file order */
+    char (*site)[PLAN_NAME_MAX];        /* [nnodes]: each node's site, "" if none */
+    int margin_permille;                /* memory kept free on every node */
+} fleet_file;
+cost_shape fleet_shape(const llama_config *cfg, int64_t seq);
+/* devices: configs/devices.json, or NULL for the fleet's "devices" key, else
+ * devices.json in the folder above the fleet file. Spec-sheet nodes are
+ * estimated at the shape and micro-batch size. */
+int fleet_load(fleet_file *ff, const char *path, const char *devices, const cost_shape *shape,
+               int64_t micro_batch, char *err, size_t errlen);
+void fleet_free(fleet_file *ff);
 
 /* ---- chain.c: the stages of a split plan run in one process -------------
  * Activations flow forward and gradients backward between neighbouring
@@ -88,6 +110,38 @@ int checkpoint_load(const char *path, chain *c, const job_spec *job, long *step,
 /* Writes the weights alone under their HF names (model.safetensors). */
 int checkpoint_export(const char *path, chain *c, char *err, size_t errlen);
 void checkpoint_config_string(const llama_config *c, char *buf, size_t len);
+
+/* ---- cluster.c: the static cluster file (docs/FORMATS.md) ---------------- */
+typedef struct {
+    char name[MESH_NAME_MAX];
+    char host[256];
+    int port;
+    int begin, end;            /* layers [begin, end) */
+} cluster_node;
+
+typedef struct {
+    char run[MESH_TEXT_MAX];   /* run name ("" = derived from the job) */
+    int nnodes;
+    cluster_node nodes[SPLIT_MAX_STAGES];   /* stage order */
+    sched_policy policy;
+    mesh_dtype wire;           /* activations and gradients on the wire */
+    int timeout_ms;
+} cluster_spec;
+
+/* Reads and validates a cluster file against a model of num_layers layers:
+ * stages in list order, contiguous, covering every layer once. */
+int cluster_load(cluster_spec *c, const char *path, int num_layers, char *err, size_t errlen);
+int cluster_find(const cluster_spec *c, const char *name);
+
+/* ---- engine.c: one pipeline stage of a cluster run ------------------------ */
+/* Trains this node's stage of the cluster from step 0 to `stop`: the
+ * schedule's forwards and backwards over the mesh, the tied-weight and
+ * gradient-norm exchanges, AdamW, and the commit of every step. The first
+ * stage reads the data (data may be NULL elsewhere). Writes metrics per step
+ * and, at the end, OUT/stage-NAME.safetensors. */
+int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
+                 const cluster_spec *cl, int self, long stop, FILE *metrics, char *err,
+                 size_t errlen);
 
 /* ---- args.c: "--name value" and "--flag" options ---------------------- */
 typedef struct {

@@ -60,13 +60,14 @@ static void out_path(const trainer *t, const char *name, char *buf, size_t len)
 }
 
 static int trainer_open(trainer *t, const char *job_path, long threads, bool with_model,
-                        char *err, size_t errlen)
+                        bool with_data, char *err, size_t errlen)
 {
     if (job_load(&t->job, job_path, err, errlen)) return -1;
     const job_spec *j = &t->job;
     if (threads || j->threads) kernels_set_threads(threads ? (int)threads : j->threads);
     if (llama_config_load(&t->cfg, j->config, err, errlen)) return -1;
     if (make_dir(j->out_dir, err, errlen)) return -1;
+    if (!with_data) return 0; /* a pipeline stage that gets its tokens from its neighbour */
     if (tokenizer_load(&t->tok, j->tokenizer, err, errlen)) return -1;
     if (tokenizer_vocab_size(t->tok) > t->cfg.vocab_size) {
         snprintf(err, errlen, "%s: tokenizer has %d tokens, more than vocab_size %d of %s",
@@ -283,14 +284,63 @@ static int run(trainer *t, long stop, bool resume, const char *metrics_path, cha
     return 0;
 }
 
+/* `train --cluster C --node NAME`: this node's stage of a pipeline run. */
+static int run_cluster(trainer *t, const char *job, const char *cluster_path, const char *node,
+                       long threads, long stop, bool resume, const char *metrics, char *err,
+                       size_t errlen)
+{
+    cluster_spec *cl = calloc(1, sizeof *cl);
+    int rc = -1, self;
+    if (!cl) return -1;
+    if (!node) {
+        snprintf(err, errlen, "--cluster needs --node NAME (which entry of %.900s this is)",
+                 cluster_path);
+        goto out;
+    }
+    if (resume) {
+        snprintf(err, errlen, "--resume is not supported with --cluster yet");
+        goto out;
+    }
+    /* only the first stage reads data; find out which stage this is first */
+    if (trainer_open(t, job, threads, false, false, err, errlen) ||
+        cluster_load(cl, cluster_path, t->cfg.num_hidden_layers, err, errlen))
+        goto out;
+    if ((self = cluster_find(cl, node)) < 0) {
+        snprintf(err, errlen, "%.900s: no node named \"%s\"", cluster_path, node);
+        goto out;
+    }
+    if (self == 0) {
+        job_free(&t->job);
+        free(t->ids);
+        free(t->labels);
+        t->ids = t->labels = NULL;
+        if (trainer_open(t, job, threads, false, true, err, errlen)) goto out;
+    }
+    if (stop > t->job.steps) {
+        snprintf(err, errlen, "--steps %ld is past the job's last step (%ld)", stop, t->job.steps);
+        goto out;
+    }
+    if (metrics && !(t->metrics = fopen(metrics, "w"))) {
+        snprintf(err, errlen, "%s: cannot open for writing: %s", metrics, strerror(errno));
+        goto out;
+    }
+    rc = engine_train(&t->job, &t->cfg, t->data, cl, self, stop > 0 ? stop : t->job.steps,
+                      t->metrics, err, errlen);
+out:
+    free(cl);
+    return rc;
+}
+
 int cmd_train(int argc, char **argv)
 {
-    const char *job = NULL, *steps = NULL, *metrics = NULL, *threads = NULL;
+    const char *job = NULL, *steps = NULL, *metrics = NULL, *threads = NULL, *cluster = NULL,
+               *node = NULL;
     bool resume = false;
     const args_option opts[] = {
         {"--job", &job, NULL},         {"--steps", &steps, NULL},
         {"--metrics", &metrics, NULL}, {"--threads", &threads, NULL},
-        {"--resume", NULL, &resume},
+        {"--resume", NULL, &resume},   {"--cluster", &cluster, NULL},
+        {"--node", &node, NULL},
     };
     const char *required[] = {"--job", NULL};
     int nopts = (int)(sizeof opts / sizeof opts[0]);
@@ -303,8 +353,10 @@ int cmd_train(int argc, char **argv)
         args_require(opts, nopts, required, err, sizeof err) ||
         (steps && args_int(steps, "--steps", 1, 1L << 40, &stop, err, sizeof err)) ||
         (threads && args_int(threads, "--threads", 1, 1024, &nthreads, err, sizeof err)) ||
-        trainer_open(&t, job, nthreads, true, err, sizeof err) ||
-        run(&t, stop, resume, metrics, err, sizeof err))
+        (cluster ? run_cluster(&t, job, cluster, node, nthreads, stop, resume, metrics, err,
+                              sizeof err)
+                 : trainer_open(&t, job, nthreads, true, true, err, sizeof err)) ||
+        (!cluster && run(&t, stop, resume, metrics, err, sizeof err)))
         goto done;
     rc = 0;
 done:
@@ -335,7 +387,7 @@ int cmd_batches(int argc, char **argv)
     if (args_parse(argc, argv, 2, opts, 3, err, sizeof err) ||
         args_require(opts, 3, required, err, sizeof err) ||
         (steps && args_int(steps, "--steps", 1, 1L << 30, &nsteps, err, sizeof err)) ||
-        trainer_open(&t, job, 0, false, err, sizeof err))
+        trainer_open(&t, job, 0, false, true, err, sizeof err))
         goto done;
     const job_spec *j = &t.job;
     if (nsteps > j->steps) {

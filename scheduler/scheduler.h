@@ -44,4 +44,218 @@ int sched_build(sched_policy policy, int p, int s, int m, sched_op *ops);
 /* The most micro-batches forwarded and not yet backwarded at any point. */
 int sched_max_in_flight(const sched_op *ops, int n);
 
+/* BEGIN planner section (owned by cost.c, plan.c, plan_search.c, simulate.c)
+ * The cost model, the planner and the 1F1B simulator. Every figure is an
+ * integer — nanoseconds, bytes, bytes per second — and every operation on
+ * them is integer arithmetic: in a leaderless pool every node computes the
+ * plan itself, and floating point (FMA contraction, libm) could differ
+ * between two CPUs and split the pool. */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* ---- cost model (cost.c) ------------------------------------------------ */
+
+/* The parts a stage can hold: stage 0 the embedding, every stage a run of
+ * decoder layers, the last stage the final norm, LM head and loss. */
+enum { COST_EMBED = 0, COST_LAYER = 1, COST_HEAD = 2, COST_UNITS = 3 };
+
+typedef struct {
+    int layers;                                 /* L */
+    int64_t hidden, intermediate, heads, kv_heads, vocab;
+    int64_t seq;                                /* T: tokens per sequence */
+    bool tied;                                  /* the head shares the embedding */
+} cost_shape;
+
+/* Bytes of a model at micro-batch size b, as model/stage.c lays a stage out
+ * (fp32 weights, gradients and both AdamW moments; the activation arena). */
+typedef struct {
+    int64_t params[COST_UNITS];                 /* parameters of one unit */
+    int64_t weight[COST_UNITS], grad[COST_UNITS], moments[COST_UNITS];
+    int64_t act[COST_UNITS];                    /* kept per in-flight micro-batch */
+    int64_t head_state_tied_first;  /* head's weights+grads+moments on a stage that also
+                                       holds the tied embedding (the norm, plus a gradient
+                                       buffer for the head apart) */
+    int64_t slot;             /* per in-flight micro-batch on any stage: output, ids, labels */
+    int64_t stage;            /* once per stage: input-gradient buffers, RoPE tables */
+    int64_t layer_work;       /* once per stage holding layers: backward scratch */
+    int64_t att_scratch;      /* per attention scratch slot of a stage holding layers */
+    int64_t boundary;         /* activations (or their gradient) crossing one cut */
+} cost_bytes;
+
+/* wire_bytes: 4 (fp32) or 2 (bf16) per element on the wire. Fails when the
+ * shape is not positive or its figures do not fit the arithmetic. */
+int cost_bytes_compute(cost_bytes *out, const cost_shape *shape, int64_t micro_batch,
+                       int wire_bytes, char *err, size_t errlen);
+
+/* What one device does at one micro-batch shape: measured by `shardnode
+ * profile`, or estimated from a spec sheet (cost_profile_from_spec). */
+typedef struct {
+    int64_t micro_batch;                        /* B the times were taken at */
+    int64_t fwd_ns[COST_UNITS], bwd_ns[COST_UNITS];   /* one unit, one micro-batch */
+    int64_t opt_ns[COST_UNITS];                 /* AdamW update of one unit */
+    int64_t memory_bytes;                       /* usable memory */
+    int scratch_slots;                          /* attention scratch buffers (CPU: threads) */
+} cost_profile;
+
+/* A public spec sheet (configs/devices.json), in integers. */
+typedef struct {
+    int64_t gflops;          /* peak of the precision training uses, GFLOP/s */
+    int64_t mfu_permille;    /* share of that peak the matrix products reach */
+    int64_t memory_bytes;    /* usable: memory minus the runtime's reserve */
+    int64_t mem_bandwidth;   /* bytes per second */
+    int64_t weight_bytes;    /* bytes per weight read by the compute (2 bf16, 4 fp32) */
+    int scratch_slots;
+} cost_spec;
+
+/* Times of a roofline: matrix products at mfu of peak plus one pass over
+ * the weights and activations at memory bandwidth; backward twice the
+ * forward; AdamW reads 16 and writes 12 bytes per parameter. */
+int cost_profile_from_spec(cost_profile *out, const cost_spec *spec, const cost_shape *shape,
+                           int64_t micro_batch, char *err, size_t errlen);
+
+typedef struct {
+    int64_t latency_ns;
+    int64_t bandwidth;                          /* bytes per second, > 0 */
+} cost_link;
+
+/* latency + bytes / bandwidth, rounded up. */
+int64_t cost_transfer_ns(const cost_link *l, int64_t bytes);
+/* A unit's time at micro-batch b from its time at B: linear, rounded to
+ * nearest (the planner's only model of other micro-batch sizes). */
+int64_t cost_scale(int64_t ns, int64_t b, int64_t B);
+/* floor(a * b / c) exactly (128-bit intermediate), INT64_MAX on overflow. */
+int64_t cost_muldiv(int64_t a, int64_t b, int64_t c);
+/* Memory of a stage holding the embedding or not, `layers` decoder layers,
+ * the head or not, with `in_flight` micro-batches' activations kept. */
+int64_t cost_stage_memory(const cost_bytes *cb, bool tied, int scratch_slots, bool embed,
+                          int64_t layers, bool head, int64_t in_flight);
+
+/* "1.50 GiB", "12.0 MiB", "512 bytes": sizes in messages. */
+void cost_format_bytes(char *buf, size_t len, int64_t bytes);
+
+/* Link measurement: echo probes of `bytes` each way and their round trips.
+ * Latency from the smallest probes, bandwidth from the difference between
+ * the largest and the smallest (medians). The mesh sends the probes. */
+typedef struct {
+    int64_t bytes;
+    int64_t rtt_ns;
+} cost_probe;
+int cost_link_estimate(cost_link *out, const cost_probe *probes, int n, char *err,
+                       size_t errlen);
+
+/* ---- fleets, jobs and plans (plan.c) ------------------------------------ */
+
+#define PLAN_NAME_MAX 64
+#define PLAN_MAX_STAGES SPLIT_MAX_STAGES
+/* Devices sharing one stage's micro-batches (data parallel across unequal
+ * devices, as Zorse and Metis do): room for a later issue; 1 today. */
+#define PLAN_MAX_GROUP 8
+#define PLAN_EXACT_MAX_NODES 8         /* exact search up to here, heuristic above */
+#define PLAN_EXHAUSTIVE_MAX_NODES 10
+#define PLAN_MAX_NODES 1024
+
+typedef struct {
+    char name[PLAN_NAME_MAX];      /* unique: the total order that breaks ties */
+    char device[PLAN_NAME_MAX];    /* for reports only */
+    cost_profile prof;
+} plan_node;
+
+typedef struct {
+    int nnodes;
+    plan_node *nodes;
+    cost_link *links;              /* [nnodes * nnodes]: links[i*n + j] carries i to j */
+} plan_fleet;
+
+typedef struct {
+    cost_shape shape;
+    int64_t batch;                 /* sequences per step */
+    int64_t max_micro_batch;       /* micro-batch sizes b | batch, b <= this, are tried */
+    int wire_bytes;                /* 4 fp32, 2 bf16 */
+    int margin_permille;           /* memory kept free on every node */
+} plan_job;
+
+typedef struct {
+    int ndevices;                  /* 1 (see PLAN_MAX_GROUP) */
+    int node[PLAN_MAX_GROUP];      /* indices into the fleet */
+    int layer_begin, layer_end;    /* decoder layers [begin, end) */
+    bool embed, head;              /* the first stage holds the embedding, the last the head */
+    /* filled by cost_evaluate: */
+    int64_t fwd_ns, bwd_ns;        /* one micro-batch */
+    int64_t send_ns, recv_ns;      /* activations to the next stage, gradient back */
+    int64_t time_ns;               /* t_s = fwd + bwd + send + recv */
+    int64_t opt_ns;                /* AdamW of the stage, once per step */
+    int64_t in_flight;             /* micro-batches whose activations are kept: min(p - s, m) */
+    int64_t memory_bytes, memory_limit;
+} plan_stage;
+
+typedef struct {
+    int nstages;
+    int64_t micro_batches, micro_batch;   /* m and b: m * b = batch */
+    plan_stage stage[PLAN_MAX_STAGES];
+    /* filled by cost_evaluate: */
+    int64_t pipeline_ns;           /* (m - 1) * max_s t_s + sum_s t_s */
+    int64_t optimizer_ns;          /* max_s opt_s: clipping needs every gradient first */
+    int64_t step_ns;               /* pipeline + optimizer */
+    int bottleneck;                /* stage with the largest t_s (first of equals) */
+    int64_t bubble_ppm;            /* idle share of p * pipeline, parts per million */
+} plan;
+
+/* Validates a plan's structure against fleet and job and fills the times,
+ * memory and step of every stage. Returns 0; -1 when the plan is malformed
+ * or a node is over its memory limit (usable minus the margin), with a
+ * message naming the node and the bytes missing. err may be NULL (search). */
+int cost_evaluate(plan *p, const plan_fleet *f, const plan_job *job, char *err,
+                  size_t errlen);
+
+typedef enum {
+    PLAN_AUTO = 0,          /* exact up to PLAN_EXACT_MAX_NODES, heuristic above */
+    PLAN_EXACT = 1,         /* branch and bound over orders; exact split per order */
+    PLAN_HEURISTIC = 2,     /* ordered candidates plus local search */
+    PLAN_EXHAUSTIVE = 3,    /* every order of every subset, no bounds */
+} plan_method;
+
+typedef struct {
+    plan_method method;            /* what ran */
+    int64_t orders;                /* orders of nodes solved */
+} plan_stats;
+
+/* Chooses nodes, their order, contiguous layer ranges and the micro-batch
+ * count minimising cost_evaluate's step_ns within memory. Deterministic:
+ * nodes are taken in the order of their names, so the listing order does
+ * not matter; equal costs go to the first plan in that order. The plan's
+ * node indices refer to f. Fails, saying how much memory is missing and
+ * where, when no plan fits. */
+int plan_compute(plan *out, const plan_fleet *f, const plan_job *job, plan_method method,
+                 plan_stats *stats, char *err, size_t errlen);
+/* The Megatron/DeepSpeed default: nodes order[0..n) each holding L/n layers
+ * (the first L mod n one more), with the best micro-batch count that fits. */
+int plan_uniform(plan *out, const plan_fleet *f, const plan_job *job, const int *order, int n,
+                 char *err, size_t errlen);
+/* FNV-1a over the node names, layer ranges and micro-batching. */
+uint64_t plan_hash(const plan *p, const plan_fleet *f);
+/* The chain of stages node/ runs (begin and end layer per stage). */
+void plan_to_split(const plan *p, split_plan *out);
+/* Checks the fleet: names unique and non-empty, links positive, figures
+ * within the integer arithmetic's range. Names the entry at fault. */
+int plan_fleet_check(const plan_fleet *f, char *err, size_t errlen);
+
+/* ---- discrete-event simulator of 1F1B (simulate.c) ---------------------- */
+
+typedef struct {
+    int64_t pipeline_ns;           /* last backward of the step ends */
+    int64_t step_ns;               /* plus the optimizer */
+    int64_t bubble_ppm;            /* idle share of p * pipeline */
+    int64_t events;                /* forwards and backwards replayed */
+} sim_result;
+
+/* Replays the 1F1B schedule (sched_build) of a plan filled by cost_evaluate
+ * micro-batch by micro-batch: each stage runs its ops in order, a forward
+ * waits for the previous stage's activations, a backward for the next
+ * stage's gradient; the transfers over the link between s and s + 1 occupy
+ * stage s, as the cost model counts them. */
+int sim_run(sim_result *out, const plan *p, char *err, size_t errlen);
+
+/* END planner section */
+
 #endif

@@ -1,0 +1,146 @@
+/* net_internal.h — what net.c (the API, called from compute threads) and
+ * net_conn.c (connections, run by the event loop thread) share. Not public.
+ *
+ * Threads and ownership:
+ * - The loop thread is the only one that calls libevent on bufferevents,
+ *   the listener and timers, and the only one that touches struct net_conn.
+ *   So no bufferevent needs BEV_OPT_THREADSAFE, and no lock order between
+ *   libevent's locks and ours can deadlock.
+ * - Compute threads reach the loop through one user event (wake_ev), which
+ *   event_active() fires thread-safely (evthread_use_pthreads).
+ * - Everything both sides read or write is under mesh_net.mu; fields are
+ *   marked below. mu is never held while calling into libevent, because
+ *   libevent calls back into code that takes mu (the reference cleanups
+ *   when it frees an evbuffer chain, the output callback when it writes). */
+#ifndef SHARDNODE_MESH_NET_INTERNAL_H
+#define SHARDNODE_MESH_NET_INTERNAL_H
+
+#include "mesh.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <sys/socket.h>
+
+#define NET_MAX_PEERS 64
+/* A HELLO is a few small fields; refusing a large first frame keeps an
+ * unidentified connection from making this node allocate max_frame. */
+#define NET_HELLO_MAX 4096
+/* The receive queue stops reading from peers above this many frames too, so
+ * many small frames are bounded as well as a few large ones. */
+#define NET_RECV_MAX_FRAMES 1024
+#define NET_ADDR_MAX 80
+#define NET_ERR_MAX 512
+
+typedef enum {
+    NET_PEER_WAITING,   /* declared, no HELLO yet */
+    NET_PEER_UP,        /* HELLO exchanged */
+    NET_PEER_DOWN,      /* connection closed or broke, or connecting gave up */
+} net_peer_state;
+
+/* One message waiting for the loop thread to put it on the wire. */
+struct net_send_item {
+    struct net_send_item *next;
+    uint8_t *head;       /* malloc'ed by mesh_encode_head; freed by libevent's cleanup */
+    size_t head_len;
+    const void *data;    /* the caller's tensor, referenced */
+    size_t nbytes;
+};
+
+struct net_conn;
+
+struct net_peer {
+    struct mesh_net *net;
+    int index;
+    /* Immutable once published in net->peers (under mu). */
+    char name[MESH_NAME_MAX];
+    bool outgoing;                 /* declared with a host: this node connects */
+    struct sockaddr_storage sa;
+    socklen_t salen;
+    int64_t deadline_ns;           /* connecting gives up at this time */
+
+    /* Under net->mu. */
+    char addr[NET_ADDR_MAX];       /* host:port; for incoming peers set at HELLO */
+    net_peer_state state;
+    char err[NET_ERR_MAX];         /* why it is DOWN, or the last connect error */
+    struct net_send_item *outq, *outq_tail; /* not yet handed to libevent */
+    size_t queued;                 /* bytes in outq and in the output evbuffer */
+    uint64_t drained;              /* bytes written so far: send's progress clock */
+    size_t refs;                   /* tensors libevent still references */
+
+    /* Loop thread only. */
+    struct net_conn *conn;
+    struct event *retry_ev;
+    bool connect_started;
+    int backoff_ms;
+    bool retry_logged;
+};
+
+/* A received message (or, with lost set, the news that a peer is gone),
+ * queued for mesh_net_recv in arrival order. */
+struct mesh_frame {
+    struct mesh_frame *next;
+    int peer;
+    bool lost;
+    mesh_msg msg;           /* pointers into payload */
+    uint8_t *payload;
+    size_t len;
+    char err[NET_ERR_MAX];  /* lost: the peer's error */
+};
+
+struct mesh_net {
+    /* Immutable after mesh_net_start. */
+    char self[MESH_NAME_MAX];
+    char run[MESH_TEXT_MAX];
+    uint64_t run_id;
+    int timeout_ms;
+    size_t max_frame;
+    size_t send_high_water;
+    size_t recv_high_water;
+    uint8_t *hello;          /* this node's HELLO frame, sent first on every connection */
+    size_t hello_len;
+    int port;
+    struct event_base *base;
+    struct event *wake_ev;
+    pthread_t thread;
+    bool thread_started;
+
+    /* Loop thread only. */
+    struct evconnlistener *listener;
+    struct net_conn *conns;  /* every open connection, identified or not */
+
+    pthread_mutex_t mu;
+    pthread_cond_t recv_cond;  /* the receive queue got a frame */
+    pthread_cond_t send_cond;  /* a peer's queued bytes or refs went down: backpressure, flush */
+    pthread_cond_t state_cond; /* a peer came up or went down */
+    /* Under mu. */
+    bool stopping;
+    bool resume_wanted;        /* recv drained the queue: loop, read again */
+    int npeers;
+    struct net_peer *peers[NET_MAX_PEERS];
+    struct mesh_frame *rq, *rq_tail;
+    size_t rq_frames, rq_bytes;
+    int npaused;               /* connections not read because the queue is full */
+};
+
+/* net.c */
+void net_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int64_t net_now_ns(void);
+void net_broadcast_all(struct mesh_net *n);
+/* Appends to the receive queue (mu held). */
+void net_enqueue_locked(struct mesh_net *n, struct mesh_frame *f);
+/* Marks a peer DOWN with err and queues the news for recv (mu held). */
+void net_peer_down_locked(struct net_peer *p, const char *err);
+
+/* net_conn.c: the loop thread */
+void *net_loop_main(void *arg);
+void net_wake_cb(evutil_socket_t fd, short what, void *arg);
+void net_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
+                   void *arg);
+void net_accept_error_cb(struct evconnlistener *l, void *arg);
+void net_format_addr(const struct sockaddr *sa, char *out, size_t outlen);
+
+#endif

@@ -1,0 +1,538 @@
+/* engine.c — one stage of a pipeline run over the mesh.
+ *
+ * A step: the schedule's forwards and backwards (activations to the next
+ * stage, gradients to the previous, labels and the batch's kept-target
+ * count travelling with the activations, so only the first stage reads
+ * data); the tied embedding's gradient summed between first and last stage;
+ * the global gradient norm summed along the chain and sent back; clipping
+ * and AdamW everywhere; then the last stage's loss flows back as the commit
+ * of the step, which every stage waits for before the next one. Additions
+ * happen in the same order as in one process, so the losses match it. */
+#include "node.h"
+
+#include "kernels.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define STASH_MAX 512
+
+typedef struct {
+    mesh_msg msg;
+    mesh_frame *frame;
+} pending;
+
+typedef struct {
+    const job_spec *job;
+    const llama_config *cfg;
+    const cluster_spec *cl;
+    data_set *data;
+    int self, p, m, rows;      /* stage, stages, micro-batches, B*T */
+    stage *st;
+    int nslots;
+    mesh_net *net;
+    int prev, next, tied;      /* peer indices or -1 */
+    uint64_t run_id;
+    int32_t *ids, *labels;     /* [m][rows] */
+    float *inbuf;              /* [rows*C] aligned copy of a received tensor */
+    uint16_t *wirebuf;         /* [nslots][rows*C] bf16 activations, or the gradient */
+    uint16_t *gradwire;
+    long step;
+    pending stash[STASH_MAX];
+    int nstash;
+} engine;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const char *type_name(mesh_msg_type t)
+{
+    static const char *const names[] = {"?", "hello", "activations", "gradients", "norm",
+                                        "tied gradient", "commit", "abort"};
+    return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
+}
+
+/* The next message of `type` (and micro-batch, when micro >= 0) of the
+ * current step; others that arrive first wait in the stash. */
+static int await(engine *e, mesh_msg_type type, int micro, int flags_total, mesh_msg *out,
+                 mesh_frame **frame, char *err, size_t errlen)
+{
+    for (int i = 0; i < e->nstash; i++) {
+        mesh_msg *x = &e->stash[i].msg;
+        if (x->type == type && (micro < 0 || x->micro == micro) && x->step == e->step &&
+            (flags_total < 0 || (int)(x->flags & 1) == flags_total)) {
+            *out = *x;
+            *frame = e->stash[i].frame;
+            e->stash[i] = e->stash[--e->nstash];
+            return 0;
+        }
+    }
+    for (;;) {
+        int peer;
+        mesh_msg msg;
+        mesh_frame *f;
+        char why[512];
+        if (mesh_net_recv(e->net, &peer, &msg, &f, e->cl->timeout_ms, why, sizeof why)) {
+            snprintf(err, errlen, "step %ld, waiting for %s%s: %s", e->step + 1, type_name(type),
+                     micro >= 0 ? " of a micro-batch" : "", why);
+            return -1;
+        }
+        if (msg.type == MESH_MSG_ABORT) {
+            snprintf(err, errlen, "node %s aborted the run: %.300s", mesh_net_peer_name(e->net, peer),
+                     msg.text);
+            mesh_frame_free(f);
+            return -1;
+        }
+        if (msg.type == type && (micro < 0 || msg.micro == micro) && msg.step == e->step &&
+            (flags_total < 0 || (int)(msg.flags & 1) == flags_total)) {
+            *out = msg;
+            *frame = f;
+            return 0;
+        }
+        if (msg.step != e->step || e->nstash == STASH_MAX) {
+            snprintf(err, errlen, "node %s sent %s of step %lld during step %ld",
+                     mesh_net_peer_name(e->net, peer), type_name(msg.type), (long long)msg.step + 1,
+                     e->step + 1);
+            mesh_frame_free(f);
+            return -1;
+        }
+        e->stash[e->nstash++] = (pending){msg, f};
+    }
+}
+
+static void bf16_from_f32(uint16_t *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &src[i], 4);
+        if ((b & 0x7f800000u) == 0x7f800000u && (b & 0x7fffffu)) {
+            dst[i] = (uint16_t)((b >> 16) | 0x40); /* keep NaN a NaN */
+            continue;
+        }
+        b += 0x7fffu + ((b >> 16) & 1); /* round to nearest even */
+        dst[i] = (uint16_t)(b >> 16);
+    }
+}
+
+/* A received tensor of rows*C elements into the aligned input buffer. */
+static int take_tensor(engine *e, const mesh_msg *msg, char *err, size_t errlen)
+{
+    size_t n = (size_t)e->rows * e->cfg->hidden_size;
+    size_t want = n * mesh_dtype_size(msg->dtype);
+    if ((msg->dtype != MESH_F32 && msg->dtype != MESH_BF16) || msg->nbytes != want) {
+        snprintf(err, errlen, "step %ld: a %s tensor of %zu bytes, expected %zu (%zu values)",
+                 e->step + 1, type_name(msg->type), msg->nbytes, want, n);
+        return -1;
+    }
+    if (msg->dtype == MESH_F32) {
+        memcpy(e->inbuf, msg->data, want);
+    } else {
+        const unsigned char *b = msg->data;
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, b + 2 * i, 2);
+            e->inbuf[i] = kernels_bf16_to_f32(h);
+        }
+    }
+    return 0;
+}
+
+static int send_tensor(engine *e, int peer, mesh_msg_type type, int micro, const float *x,
+                       uint16_t *wire, const int32_t *labels, int64_t kept, char *err,
+                       size_t errlen)
+{
+    size_t n = (size_t)e->rows * e->cfg->hidden_size;
+    mesh_msg m = {0};
+    m.type = type;
+    m.run_id = e->run_id;
+    m.step = e->step;
+    m.micro = micro;
+    m.stage = e->self;
+    m.dtype = e->cl->wire;
+    m.ndim = 3;
+    m.shape[0] = e->job->micro_batch;
+    m.shape[1] = e->job->seq_len;
+    m.shape[2] = e->cfg->hidden_size;
+    if (e->cl->wire == MESH_BF16) {
+        bf16_from_f32(wire, x, n);
+        m.data = wire;
+        m.nbytes = n * 2;
+    } else {
+        m.data = x;
+        m.nbytes = n * 4;
+    }
+    if (labels) {
+        m.labels = labels;
+        m.nlabels = (size_t)e->rows;
+        m.kept = kept;
+    }
+    return mesh_net_send(e->net, peer, &m, err, errlen);
+}
+
+static int send_small(engine *e, int peer, mesh_msg_type type, double value, uint32_t flags,
+                      char *err, size_t errlen)
+{
+    mesh_msg m = {0};
+    m.type = type;
+    m.run_id = e->run_id;
+    m.step = e->step;
+    m.stage = e->self;
+    m.value = value;
+    m.flags = flags;
+    return mesh_net_send(e->net, peer, &m, err, errlen);
+}
+
+/* The forwards and backwards of one step; the last stage returns the loss
+ * sum over kept targets and the count. */
+static int run_schedule(engine *e, const sched_op *ops, int nops, double *loss_sum,
+                        int64_t *kept_total, char *err, size_t errlen)
+{
+    const job_spec *j = e->job;
+    bool first = e->self == 0, last = e->self == e->p - 1;
+    int64_t kept = 0;
+    double sum = 0;
+    if (first) {
+        for (int mb = 0; mb < e->m; mb++) {
+            int32_t *ids = e->ids + (size_t)mb * e->rows, *lab = e->labels + (size_t)mb * e->rows;
+            data_train_batch(e->data, j->seed, e->step, mb, j->micro_batch, j->batch, ids, lab);
+            for (int i = 0; i < e->rows; i++) kept += lab[i] != KERNELS_IGNORE_INDEX;
+        }
+        if (kept == 0) {
+            snprintf(err, errlen, "step %ld: every target of the batch is masked (-100)",
+                     e->step + 1);
+            return -1;
+        }
+    }
+    for (int k = 0; k < nops; k++) {
+        int mb = ops[k].micro, slot = mb % e->nslots;
+        int32_t *lab = e->labels + (size_t)mb * e->rows;
+        mesh_msg msg;
+        mesh_frame *f = NULL;
+        if (ops[k].kind == SCHED_FORWARD) {
+            const float *in = NULL;
+            if (!first) {
+                if (await(e, MESH_MSG_ACTIVATIONS, mb, -1, &msg, &f, err, errlen)) return -1;
+                if (msg.nlabels != (size_t)e->rows || take_tensor(e, &msg, err, errlen)) {
+                    if (msg.nlabels != (size_t)e->rows)
+                        snprintf(err, errlen, "step %ld: activations carry %zu labels, expected %d",
+                                 e->step + 1, msg.nlabels, e->rows);
+                    mesh_frame_free(f);
+                    return -1;
+                }
+                memcpy(lab, msg.labels, (size_t)e->rows * sizeof *lab);
+                kept = msg.kept;
+                mesh_frame_free(f);
+                in = e->inbuf;
+            }
+            /* the slot's previous activations may still be on their way out */
+            if (!last && mesh_net_flush(e->net, e->next, e->cl->timeout_ms, err, errlen)) return -1;
+            double s = 0;
+            int kk = 0;
+            if (stage_forward(e->st, slot, first ? e->ids + (size_t)mb * e->rows : NULL, in, lab,
+                              &s, &kk, err, errlen))
+                return -1;
+            sum += s;
+            if (!last &&
+                send_tensor(e, e->next, MESH_MSG_ACTIVATIONS, mb, stage_output(e->st, slot),
+                            e->wirebuf + (size_t)slot * e->rows * e->cfg->hidden_size, lab, kept,
+                            err, errlen))
+                return -1;
+        } else {
+            const float *dout = NULL;
+            if (!last) {
+                if (await(e, MESH_MSG_GRADIENTS, mb, -1, &msg, &f, err, errlen)) return -1;
+                int bad = take_tensor(e, &msg, err, errlen);
+                mesh_frame_free(f);
+                if (bad) return -1;
+                dout = e->inbuf;
+            }
+            /* the input gradient buffer is shared: the last one must be sent */
+            if (!first && mesh_net_flush(e->net, e->prev, e->cl->timeout_ms, err, errlen)) return -1;
+            stage_backward(e->st, slot, dout, (float)(1.0 / (double)kept));
+            if (!first && send_tensor(e, e->prev, MESH_MSG_GRADIENTS, mb, stage_input_grad(e->st),
+                                      e->gradwire, NULL, 0, err, errlen))
+                return -1;
+        }
+    }
+    *loss_sum = sum;
+    *kept_total = kept;
+    return 0;
+}
+
+/* First and last stage both hold the tied embedding: each sends its
+ * gradient and adds the other's (embedding + head, as in one process). */
+static int exchange_tied(engine *e, char *err, size_t errlen)
+{
+    if (e->p == 1) {
+        stage_sum_tied_grads(e->st);
+        return 0;
+    }
+    if (e->tied < 0) return 0;
+    const stage_param *p = NULL;
+    for (int i = 0; i < stage_param_count(e->st); i++)
+        if (strcmp(stage_param_at(e->st, i)->name, "model.embed_tokens.weight") == 0)
+            p = stage_param_at(e->st, i);
+    float *g = stage_grads(e->st) + p->offset;
+    mesh_msg m = {0}, in;
+    mesh_frame *f;
+    m.type = MESH_MSG_TIED_GRAD;
+    m.run_id = e->run_id;
+    m.step = e->step;
+    m.stage = e->self;
+    m.dtype = MESH_F32;
+    m.ndim = 2;
+    m.shape[0] = p->shape[0];
+    m.shape[1] = p->shape[1];
+    m.data = g;
+    m.nbytes = p->numel * sizeof(float);
+    if (mesh_net_send(e->net, e->tied, &m, err, errlen) ||
+        await(e, MESH_MSG_TIED_GRAD, -1, -1, &in, &f, err, errlen))
+        return -1;
+    int rc = 0;
+    if (in.dtype != MESH_F32 || in.nbytes != m.nbytes) {
+        snprintf(err, errlen, "step %ld: tied gradient of %zu bytes, expected %zu", e->step + 1,
+                 in.nbytes, m.nbytes);
+        rc = -1;
+    } else if (mesh_net_flush(e->net, e->tied, e->cl->timeout_ms, err, errlen) == 0) {
+        const unsigned char *b = in.data;
+        for (size_t i = 0; i < p->numel; i++) {
+            float x;
+            memcpy(&x, b + 4 * i, 4);
+            g[i] += x;
+        }
+    } else {
+        rc = -1;
+    }
+    mesh_frame_free(f);
+    return rc;
+}
+
+/* Sum of squares along the chain, total sent back; same order as one
+ * process summing stage by stage. */
+static int global_norm(engine *e, double *norm, char *err, size_t errlen)
+{
+    double sum = 0;
+    mesh_msg in;
+    mesh_frame *f;
+    if (e->self > 0) {
+        if (await(e, MESH_MSG_NORM, -1, 0, &in, &f, err, errlen)) return -1;
+        sum = in.value;
+        mesh_frame_free(f);
+    }
+    sum += stage_grad_sumsq(e->st);
+    if (e->self < e->p - 1) {
+        if (send_small(e, e->next, MESH_MSG_NORM, sum, 0, err, errlen) ||
+            await(e, MESH_MSG_NORM, -1, 1, &in, &f, err, errlen))
+            return -1;
+        sum = in.value;
+        mesh_frame_free(f);
+    }
+    if (e->self > 0 && send_small(e, e->prev, MESH_MSG_NORM, sum, 1, err, errlen)) return -1;
+    *norm = sqrt(sum);
+    return 0;
+}
+
+/* The last stage's loss flows back to the first: the step is committed. */
+static int commit(engine *e, double *loss, char *err, size_t errlen)
+{
+    mesh_msg in;
+    mesh_frame *f;
+    if (e->self < e->p - 1) {
+        if (await(e, MESH_MSG_COMMIT, -1, -1, &in, &f, err, errlen)) return -1;
+        *loss = in.value;
+        mesh_frame_free(f);
+    }
+    if (e->self > 0 && send_small(e, e->prev, MESH_MSG_COMMIT, *loss, 0, err, errlen)) return -1;
+    return 0;
+}
+
+static int engine_step(engine *e, const sched_op *ops, int nops, double lr, double *loss,
+                       char *err, size_t errlen)
+{
+    const job_spec *j = e->job;
+    double sum = 0, norm;
+    int64_t kept = 0;
+    stage_zero_grads(e->st);
+    if (run_schedule(e, ops, nops, &sum, &kept, err, errlen)) return -1;
+    if (exchange_tied(e, err, errlen) || global_norm(e, &norm, err, errlen)) return -1;
+    double coef = j->grad_clip > 0 ? j->grad_clip / (norm + 1e-6) : 1.0;
+    stage_adamw opt = {(float)lr, (float)j->beta1, (float)j->beta2, (float)j->eps,
+                       (float)j->weight_decay};
+    stage_adamw_step(e->st, &opt, (int)(e->step + 1), coef < 1.0 ? (float)coef : 1.0f);
+    *loss = e->self == e->p - 1 ? sum / (double)kept : 0;
+    return commit(e, loss, err, errlen);
+}
+
+static int save_stage(engine *e, char *err, size_t errlen)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/stage-%s.safetensors", e->job->out_dir,
+             e->cl->nodes[e->self].name);
+    chain c = {0};
+    c.cfg = *e->cfg;
+    c.plan.nstages = 1;
+    c.stages[0] = e->st;
+    return checkpoint_export(path, &c, err, errlen);
+}
+
+/* Tells every peer why this node stops, so they stop with the reason. */
+static void abort_run(engine *e, const char *reason)
+{
+    int peers[3] = {e->prev, e->next, e->tied};
+    for (int i = 0; i < 3; i++) {
+        if (peers[i] < 0 || (i == 2 && (peers[2] == e->prev || peers[2] == e->next))) continue;
+        mesh_msg m = {0};
+        char ignore[256];
+        m.type = MESH_MSG_ABORT;
+        m.run_id = e->run_id;
+        snprintf(m.text, sizeof m.text, "%.50s: %.200s", e->cl->nodes[e->self].name, reason);
+        if (mesh_net_send(e->net, peers[i], &m, ignore, sizeof ignore) == 0)
+            mesh_net_flush(e->net, peers[i], 2000, ignore, sizeof ignore);
+    }
+}
+
+static int engine_open(engine *e, char *err, size_t errlen)
+{
+    const cluster_spec *cl = e->cl;
+    const cluster_node *me = &cl->nodes[e->self];
+    e->p = cl->nnodes;
+    e->m = e->job->batch / e->job->micro_batch;
+    e->rows = e->job->micro_batch * e->job->seq_len;
+    sched_op probe[2 * 1024];
+    if (e->m > 1024) {
+        snprintf(err, errlen, "%d micro-batches per step; at most 1024", e->m);
+        return -1;
+    }
+    int n = sched_build(cl->policy, e->p, e->self, e->m, probe);
+    e->nslots = sched_max_in_flight(probe, n);
+    if (stage_create(&e->st, e->cfg, me->begin, me->end, e->self == 0, e->self == e->p - 1,
+                     e->job->micro_batch, e->job->seq_len, e->nslots, err, errlen))
+        return -1;
+    size_t act = (size_t)e->rows * e->cfg->hidden_size;
+    e->ids = malloc((size_t)e->m * e->rows * sizeof *e->ids);
+    e->labels = malloc((size_t)e->m * e->rows * sizeof *e->labels);
+    e->inbuf = malloc(act * sizeof *e->inbuf);
+    e->wirebuf = malloc((size_t)e->nslots * act * sizeof *e->wirebuf);
+    e->gradwire = malloc(act * sizeof *e->gradwire);
+    if (!e->ids || !e->labels || !e->inbuf || !e->wirebuf || !e->gradwire) {
+        snprintf(err, errlen, "out of memory for the stage's buffers");
+        return -1;
+    }
+    char run[MESH_TEXT_MAX];
+    snprintf(run, sizeof run, "%s", *cl->run ? cl->run : e->job->path);
+    e->run_id = mesh_run_id(run);
+    mesh_net_config nc = {me->name, run, me->host, me->port, cl->timeout_ms, 0, 0};
+    if (mesh_net_start(&e->net, &nc, err, errlen)) return -1;
+    /* stage s connects to s + 1 (and the first to the last for a tied
+     * head); the other side waits for the connection */
+    e->prev = e->next = e->tied = -1;
+    const cluster_node *pn = e->self > 0 ? &cl->nodes[e->self - 1] : NULL;
+    const cluster_node *nn = e->self < e->p - 1 ? &cl->nodes[e->self + 1] : NULL;
+    if (pn && (e->prev = mesh_net_add_peer(e->net, pn->name, NULL, 0, err, errlen)) < 0) return -1;
+    if (nn && (e->next = mesh_net_add_peer(e->net, nn->name, nn->host, nn->port, err, errlen)) < 0)
+        return -1;
+    if (e->cfg->tie_word_embeddings && e->p > 1) {
+        if (e->p == 2) {
+            e->tied = e->self == 0 ? e->next : e->prev;
+        } else if (e->self == 0) {
+            const cluster_node *ln = &cl->nodes[e->p - 1];
+            if ((e->tied = mesh_net_add_peer(e->net, ln->name, ln->host, ln->port, err, errlen)) < 0)
+                return -1;
+        } else if (e->self == e->p - 1) {
+            if ((e->tied = mesh_net_add_peer(e->net, cl->nodes[0].name, NULL, 0, err, errlen)) < 0)
+                return -1;
+        }
+    }
+    return mesh_net_wait_connected(e->net, cl->timeout_ms, err, errlen);
+}
+
+static void engine_close(engine *e)
+{
+    for (int i = 0; i < e->nstash; i++) mesh_frame_free(e->stash[i].frame);
+    mesh_net_stop(e->net);
+    stage_free(e->st);
+    free(e->ids);
+    free(e->labels);
+    free(e->inbuf);
+    free(e->wirebuf);
+    free(e->gradwire);
+}
+
+static int engine_init_weights(engine *e, char *err, size_t errlen)
+{
+    if (!e->job->init_weights) {
+        stage_init_weights(e->st, e->job->seed);
+        return 0;
+    }
+    safetensors_file *f;
+    if (safetensors_open(&f, e->job->init_weights, err, errlen)) return -1;
+    int rc = stage_load_weights(e->st, f, err, errlen);
+    safetensors_close(f);
+    return rc;
+}
+
+int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
+                 const cluster_spec *cl, int self, long stop, FILE *metrics, char *err,
+                 size_t errlen)
+{
+    engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    e->job = job;
+    e->cfg = cfg;
+    e->cl = cl;
+    e->self = self;
+    e->data = data;
+    int rc = -1;
+    sched_op *ops = NULL;
+    if (engine_open(e, err, errlen) || engine_init_weights(e, err, errlen)) goto out;
+    ops = malloc((size_t)2 * e->m * sizeof *ops);
+    if (!ops) goto out;
+    int nops = sched_build(cl->policy, e->p, self, e->m, ops);
+    const cluster_node *me = &cl->nodes[self];
+    printf("train: node %s, stage %d of %d: layers [%d, %d)%s%s, %d micro-batches of %d, %s, "
+           "%d in flight\n",
+           me->name, self + 1, e->p, me->begin, me->end, self == 0 ? " + embedding" : "",
+           self == e->p - 1 ? " + head" : "", e->m, job->micro_batch,
+           cl->policy == SCHED_GPIPE ? "GPipe" : "1F1B", e->nslots);
+    fflush(stdout);
+    double t0 = now_s();
+    for (e->step = 0; e->step < stop; e->step++) {
+        double ts = now_s(), lr = job_lr(job, e->step), loss = 0;
+        if (engine_step(e, ops, nops, lr, &loss, err, errlen)) {
+            abort_run(e, err);
+            goto out;
+        }
+        long done = e->step + 1;
+        double ms = 1e3 * (now_s() - ts);
+        if (metrics) {
+            fprintf(metrics, "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.6g, \"tokens\": %ld, "
+                    "\"step_ms\": %.1f, \"tokens_per_s\": %.1f}\n", done, loss, lr,
+                    done * (long)job->batch * job->seq_len, ms,
+                    (double)job->batch * job->seq_len / ms * 1e3);
+            fflush(metrics);
+        }
+        if (done % job->log_interval == 0 || done == stop) {
+            printf("step %ld/%ld  loss %.4f  lr %.2e  %.0f tok/s\n", done, job->steps, loss, lr,
+                   (double)done * job->batch * job->seq_len / (now_s() - t0));
+            fflush(stdout);
+        }
+    }
+    if (save_stage(e, err, errlen)) goto out;
+    printf("train: node %s wrote %s/stage-%s.safetensors\n", me->name, job->out_dir, me->name);
+    rc = 0;
+out:
+    free(ops);
+    engine_close(e);
+    free(e);
+    return rc;
+}

@@ -1,0 +1,291 @@
+/* plan_cmd.c — `shardnode plan`: the planner and the 1F1B simulator run
+ * offline on a fleet file, beside the uniform split a user would otherwise
+ * write by hand (the Megatron/DeepSpeed default), as text or JSON. */
+#include "node.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+static void fmt_ns(char *buf, size_t len, int64_t ns)
+{
+    if (ns >= 1000000000)
+        snprintf(buf, len, "%.3f s", (double)ns * 1e-9);
+    else if (ns >= 1000000)
+        snprintf(buf, len, "%.1f ms", (double)ns * 1e-6);
+    else
+        snprintf(buf, len, "%.1f us", (double)ns * 1e-3);
+}
+
+/* What the report says of one plan. */
+typedef struct {
+    const char *title;
+    bool ok;
+    char error[512];
+    plan *p;
+    sim_result sim;
+    bool sim_ok;
+} report;
+
+static double tokens_per_s(const plan *p, const plan_job *job)
+{
+    return (double)job->batch * (double)job->shape.seq * 1e9 / (double)p->step_ns;
+}
+
+static void simulate(report *r)
+{
+    char e[256];
+    r->sim_ok = r->ok && sim_run(&r->sim, r->p, e, sizeof e) == 0;
+}
+
+static void layers_text(char *buf, size_t len, const plan_stage *st)
+{
+    snprintf(buf, len, "%s[%d, %d)%s", st->embed ? "emb + " : "", st->layer_begin, st->layer_end,
+             st->head ? " + head" : "");
+}
+
+static void print_plan(const report *r, const fleet_file *ff, const plan_job *job, bool stages)
+{
+    char a[32], b[32], c[32];
+    const plan *p = r->p;
+    if (stages) {
+        printf("  %-5s %-16s %-14s %-22s %12s %11s %9s  %s\n", "stage", "node", "device", "layers",
+               "t/micro", "transfers", "in flight", "memory used / limit");
+        for (int s = 0; s < p->nstages; s++) {
+            const plan_stage *st = &p->stage[s];
+            char lay[64];
+            layers_text(lay, sizeof lay, st);
+            fmt_ns(a, sizeof a, st->time_ns);
+            fmt_ns(b, sizeof b, st->send_ns + st->recv_ns);
+            char mu[32], ml[32];
+            cost_format_bytes(mu, sizeof mu, st->memory_bytes);
+            cost_format_bytes(ml, sizeof ml, st->memory_limit);
+            printf("  %-5d %-16s %-14s %-22s %12s %11s %9lld  %s / %s%s\n", s,
+                   ff->fleet.nodes[st->node[0]].name, ff->fleet.nodes[st->node[0]].device, lay, a,
+                   b, (long long)st->in_flight, mu, ml, s == p->bottleneck ? "  <- bottleneck" : "");
+        }
+    }
+    fmt_ns(a, sizeof a, p->step_ns);
+    fmt_ns(b, sizeof b, p->pipeline_ns);
+    fmt_ns(c, sizeof c, p->optimizer_ns);
+    printf("  %lld micro-batches of %lld; step %s = pipeline %s + optimizer %s; %.0f tokens/s; "
+           "bubble %.1f%%\n", (long long)p->micro_batches, (long long)p->micro_batch, a, b, c,
+           tokens_per_s(p, job), (double)p->bubble_ppm / 1e4);
+    if (r->sim_ok) {
+        fmt_ns(a, sizeof a, r->sim.step_ns);
+        printf("  simulated 1F1B, event by event: step %s; the cost model is %+.2f%% from it\n", a,
+               100.0 * (double)(p->step_ns - r->sim.step_ns) / (double)r->sim.step_ns);
+    }
+}
+
+static json_t *plan_json(const report *r, const fleet_file *ff, const plan_job *job,
+                         const plan *best)
+{
+    if (!r->ok) return json_pack("{s:s}", "error", r->error);
+    const plan *p = r->p;
+    json_t *stages = json_array();
+    for (int s = 0; s < p->nstages; s++) {
+        const plan_stage *st = &p->stage[s];
+        json_array_append_new(stages, json_pack(
+            "{s:s,s:s,s:i,s:i,s:b,s:b,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
+            "node", ff->fleet.nodes[st->node[0]].name, "device", ff->fleet.nodes[st->node[0]].device,
+            "layer_begin", st->layer_begin, "layer_end", st->layer_end, "embedding", st->embed,
+            "head", st->head, "time_ns", (json_int_t)st->time_ns, "forward_ns", (json_int_t)st->fwd_ns,
+            "backward_ns", (json_int_t)st->bwd_ns, "send_ns", (json_int_t)st->send_ns,
+            "recv_ns", (json_int_t)st->recv_ns, "optimizer_ns", (json_int_t)st->opt_ns,
+            "in_flight", (json_int_t)st->in_flight, "memory_bytes", (json_int_t)st->memory_bytes,
+            "memory_limit", (json_int_t)st->memory_limit));
+    }
+    char hash[20];
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)plan_hash(p, &ff->fleet));
+    json_t *o = json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:o}", "hash", hash,
+                          "micro_batches", (json_int_t)p->micro_batches,
+                          "micro_batch", (json_int_t)p->micro_batch, "step_ns", (json_int_t)p->step_ns,
+                          "pipeline_ns", (json_int_t)p->pipeline_ns,
+                          "optimizer_ns", (json_int_t)p->optimizer_ns,
+                          "tokens_per_s", tokens_per_s(p, job), "bubble", (double)p->bubble_ppm / 1e6,
+                          "stages", stages);
+    if (r->sim_ok)
+        json_object_set_new(o, "simulated", json_pack("{s:I,s:I,s:f}", "step_ns",
+                            (json_int_t)r->sim.step_ns, "pipeline_ns", (json_int_t)r->sim.pipeline_ns,
+                            "model_vs_simulated", (double)(p->step_ns - r->sim.step_ns) /
+                                                      (double)r->sim.step_ns));
+    if (best && best != p)
+        json_object_set_new(o, "plan_speedup", json_real((double)p->step_ns / (double)best->step_ns));
+    return o;
+}
+
+static const char *method_name(plan_method m)
+{
+    return m == PLAN_EXACT ? "exact" : m == PLAN_HEURISTIC ? "heuristic" : m == PLAN_EXHAUSTIVE
+                                                                               ? "exhaustive" : "auto";
+}
+
+int cmd_plan(int argc, char **argv)
+{
+    const char *fleet = NULL, *model = NULL, *micro = "1", *seq = NULL, *batch = "32",
+               *devices = NULL, *method = "auto", *wire = "fp32";
+    bool exhaustive = false, as_json = false;
+    const args_option opts[] = {
+        {"--fleet", &fleet, NULL},        {"--model", &model, NULL},
+        {"--micro-batch", &micro, NULL},  {"--seq", &seq, NULL},
+        {"--batch", &batch, NULL},        {"--devices", &devices, NULL},
+        {"--method", &method, NULL},      {"--wire", &wire, NULL},
+        {"--exhaustive", NULL, &exhaustive}, {"--json", NULL, &as_json},
+    };
+    const char *required[] = {"--fleet", "--model", NULL};
+    int nopts = (int)(sizeof opts / sizeof opts[0]), rc = 1;
+    char err[1024];
+    long B, T = 0, N;
+    llama_config cfg;
+    fleet_file ff = {0};
+    report rp = {"plan", false, "", NULL, {0}, false};
+    report ua = {"uniform, all nodes", false, "", NULL, {0}, false};
+    report un = {"uniform, the plan's nodes", false, "", NULL, {0}, false};
+    report ex = {"exhaustive", false, "", NULL, {0}, false};
+    int *order = NULL;
+    plan_method pm = PLAN_AUTO;
+    if (args_parse(argc, argv, 2, opts, nopts, err, sizeof err) ||
+        args_require(opts, nopts, required, err, sizeof err) ||
+        llama_config_load(&cfg, model, err, sizeof err) ||
+        args_int(micro, "--micro-batch", 1, 1 << 20, &B, err, sizeof err) ||
+        args_int(batch, "--batch", 1, 1 << 24, &N, err, sizeof err) ||
+        (seq && args_int(seq, "--seq", 1, cfg.max_position_embeddings, &T, err, sizeof err))) {
+        fprintf(stderr, "shardnode plan: %s\n", err);
+        return 2;
+    }
+    if (!seq) T = cfg.max_position_embeddings < 1024 ? cfg.max_position_embeddings : 1024;
+    if (strcmp(method, "auto") && strcmp(method, "exact") && strcmp(method, "heuristic")) {
+        fprintf(stderr, "shardnode plan: --method \"%s\": expected auto, exact or heuristic\n", method);
+        return 2;
+    }
+    if (strcmp(wire, "fp32") && strcmp(wire, "bf16")) {
+        fprintf(stderr, "shardnode plan: --wire \"%s\": expected fp32 or bf16\n", wire);
+        return 2;
+    }
+    pm = !strcmp(method, "exact") ? PLAN_EXACT : !strcmp(method, "heuristic") ? PLAN_HEURISTIC
+                                                                             : PLAN_AUTO;
+    cost_shape shape = fleet_shape(&cfg, T);
+    if (fleet_load(&ff, fleet, devices, &shape, B, err, sizeof err)) goto fail;
+    plan_job job = {shape, N, B, strcmp(wire, "bf16") ? 4 : 2, ff.margin_permille};
+    int n = ff.fleet.nnodes;
+    rp.p = malloc(sizeof *rp.p);
+    ua.p = malloc(sizeof *ua.p);
+    un.p = malloc(sizeof *un.p);
+    ex.p = malloc(sizeof *ex.p);
+    order = malloc((size_t)n * sizeof *order);
+    if (!rp.p || !ua.p || !un.p || !ex.p || !order) {
+        snprintf(err, sizeof err, "out of memory");
+        goto fail;
+    }
+    plan_stats st = {0}, xst = {0};
+    double t0 = now_ms();
+    if (plan_compute(rp.p, &ff.fleet, &job, pm, &st, err, sizeof err)) goto fail;
+    double plan_ms = now_ms() - t0, ex_ms = 0;
+    rp.ok = true;
+    for (int i = 0; i < n; i++) order[i] = i;
+    ua.ok = plan_uniform(ua.p, &ff.fleet, &job, order, n, ua.error, sizeof ua.error) == 0;
+    for (int s = 0; s < rp.p->nstages; s++) order[s] = rp.p->stage[s].node[0];
+    un.ok = plan_uniform(un.p, &ff.fleet, &job, order, rp.p->nstages, un.error, sizeof un.error) == 0;
+    if (exhaustive) {
+        t0 = now_ms();
+        ex.ok = plan_compute(ex.p, &ff.fleet, &job, PLAN_EXHAUSTIVE, &xst, ex.error,
+                             sizeof ex.error) == 0;
+        ex_ms = now_ms() - t0;
+    }
+    simulate(&rp);
+    simulate(&ua);
+    simulate(&un);
+    char hash[20];
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)plan_hash(rp.p, &ff.fleet));
+    cost_bytes cb;
+    cost_bytes_compute(&cb, &shape, 1, 4, NULL, 0);
+    int64_t params = cb.params[COST_EMBED] + shape.layers * cb.params[COST_LAYER] +
+                     (shape.tied ? shape.hidden : cb.params[COST_HEAD]);
+    if (as_json) {
+        json_t *o = json_pack("{s:{s:s,s:s,s:i},s:{s:s,s:i,s:I,s:I,s:I},s:{s:I,s:I,s:I,s:s,s:f}}",
+                              "fleet", "name", ff.name, "path", fleet, "nodes", n,
+                              "model", "path", model, "layers", shape.layers, "hidden_size",
+                              (json_int_t)shape.hidden, "vocab_size", (json_int_t)shape.vocab,
+                              "parameters", (json_int_t)params,
+                              "job", "batch", (json_int_t)N, "seq", (json_int_t)T,
+                              "max_micro_batch", (json_int_t)B, "wire", wire,
+                              "memory_margin", ff.margin_permille / 1000.0);
+        json_t *pj = plan_json(&rp, &ff, &job, NULL);
+        json_object_set_new(pj, "method", json_string(method_name(st.method)));
+        json_object_set_new(pj, "orders", json_integer((json_int_t)st.orders));
+        json_object_set_new(pj, "planning_ms", json_real(plan_ms));
+        json_object_set_new(o, "plan", pj);
+        json_object_set_new(o, "uniform_all_nodes", plan_json(&ua, &ff, &job, rp.p));
+        json_object_set_new(o, "uniform_plan_nodes", plan_json(&un, &ff, &job, rp.p));
+        if (exhaustive) {
+            json_t *xj = plan_json(&ex, &ff, &job, NULL);
+            if (ex.ok) {
+                json_object_set_new(xj, "orders", json_integer((json_int_t)xst.orders));
+                json_object_set_new(xj, "time_ms", json_real(ex_ms));
+                json_object_set_new(xj, "gap", json_real((double)(rp.p->step_ns - ex.p->step_ns) /
+                                                         (double)ex.p->step_ns));
+            }
+            json_object_set_new(o, "exhaustive", xj);
+        }
+        char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
+        printf("%s\n", text ? text : "{}");
+        free(text);
+        json_decref(o);
+    } else {
+        printf("fleet \"%s\" (%s): %d nodes\n", ff.name, fleet, n);
+        printf("model %s: %d layers, hidden %lld, vocab %lld, %.2f B parameters; batch %ld x %ld "
+               "tokens, micro-batches of at most %ld; %s on the wire; %.1f%% memory margin\n\n",
+               model, shape.layers, (long long)shape.hidden, (long long)shape.vocab,
+               (double)params * 1e-9, N, T, B, wire, ff.margin_permille / 10.0);
+        printf("plan: %d stages, hash %s, %s search over %lld orders in %.1f ms\n",
+               rp.p->nstages, hash, method_name(st.method), (long long)st.orders, plan_ms);
+        print_plan(&rp, &ff, &job, true);
+        report *base[2] = {&ua, &un};
+        const char *what[2] = {"all nodes in file order, the Megatron/DeepSpeed default",
+                               "the plan's nodes in its order"};
+        for (int k = 0; k < 2; k++) {
+            printf("\nuniform split, %s:\n", what[k]);
+            if (!base[k]->ok) {
+                printf("  does not run: %s\n", base[k]->error);
+                continue;
+            }
+            print_plan(base[k], &ff, &job, false);
+            printf("  the plan is %.2fx faster\n",
+                   (double)base[k]->p->step_ns / (double)rp.p->step_ns);
+        }
+        if (exhaustive) {
+            printf("\nexhaustive search: ");
+            if (!ex.ok) {
+                printf("%s\n", ex.error);
+            } else {
+                char a[32];
+                fmt_ns(a, sizeof a, ex.p->step_ns);
+                printf("%lld orders in %.1f ms: step %s; the plan is %.3f%% slower\n",
+                       (long long)xst.orders, ex_ms, a,
+                       100.0 * (double)(rp.p->step_ns - ex.p->step_ns) / (double)ex.p->step_ns);
+            }
+        }
+    }
+    rc = 0;
+    goto out;
+fail:
+    fprintf(stderr, "shardnode plan: %s\n", err);
+out:
+    fleet_free(&ff);
+    free(rp.p);
+    free(ua.p);
+    free(un.p);
+    free(ex.p);
+    free(order);
+    return rc;
+}

@@ -1,0 +1,226 @@
+"""A pipeline of real processes on loopback against the single process.
+
+    /usr/bin/python3 tests/integration/pipeline_test.py --shardnode build/shardnode --workdir DIR
+
+1. Three `shardnode train --cluster` processes (uneven stages: 2, 3 and 1
+   layers of a 6-layer model, head on the last) train 50 steps; the loss at
+   every step must equal the single-process run of the same job to 1e-5
+   relative, with 1 micro-batch, with 8 (1F1B), with 8 under GPipe, and with
+   tied embeddings (whose gradient crosses from the last stage to the first);
+   `shardnode export` then merges the stages into a model equal to the
+   single-process model to 1e-5.
+2. A stage killed with SIGKILL makes the other two stop within their timeout
+   with an error that names the lost peer: no hang.
+"""
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+import llama_ref as ref  # noqa: E402
+
+STEPS = 50
+LOSS_RTOL = 1e-5
+PASSAGE = "Gen1:1-Gen20:18"
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+
+
+def free_ports(n):
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+def run(cmd, **kw):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=600, **kw)
+    if p.returncode != 0:
+        raise Failure("%s exited %d:\n%s%s" % (" ".join(cmd), p.returncode, p.stdout, p.stderr))
+    return p
+
+
+def metrics(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def prepare(sn, wd):
+    corpus = os.path.join(wd, "corpus.txt")
+    with open(corpus, "w") as f:
+        f.write(subprocess.run(["bible", PASSAGE], stdout=subprocess.PIPE, text=True,
+                               check=True).stdout)
+    tok = os.path.join(wd, "tokenizer.json")
+    run([sn, "tokenizer", "train", "--input", corpus, "--vocab-size", "512", "--out", tok])
+    return corpus, tok
+
+
+def write_config(path, tied):
+    cfg = dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=64,
+               intermediate_size=176, num_hidden_layers=6, num_attention_heads=4,
+               num_key_value_heads=2, vocab_size=512, max_position_embeddings=64,
+               rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=tied)
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+
+
+def write_job(wd, name, corpus, tok, config, micro_batch, out):
+    job = {"config": config, "tokenizer": tok,
+           "data": {"files": [corpus], "separator": "\n\n", "val_fraction": 0.05},
+           "seq_len": 32, "batch": 8, "micro_batch": micro_batch, "steps": STEPS,
+           "lr": 3e-3, "min_lr": 3e-4, "warmup_steps": 5, "seed": 3, "log_interval": 1000,
+           "out_dir": out}
+    path = os.path.join(wd, name + ".json")
+    with open(path, "w") as f:
+        json.dump(job, f, indent=1)
+    return path
+
+
+def write_cluster(wd, name, ports, schedule="1f1b", timeout_ms=20000):
+    layers = [[0, 2], [2, 5], [5, 6]]
+    cl = {"run": name, "schedule": schedule, "timeout_ms": timeout_ms,
+          "nodes": [{"name": "n%d" % i, "host": "127.0.0.1", "port": ports[i],
+                     "layers": layers[i]} for i in range(3)]}
+    path = os.path.join(wd, name + "-cluster.json")
+    with open(path, "w") as f:
+        json.dump(cl, f, indent=1)
+    return path
+
+
+def start_nodes(sn, job, cluster, wd, name, extra=()):
+    procs = []
+    for i in range(3):
+        m = os.path.join(wd, "%s-n%d.jsonl" % (name, i))
+        cmd = [sn, "train", "--job", job, "--cluster", cluster, "--node", "n%d" % i,
+               "--metrics", m, "--threads", "1"] + list(extra)
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    return procs
+
+
+def check_equal_run(sn, wd, corpus, tok, name, tied, micro_batch, schedule):
+    config = os.path.join(wd, name + "-config.json")
+    write_config(config, tied)
+    single_out = os.path.join(wd, name + "-single")
+    pipe_out = os.path.join(wd, name + "-pipe")
+    job1 = write_job(wd, name + "-single", corpus, tok, config, micro_batch, single_out)
+    jobp = write_job(wd, name + "-pipe", corpus, tok, config, micro_batch, pipe_out)
+    m1 = os.path.join(wd, name + "-single.jsonl")
+    t0 = time.time()
+    run([sn, "train", "--job", job1, "--metrics", m1, "--threads", "2"])
+    t1 = time.time()
+    cluster = write_cluster(wd, name, free_ports(3), schedule)
+    procs = start_nodes(sn, jobp, cluster, wd, name)
+    outs = [p.communicate(timeout=600) for p in procs]
+    t2 = time.time()
+    for i, (p, (o, e)) in enumerate(zip(procs, outs)):
+        check(p.returncode == 0, "%s: node n%d exited %d:\n%s%s" % (name, i, p.returncode, o, e))
+    want = metrics(m1)
+    worst = 0.0
+    for i in range(3):
+        got = metrics(os.path.join(wd, "%s-n%d.jsonl" % (name, i)))
+        check(len(got) == STEPS, "%s: node n%d wrote %d metrics lines" % (name, i, len(got)))
+        for a, b in zip(got, want):
+            rel = abs(a["loss"] - b["loss"]) / abs(b["loss"])
+            worst = max(worst, rel)
+            check(rel <= LOSS_RTOL, "%s: step %d loss %.9g on node n%d, single process %.9g"
+                  % (name, b["step"], a["loss"], i, b["loss"]))
+    run([sn, "export", "--job", jobp, "--cluster", cluster])
+    a = ref.read_safetensors(os.path.join(pipe_out, "model.safetensors"))
+    b = ref.read_safetensors(os.path.join(single_out, "model.safetensors"))
+    check(sorted(a) == sorted(b), "%s: exported tensors differ: %s" % (name, sorted(set(a) ^ set(b))))
+    wdiff = 0.0
+    for k in b:
+        scale = max(float(abs(b[k]).max()), 1e-30)
+        wdiff = max(wdiff, float(abs(a[k] - b[k]).max()) / scale)
+    check(wdiff <= 1e-5, "%s: exported model differs by %.2e (max rel) from the single process"
+          % (name, wdiff))
+    print("ok   %-28s %d steps: worst loss rel diff %.1e, exported weights rel diff %.1e "
+          "(single %.1f s, 3 processes %.1f s)" % (name, STEPS, worst, wdiff, t1 - t0, t2 - t1))
+
+
+def check_kill(sn, wd, corpus, tok):
+    config = os.path.join(wd, "kill-config.json")
+    write_config(config, False)
+    job = write_job(wd, "kill", corpus, tok, config, 2, os.path.join(wd, "kill-out"))
+    with open(job) as f:
+        j = json.load(f)
+    j["steps"] = 100000
+    with open(job, "w") as f:
+        json.dump(j, f)
+    timeout_ms = 5000
+    cluster = write_cluster(wd, "kill", free_ports(3), timeout_ms=timeout_ms)
+    procs = start_nodes(sn, job, cluster, wd, "kill")
+    m0 = os.path.join(wd, "kill-n0.jsonl")
+    t_end = time.time() + 60
+    while time.time() < t_end:  # let it train a few steps
+        if os.path.exists(m0) and len(metrics(m0)) >= 3:
+            break
+        check(all(p.poll() is None for p in procs), "kill: a node stopped before the kill")
+        time.sleep(0.05)
+    check(os.path.exists(m0) and len(metrics(m0)) >= 3, "kill: the pipeline made no progress")
+    procs[1].send_signal(signal.SIGKILL)
+    t_kill = time.time()
+    for i in (0, 2):
+        try:
+            out, errs = procs[i].communicate(timeout=timeout_ms / 1000 + 20)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise Failure("kill: node n%d still runs %.0f s after its neighbour was killed"
+                          % (i, time.time() - t_kill))
+        check(procs[i].returncode not in (0, None) and procs[i].returncode > 0,
+              "kill: node n%d exited %s" % (i, procs[i].returncode))
+        lines = [ln for ln in errs.splitlines() if ln.startswith("shardnode train:")]
+        check(lines and "n1" in lines[-1], "kill: node n%d's error does not name n1:\n%s"
+              % (i, errs))
+        print("ok   kill: node n%d stopped %.1f s after n1 was killed: %s"
+              % (i, time.time() - t_kill, lines[-1]))
+    procs[1].wait()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shardnode", required=True)
+    ap.add_argument("--workdir", required=True)
+    args = ap.parse_args()
+    sn = os.path.abspath(args.shardnode)
+    wd = os.path.abspath(args.workdir)
+    os.makedirs(wd, exist_ok=True)
+    t0 = time.time()
+    try:
+        corpus, tok = prepare(sn, wd)
+        check_equal_run(sn, wd, corpus, tok, "untied-mb1", False, 8, "1f1b")
+        check_equal_run(sn, wd, corpus, tok, "untied-mb8", False, 1, "1f1b")
+        check_equal_run(sn, wd, corpus, tok, "untied-mb8-gpipe", False, 1, "gpipe")
+        check_equal_run(sn, wd, corpus, tok, "tied-mb4", True, 2, "1f1b")
+        check_kill(sn, wd, corpus, tok)
+    except Failure as e:
+        print("FAIL " + str(e))
+        print("pipeline_test: FAILED (%.1f s)" % (time.time() - t0))
+        sys.exit(1)
+    print("pipeline_test: all checks passed (%.1f s)" % (time.time() - t0))
+
+
+if __name__ == "__main__":
+    main()
