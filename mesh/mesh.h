@@ -129,9 +129,10 @@ int mesh_net_wait_connected(mesh_net *n, int timeout_ms, char *err, size_t errle
  * messages once it is. */
 int mesh_net_send(mesh_net *n, int peer, const mesh_msg *m, char *err, size_t errlen);
 /* Waits until everything queued for the peer has been handed to the kernel
- * and no tensor of it is referenced any more. Fails if the peer is gone
- * (its tensors are released first) or on timeout (they may then stay
- * referenced until the peer is gone or mesh_net_stop returns). */
+ * and no tensor of it is referenced any more. Fails if the peer went away
+ * with bytes of it unsent (its tensors are released first) or on timeout
+ * (they may then stay referenced until the peer is gone or mesh_net_stop
+ * returns). */
 int mesh_net_flush(mesh_net *n, int peer, int timeout_ms, char *err, size_t errlen);
 
 /* The next message from any peer, in arrival order, waiting up to

@@ -388,11 +388,24 @@ static const char *type_name(mesh_msg_type t)
     return "an unknown type";
 }
 
+/* A peer's string made safe for a log line: no control bytes (a newline
+ * would forge a line of its own). */
+static void printable(const char *in, char *out, size_t outlen)
+{
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)in; *p && o + 1 < outlen; p++)
+        out[o++] = *p < 0x20 || *p == 0x7f ? '?' : (char)*p;
+    out[o] = 0;
+}
+
 /* The first frame: who is this, and is it our run? Returns -1 when the
  * connection was closed (c is freed). */
 static int conn_hello(struct net_conn *c, const mesh_msg *m)
 {
     struct mesh_net *n = c->net;
+    char name[MESH_NAME_MAX], text[MESH_TEXT_MAX];
+    printable(m->name, name, sizeof name);
+    printable(m->text, text, sizeof text);
     if (m->type != MESH_MSG_HELLO) {
         conn_close(c, "sent %s before HELLO; disconnecting", type_name(m->type));
         return -1;
@@ -404,7 +417,7 @@ static int conn_hello(struct net_conn *c, const mesh_msg *m)
     }
     if (m->run_id != n->run_id || strcmp(m->text, n->run) != 0) {
         conn_close(c, "HELLO from \"%s\" is for run \"%s\", this node is in \"%s\"; "
-                   "disconnecting", m->name, m->text, n->run);
+                   "disconnecting", name, text, n->run);
         return -1;
     }
     pthread_mutex_lock(&n->mu);
@@ -413,7 +426,7 @@ static int conn_hello(struct net_conn *c, const mesh_msg *m)
     if (c->outgoing) {
         p = c->peer;
         if (strcmp(m->name, p->name) != 0)
-            why = "answered with another name";
+            why = "is not the peer this node dialled there";
     } else {
         for (int i = 0; i < n->npeers && !p; i++)
             if (strcmp(n->peers[i]->name, m->name) == 0)
@@ -436,7 +449,7 @@ static int conn_hello(struct net_conn *c, const mesh_msg *m)
     }
     pthread_mutex_unlock(&n->mu);
     if (why) {
-        conn_close(c, "HELLO from \"%s\", which %s; disconnecting", m->name, why);
+        conn_close(c, "HELLO from \"%s\", which %s; disconnecting", name, why);
         return -1;
     }
     c->peer = p;

@@ -2,8 +2,9 @@
  * net_conn.c (connections, run by the event loop thread) share. Not public.
  *
  * Threads and ownership:
- * - The loop thread is the only one that calls libevent on bufferevents,
- *   the listener and timers, and the only one that touches struct net_conn.
+ * - The loop thread is the only one that calls libevent on connections
+ *   (a bufferevent that writes, a read event on the same socket), the
+ *   listener and timers, and the only one that touches struct net_conn.
  *   So no bufferevent needs BEV_OPT_THREADSAFE, and no lock order between
  *   libevent's locks and ours can deadlock.
  * - Compute threads reach the loop through one user event (wake_ev), which
@@ -70,6 +71,7 @@ struct net_peer {
     size_t queued;                 /* bytes in outq and in the output evbuffer */
     uint64_t drained;              /* bytes written so far: send's progress clock */
     size_t refs;                   /* tensors libevent still references */
+    size_t discarded;              /* bytes dropped unsent when it went DOWN */
 
     /* Loop thread only. */
     struct net_conn *conn;

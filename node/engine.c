@@ -23,6 +23,7 @@
 typedef struct {
     mesh_msg msg;
     mesh_frame *frame;
+    int peer;
 } pending;
 
 typedef struct {
@@ -43,6 +44,7 @@ typedef struct {
     long step;
     pending stash[STASH_MAX];
     int nstash;
+    bool peer_done[8];         /* peers that said the run is over for them */
 } engine;
 
 static double now_s(void)
@@ -61,8 +63,8 @@ static const char *type_name(mesh_msg_type t)
 
 /* The next message of `type` (and micro-batch, when micro >= 0) of the
  * current step; others that arrive first wait in the stash. */
-static int await(engine *e, mesh_msg_type type, int micro, int flags_total, mesh_msg *out,
-                 mesh_frame **frame, char *err, size_t errlen)
+static int await_from(engine *e, mesh_msg_type type, int micro, int flags_total, mesh_msg *out,
+                      mesh_frame **frame, int *from, char *err, size_t errlen)
 {
     for (int i = 0; i < e->nstash; i++) {
         mesh_msg *x = &e->stash[i].msg;
@@ -70,6 +72,7 @@ static int await(engine *e, mesh_msg_type type, int micro, int flags_total, mesh
             (flags_total < 0 || (int)(x->flags & 1) == flags_total)) {
             *out = *x;
             *frame = e->stash[i].frame;
+            *from = e->stash[i].peer;
             e->stash[i] = e->stash[--e->nstash];
             return 0;
         }
@@ -80,6 +83,8 @@ static int await(engine *e, mesh_msg_type type, int micro, int flags_total, mesh
         mesh_frame *f;
         char why[512];
         if (mesh_net_recv(e->net, &peer, &msg, &f, e->cl->timeout_ms, why, sizeof why)) {
+            /* a peer that has finished the run may close before we do */
+            if (peer >= 0 && peer < 8 && e->peer_done[peer]) continue;
             snprintf(err, errlen, "step %ld, waiting for %s%s: %s", e->step + 1, type_name(type),
                      micro >= 0 ? " of a micro-batch" : "", why);
             return -1;
@@ -94,17 +99,26 @@ static int await(engine *e, mesh_msg_type type, int micro, int flags_total, mesh
             (flags_total < 0 || (int)(msg.flags & 1) == flags_total)) {
             *out = msg;
             *frame = f;
+            *from = peer;
             return 0;
         }
-        if (msg.step != e->step || e->nstash == STASH_MAX) {
+        /* a faster neighbour may already be one step ahead (or done) */
+        if ((msg.step != e->step && msg.step != e->step + 1) || e->nstash == STASH_MAX) {
             snprintf(err, errlen, "node %s sent %s of step %lld during step %ld",
                      mesh_net_peer_name(e->net, peer), type_name(msg.type), (long long)msg.step + 1,
                      e->step + 1);
             mesh_frame_free(f);
             return -1;
         }
-        e->stash[e->nstash++] = (pending){msg, f};
+        e->stash[e->nstash++] = (pending){msg, f, peer};
     }
+}
+
+static int await(engine *e, mesh_msg_type type, int micro, int flags_total, mesh_msg *out,
+                 mesh_frame **frame, char *err, size_t errlen)
+{
+    int from;
+    return await_from(e, type, micro, flags_total, out, frame, &from, err, errlen);
 }
 
 static void bf16_from_f32(uint16_t *dst, const float *src, size_t n)
@@ -370,6 +384,32 @@ static int engine_step(engine *e, const sched_op *ops, int nops, double lr, doub
     return commit(e, loss, err, errlen);
 }
 
+/* The end of the run: every node tells each peer it is done and waits for
+ * theirs, so no node closes a connection another still waits on. */
+static int finish(engine *e, long stop, char *err, size_t errlen)
+{
+    int peers[3] = {e->prev, e->next, e->tied}, npeers = 0;
+    e->step = stop; /* a commit one past the last step means "done" */
+    for (int i = 0; i < 3; i++) {
+        if (peers[i] < 0 || (i == 2 && (peers[2] == e->prev || peers[2] == e->next))) continue;
+        if (send_small(e, peers[i], MESH_MSG_COMMIT, 0, 0, err, errlen)) return -1;
+        npeers++;
+    }
+    /* everything this node sent must be out before a peer may close */
+    for (int i = 0; i < 3; i++)
+        if (peers[i] >= 0 && mesh_net_flush(e->net, peers[i], e->cl->timeout_ms, err, errlen))
+            return -1;
+    for (int i = 0; i < npeers; i++) {
+        mesh_msg in;
+        mesh_frame *f;
+        int from;
+        if (await_from(e, MESH_MSG_COMMIT, -1, -1, &in, &f, &from, err, errlen)) return -1;
+        if (from >= 0 && from < 8) e->peer_done[from] = true;
+        mesh_frame_free(f);
+    }
+    return 0;
+}
+
 static int save_stage(engine *e, char *err, size_t errlen)
 {
     char path[4200];
@@ -527,7 +567,7 @@ int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
             fflush(stdout);
         }
     }
-    if (save_stage(e, err, errlen)) goto out;
+    if (save_stage(e, err, errlen) || finish(e, stop, err, errlen)) goto out;
     printf("train: node %s wrote %s/stage-%s.safetensors\n", me->name, job->out_dir, me->name);
     rc = 0;
 out:

@@ -124,6 +124,39 @@ static json_t *plan_json(const report *r, const fleet_file *ff, const plan_job *
     return o;
 }
 
+/* The uniform split a user who knows only memory sizes would pick: the p
+ * nodes with the most memory (largest first, as early stages keep more
+ * micro-batches in flight), for the best p. Returns that p (0: none fits;
+ * the error of the largest count that was tried is kept). */
+static int uniform_best_count(report *r, const fleet_file *ff, const plan_job *job, int *order)
+{
+    int n = ff->fleet.nnodes, best_p = 0;
+    for (int i = 0; i < n; i++) order[i] = i;
+    for (int a = 1; a < n; a++)
+        for (int j = a; j > 0 && ff->fleet.nodes[order[j]].prof.memory_bytes >
+                                     ff->fleet.nodes[order[j - 1]].prof.memory_bytes; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    plan *tmp = malloc(sizeof *tmp);
+    if (!tmp) return 0;
+    for (int p = 1; p <= n && p <= job->shape.layers && p <= PLAN_MAX_STAGES; p++) {
+        char e[512];
+        if (plan_uniform(tmp, &ff->fleet, job, order, p, e, sizeof e)) {
+            if (!best_p) snprintf(r->error, sizeof r->error, "%s", e);
+            continue;
+        }
+        if (!best_p || tmp->step_ns < r->p->step_ns) {
+            *r->p = *tmp;
+            best_p = p;
+        }
+    }
+    r->ok = best_p > 0;
+    free(tmp);
+    return best_p;
+}
+
 static const char *method_name(plan_method m)
 {
     return m == PLAN_EXACT ? "exact" : m == PLAN_HEURISTIC ? "heuristic" : m == PLAN_EXHAUSTIVE
@@ -133,25 +166,28 @@ static const char *method_name(plan_method m)
 int cmd_plan(int argc, char **argv)
 {
     const char *fleet = NULL, *model = NULL, *micro = "1", *seq = NULL, *batch = "32",
-               *devices = NULL, *method = "auto", *wire = "fp32";
+               *devices = NULL, *method = "auto", *wire = "fp32", *budget = "0";
     bool exhaustive = false, as_json = false;
     const args_option opts[] = {
         {"--fleet", &fleet, NULL},        {"--model", &model, NULL},
         {"--micro-batch", &micro, NULL},  {"--seq", &seq, NULL},
         {"--batch", &batch, NULL},        {"--devices", &devices, NULL},
         {"--method", &method, NULL},      {"--wire", &wire, NULL},
+        {"--budget", &budget, NULL},
         {"--exhaustive", NULL, &exhaustive}, {"--json", NULL, &as_json},
     };
     const char *required[] = {"--fleet", "--model", NULL};
     int nopts = (int)(sizeof opts / sizeof opts[0]), rc = 1;
     char err[1024];
-    long B, T = 0, N;
+    long B, T = 0, N, budget_n;
     llama_config cfg;
     fleet_file ff = {0};
     report rp = {"plan", false, "", NULL, {0}, false};
     report ua = {"uniform, all nodes", false, "", NULL, {0}, false};
     report un = {"uniform, the plan's nodes", false, "", NULL, {0}, false};
     report ex = {"exhaustive", false, "", NULL, {0}, false};
+    report ub = {"uniform, best stage count", false, "", NULL, {0}, false};
+    int best_p = 0;
     int *order = NULL;
     plan_method pm = PLAN_AUTO;
     if (args_parse(argc, argv, 2, opts, nopts, err, sizeof err) ||
@@ -159,6 +195,7 @@ int cmd_plan(int argc, char **argv)
         llama_config_load(&cfg, model, err, sizeof err) ||
         args_int(micro, "--micro-batch", 1, 1 << 20, &B, err, sizeof err) ||
         args_int(batch, "--batch", 1, 1 << 24, &N, err, sizeof err) ||
+        args_int(budget, "--budget", 0, 1L << 40, &budget_n, err, sizeof err) ||
         (seq && args_int(seq, "--seq", 1, cfg.max_position_embeddings, &T, err, sizeof err))) {
         fprintf(stderr, "shardnode plan: %s\n", err);
         return 2;
@@ -176,14 +213,15 @@ int cmd_plan(int argc, char **argv)
                                                                              : PLAN_AUTO;
     cost_shape shape = fleet_shape(&cfg, T);
     if (fleet_load(&ff, fleet, devices, &shape, B, err, sizeof err)) goto fail;
-    plan_job job = {shape, N, B, strcmp(wire, "bf16") ? 4 : 2, ff.margin_permille};
+    plan_job job = {shape, N, B, strcmp(wire, "bf16") ? 4 : 2, ff.margin_permille, budget_n};
     int n = ff.fleet.nnodes;
     rp.p = malloc(sizeof *rp.p);
     ua.p = malloc(sizeof *ua.p);
     un.p = malloc(sizeof *un.p);
     ex.p = malloc(sizeof *ex.p);
+    ub.p = malloc(sizeof *ub.p);
     order = malloc((size_t)n * sizeof *order);
-    if (!rp.p || !ua.p || !un.p || !ex.p || !order) {
+    if (!rp.p || !ua.p || !un.p || !ex.p || !ub.p || !order) {
         snprintf(err, sizeof err, "out of memory");
         goto fail;
     }
@@ -196,6 +234,7 @@ int cmd_plan(int argc, char **argv)
     ua.ok = plan_uniform(ua.p, &ff.fleet, &job, order, n, ua.error, sizeof ua.error) == 0;
     for (int s = 0; s < rp.p->nstages; s++) order[s] = rp.p->stage[s].node[0];
     un.ok = plan_uniform(un.p, &ff.fleet, &job, order, rp.p->nstages, un.error, sizeof un.error) == 0;
+    best_p = uniform_best_count(&ub, &ff, &job, order);
     if (exhaustive) {
         t0 = now_ms();
         ex.ok = plan_compute(ex.p, &ff.fleet, &job, PLAN_EXHAUSTIVE, &xst, ex.error,
@@ -205,6 +244,7 @@ int cmd_plan(int argc, char **argv)
     simulate(&rp);
     simulate(&ua);
     simulate(&un);
+    simulate(&ub);
     char hash[20];
     snprintf(hash, sizeof hash, "%016llx", (unsigned long long)plan_hash(rp.p, &ff.fleet));
     cost_bytes cb;
@@ -227,6 +267,9 @@ int cmd_plan(int argc, char **argv)
         json_object_set_new(o, "plan", pj);
         json_object_set_new(o, "uniform_all_nodes", plan_json(&ua, &ff, &job, rp.p));
         json_object_set_new(o, "uniform_plan_nodes", plan_json(&un, &ff, &job, rp.p));
+        json_t *bj = plan_json(&ub, &ff, &job, rp.p);
+        if (ub.ok) json_object_set_new(bj, "nodes", json_integer(best_p));
+        json_object_set_new(o, "uniform_best_count", bj);
         if (exhaustive) {
             json_t *xj = plan_json(&ex, &ff, &job, NULL);
             if (ex.ok) {
@@ -250,10 +293,13 @@ int cmd_plan(int argc, char **argv)
         printf("plan: %d stages, hash %s, %s search over %lld orders in %.1f ms\n",
                rp.p->nstages, hash, method_name(st.method), (long long)st.orders, plan_ms);
         print_plan(&rp, &ff, &job, true);
-        report *base[2] = {&ua, &un};
-        const char *what[2] = {"all nodes in file order, the Megatron/DeepSpeed default",
-                               "the plan's nodes in its order"};
-        for (int k = 0; k < 2; k++) {
+        report *base[3] = {&ua, &un, &ub};
+        char best_what[96];
+        snprintf(best_what, sizeof best_what, "the %d nodes with the most memory (the best count)",
+                 best_p);
+        const char *what[3] = {"all nodes in file order, the Megatron/DeepSpeed default",
+                               "the plan's nodes in its order", best_what};
+        for (int k = 0; k < 3; k++) {
             printf("\nuniform split, %s:\n", what[k]);
             if (!base[k]->ok) {
                 printf("  does not run: %s\n", base[k]->error);
@@ -286,6 +332,7 @@ out:
     free(ua.p);
     free(un.p);
     free(ex.p);
+    free(ub.p);
     free(order);
     return rc;
 }

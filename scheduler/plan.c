@@ -419,7 +419,9 @@ int plan_compute(plan *out, const plan_fleet *f, const plan_job *job, plan_metho
     best->p = 0;
     int64_t orders = 0;
     if (method == PLAN_HEURISTIC)
-        plan_search_heuristic((const plan_problem *const *)prs, nsizes, best, &orders);
+        plan_search_heuristic((const plan_problem *const *)prs, nsizes,
+                              job->search_budget > 0 ? job->search_budget : PLAN_SEARCH_BUDGET,
+                              best, &orders);
     else
         for (int r = 0; r < nsizes; r++)
             plan_search_exact(prs[r], best, method == PLAN_EXACT, &orders);

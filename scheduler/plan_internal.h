@@ -48,7 +48,7 @@ typedef struct {
 } plan_best;
 
 void plan_search_exact(const plan_problem *pr, plan_best *best, bool bounds, int64_t *orders);
-void plan_search_heuristic(const plan_problem *const *prs, int nprs, plan_best *best,
-                           int64_t *orders);
+void plan_search_heuristic(const plan_problem *const *prs, int nprs, int64_t budget,
+                           plan_best *best, int64_t *orders);
 
 #endif

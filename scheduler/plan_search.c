@@ -11,6 +11,7 @@
  * stop, visits (M*, O*) and so is exact. */
 #include "plan_internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -54,31 +55,49 @@ static bool build(const plan_problem *pr, const int *seq, int p, order_in *in)
 }
 
 /* Smallest possible max_s (a_s + k_s d_s) with lo <= k <= cap, sum k = L:
- * hand out layers one by one to the stage that stays lowest. */
+ * hand out layers one by one to the stage that stays lowest (a heap of
+ * each stage's value with one more layer). Which of equal stages takes a
+ * layer does not change the max. */
 static int64_t minmax(const order_in *in, const int64_t *a, const int64_t *d, const int *cap)
 {
-    int k[PLAN_MAX_STAGES], left = in->L;
-    int64_t max = 0;
+    int k[PLAN_MAX_STAGES], heap[PLAN_MAX_STAGES], nh = 0, left = in->L;
+    int64_t key[PLAN_MAX_STAGES], max = 0;
     for (int s = 0; s < in->p; s++) {
         k[s] = in->lo[s];
         left -= k[s];
         int64_t v = a[s] + k[s] * d[s];
         if (v > max) max = v;
+        if (k[s] >= cap[s]) continue;
+        key[s] = v + d[s];
+        int at = nh++;   /* sift up */
+        while (at > 0 && key[heap[(at - 1) / 2]] > key[s]) {
+            heap[at] = heap[(at - 1) / 2];
+            at = (at - 1) / 2;
+        }
+        heap[at] = s;
     }
     for (; left > 0; left--) {
-        int best = -1;
-        int64_t bv = PLAN_INF;
-        for (int s = 0; s < in->p; s++) {
-            if (k[s] >= cap[s]) continue;
-            int64_t v = a[s] + (k[s] + 1) * d[s];
-            if (v < bv) {
-                bv = v;
-                best = s;
-            }
+        if (nh == 0) return PLAN_INF;
+        int s = heap[0];
+        if (key[s] > max) max = key[s];
+        k[s]++;
+        int moving;
+        if (k[s] < cap[s]) {
+            key[s] += d[s];
+            moving = s;
+        } else {
+            moving = heap[--nh];
         }
-        if (best < 0) return PLAN_INF;
-        k[best]++;
-        if (bv > max) max = bv;
+        int at = 0;   /* sift the moving stage down from the root */
+        for (;;) {
+            int c = 2 * at + 1;
+            if (c >= nh) break;
+            if (c + 1 < nh && key[heap[c + 1]] < key[heap[c]]) c++;
+            if (key[heap[c]] >= key[moving]) break;
+            heap[at] = heap[c];
+            at = c;
+        }
+        if (nh > 0) heap[at] = moving;
     }
     return max;
 }
@@ -153,8 +172,11 @@ bool plan_solve_order(const plan_problem *pr, const int *seq, int p, int64_t bes
     int k[PLAN_MAX_STAGES], capM[PLAN_MAX_STAGES], cap[PLAN_MAX_STAGES];
     int64_t ginf = fill(&in, in.K, k);
     if (ginf >= PLAN_INF) return false;
-    int64_t olb = minmax(&in, in.oc, in.ol, in.K);
-    int64_t M = minmax(&in, in.c, in.l, in.K);
+    int64_t M = minmax(&in, in.c, in.l, in.K), olb = 0;
+    for (int s = 0; s < p; s++)   /* a cheap bound on max o first, the exact one if needed */
+        if (in.oc[s] + in.lo[s] * in.ol[s] > olb) olb = in.oc[s] + in.lo[s] * in.ol[s];
+    if (M >= PLAN_INF || m1 * M + sc + ginf + olb >= best) return false;
+    olb = minmax(&in, in.oc, in.ol, in.K);
     bool found = false;
     while (M < PLAN_INF) {
         if (m1 * M + sc + ginf + olb >= best) break;
@@ -251,17 +273,15 @@ void plan_search_exact(const plan_problem *pr, plan_best *best, bool bounds, int
     *orders += x.orders;
 }
 
-/* ---- heuristic: ordered candidates, then local search --------------------- */
+/* ---- heuristic: constructed chains, then local search ---------------------- */
 
-/* Evaluations the local search may spend: a count, not a clock, so that
- * every machine stops at the same plan. */
-#define HEUR_BUDGET 60000
-#define HEUR_POOL 24   /* unused nodes tried for insertion and replacement */
+#define HEUR_POOL 12     /* unused nodes tried per position, by speed and by links */
+#define HEUR_STARTS 8    /* chain starts per pool: fastest and largest nodes */
 
 typedef struct {
     const plan_problem *pr;
     plan_best *best;
-    int64_t evals;
+    int64_t evals, budget;
 } heur_ctx;
 
 static bool heur_try(heur_ctx *h, const int *seq, int p)
@@ -271,86 +291,221 @@ static bool heur_try(heur_ctx *h, const int *seq, int p)
     return h->best->cost < before;
 }
 
-/* Nodes by layer time, larger memory then canonical index breaking ties. */
-static void by_speed(const plan_problem *pr, int *idx, int n)
+static bool faster(const plan_problem *pr, int x, int y)
+{
+    return pr->Y[x] < pr->Y[y] ||
+           (pr->Y[x] == pr->Y[y] && (pr->mem[x] > pr->mem[y] || (pr->mem[x] == pr->mem[y] && x < y)));
+}
+
+static bool larger(const plan_problem *pr, int x, int y)
+{
+    return pr->mem[x] > pr->mem[y] || (pr->mem[x] == pr->mem[y] && faster(pr, x, y));
+}
+
+static void sort_nodes(const plan_problem *pr, int *idx, int n,
+                       bool (*before)(const plan_problem *, int, int))
 {
     for (int a = 1; a < n; a++)
-        for (int j = a; j > 0; j--) {
-            int x = idx[j - 1], y = idx[j];
-            bool after = pr->Y[x] > pr->Y[y] ||
-                         (pr->Y[x] == pr->Y[y] &&
-                          (pr->mem[x] < pr->mem[y] || (pr->mem[x] == pr->mem[y] && x > y)));
-            if (!after) break;
-            idx[j - 1] = y;
-            idx[j] = x;
+        for (int j = a; j > 0 && before(pr, idx[j], idx[j - 1]); j--) {
+            int t = idx[j];
+            idx[j] = idx[j - 1];
+            idx[j - 1] = t;
         }
 }
 
-/* Orders of a subset: by memory (early stages keep more micro-batches in
- * flight), and a chain that always takes the cheapest next link (so slow
- * links are crossed once). */
-static void by_memory(const plan_problem *pr, int *seq, int p)
+/* The best few distinct constructions, cheapest first: local search starts
+ * from each, so one misleading construction cannot decide the plan. */
+#define HEUR_TOP 4
+typedef struct {
+    plan_best c[HEUR_TOP];
+    int n;
+    int64_t evals;
+} top_k;
+
+static void consider(const plan_problem *pr, top_k *t, const int *seq, int p)
 {
-    for (int a = 1; a < p; a++)
-        for (int j = a; j > 0; j--) {
-            int x = seq[j - 1], y = seq[j];
-            if (pr->mem[x] > pr->mem[y] || (pr->mem[x] == pr->mem[y] && x < y)) break;
-            seq[j - 1] = y;
-            seq[j] = x;
-        }
+    int64_t cost;
+    int k[PLAN_MAX_STAGES];
+    t->evals++;
+    int64_t bound = t->n < HEUR_TOP ? PLAN_INF : t->c[t->n - 1].cost;
+    if (!plan_solve_order(pr, seq, p, bound, &cost, k, true)) return;
+    for (int r = 0; r < t->n; r++)
+        if (t->c[r].p == p && t->c[r].b == pr->b && !memcmp(t->c[r].seq, seq, (size_t)p * sizeof *seq))
+            return;
+    int at = t->n < HEUR_TOP ? t->n++ : HEUR_TOP - 1;
+    while (at > 0 && t->c[at - 1].cost > cost) {
+        t->c[at] = t->c[at - 1];
+        at--;
+    }
+    plan_best *b = &t->c[at];
+    b->p = p;
+    b->cost = cost;
+    b->b = pr->b;
+    memcpy(b->seq, seq, (size_t)p * sizeof *seq);
+    memcpy(b->k, k, (size_t)p * sizeof *k);
 }
 
-static void nearest_chain(const plan_problem *pr, const int *by_mem, int *seq, int p)
+/* A chain through `pool` from `start` that always takes the cheapest next
+ * link (faster nodes first among equal links): nodes of one site stay
+ * together and slow links are crossed as seldom as possible. Every prefix
+ * is a candidate; the exact split decides what each node holds. */
+static void chain_prefixes(const plan_problem *pr, top_k *best, const int *pool, int npool,
+                           int start, int maxp)
 {
-    bool taken[PLAN_MAX_STAGES] = {false};
-    seq[0] = by_mem[0];
-    taken[0] = true;
-    for (int s = 1; s < p; s++) {
-        int best = -1;
-        for (int r = 0; r < p; r++) {
-            if (taken[r]) continue;
-            if (best < 0 ||
-                pr->X[(size_t)seq[s - 1] * pr->n + by_mem[r]] <
-                    pr->X[(size_t)seq[s - 1] * pr->n + by_mem[best]])
-                best = r;
+    int seq[PLAN_MAX_STAGES];
+    bool taken[PLAN_MAX_NODES] = {false};
+    seq[0] = start;
+    taken[start] = true;
+    consider(pr, best, seq, 1);
+    for (int p = 1; p < maxp && p < npool; p++) {
+        int tail = seq[p - 1], next = -1;
+        for (int r = 0; r < npool; r++) {
+            int j = pool[r];
+            if (taken[j]) continue;
+            int64_t xj = pr->X[(size_t)tail * pr->n + j];
+            if (next < 0 || xj < pr->X[(size_t)tail * pr->n + next] ||
+                (xj == pr->X[(size_t)tail * pr->n + next] && faster(pr, j, next)))
+                next = j;
         }
-        taken[best] = true;
-        seq[s] = by_mem[best];
+        seq[p] = next;
+        taken[next] = true;
+        consider(pr, best, seq, p + 1);
     }
 }
 
-static void local_search(heur_ctx *h)
+static void construct(const plan_problem *pr, top_k *best)
+{
+    int n = pr->n < PLAN_MAX_NODES ? pr->n : PLAN_MAX_NODES;
+    int maxp = n < pr->L + 2 ? n : pr->L + 2;
+    if (maxp > PLAN_MAX_STAGES) maxp = PLAN_MAX_STAGES;
+    int speed[PLAN_MAX_NODES], pool[PLAN_MAX_NODES], seq[PLAN_MAX_STAGES];
+    for (int i = 0; i < n; i++) speed[i] = i;
+    sort_nodes(pr, speed, n, faster);
+    /* the k fastest, largest memory first (early stages keep the most
+     * micro-batches in flight) */
+    for (int p = 1; p <= maxp; p++) {
+        memcpy(seq, speed, (size_t)p * sizeof *seq);
+        sort_nodes(pr, seq, p, larger);
+        consider(pr, best, seq, p);
+    }
+    /* link-following chains through the fastest quarter, half, ... of the fleet */
+    int last = 0;
+    for (int cut = n; cut >= 1; cut = cut * 3 / 4) {
+        if (cut == last) break;
+        last = cut;
+        memcpy(pool, speed, (size_t)cut * sizeof *pool);
+        int starts[2 * HEUR_STARTS], ns = 0;
+        for (int r = 0; r < cut && r < HEUR_STARTS; r++) starts[ns++] = pool[r];
+        memcpy(seq, pool, (size_t)(cut < PLAN_MAX_STAGES ? cut : PLAN_MAX_STAGES) * sizeof *seq);
+        int nl = cut < PLAN_MAX_STAGES ? cut : PLAN_MAX_STAGES;
+        sort_nodes(pr, seq, nl, larger);
+        for (int r = 0; r < nl && r < HEUR_STARTS; r++) {
+            bool dup = false;
+            for (int q = 0; q < ns && !dup; q++) dup = starts[q] == seq[r];
+            if (!dup) starts[ns++] = seq[r];
+        }
+        for (int q = 0; q < ns; q++) chain_prefixes(pr, best, pool, cut, starts[q], maxp);
+        if (cut < 4) break;
+    }
+}
+
+/* The R unused nodes that best fit between `before` and `after` (-1: none):
+ * cheapest links, then speed. */
+static int link_pool(const plan_problem *pr, const bool *used, int before, int after, int *out,
+                     int R)
+{
+    int k = 0;
+    for (int j = 0; j < pr->n; j++) {
+        if (used[j]) continue;
+        int64_t c = (before >= 0 ? pr->X[(size_t)before * pr->n + j] : 0) +
+                    (after >= 0 ? pr->X[(size_t)j * pr->n + after] : 0);
+        int at = k < R ? k++ : R;
+        while (at > 0) {
+            int y = out[at - 1];
+            int64_t cy = (before >= 0 ? pr->X[(size_t)before * pr->n + y] : 0) +
+                         (after >= 0 ? pr->X[(size_t)y * pr->n + after] : 0);
+            if (cy < c || (cy == c && !faster(pr, j, y))) break;
+            if (at < R) out[at] = y;
+            at--;
+        }
+        if (at < R) out[at] = j;
+    }
+    return k;
+}
+
+/* Keeps seq[0..keep) and grows a new link-following chain after it (or,
+ * backwards, keeps seq[keep..p) and grows before it), trying every length:
+ * one move that replaces a whole run of badly linked nodes. */
+static bool rechain(heur_ctx *h, const int *seq, int p, int keep, bool tail)
 {
     const plan_problem *pr = h->pr;
-    int seq[PLAN_MAX_STAGES], cand[PLAN_MAX_STAGES + 1], pool[HEUR_POOL];
-    int *all = NULL;
+    int cand[PLAN_MAX_STAGES], buf[PLAN_MAX_STAGES];
+    bool taken[PLAN_MAX_NODES] = {false};
+    int maxp = pr->n < pr->L + 2 ? pr->n : pr->L + 2;
+    if (maxp > PLAN_MAX_STAGES) maxp = PLAN_MAX_STAGES;
+    int kept = tail ? keep : p - keep;
+    if (kept < 1) return false;
+    /* buf holds the chain in growing order: the kept nodes, the newest last */
+    for (int r = 0; r < kept; r++) {
+        buf[r] = tail ? seq[r] : seq[p - 1 - r];
+        taken[buf[r]] = true;
+    }
+    bool improved = false;
+    for (int len = kept; len < maxp; len++) {
+        int end = buf[len - 1], next = -1;
+        for (int j = 0; j < pr->n; j++) {
+            if (taken[j]) continue;
+            int64_t xj = tail ? pr->X[(size_t)end * pr->n + j] : pr->X[(size_t)j * pr->n + end];
+            int64_t xn = next < 0 ? 0
+                         : tail ? pr->X[(size_t)end * pr->n + next] : pr->X[(size_t)next * pr->n + end];
+            if (next < 0 || xj < xn || (xj == xn && faster(pr, j, next))) next = j;
+        }
+        if (next < 0) break;
+        buf[len] = next;
+        taken[next] = true;
+        for (int r = 0; r <= len; r++) cand[r] = tail ? buf[r] : buf[len - r];
+        improved |= heur_try(h, cand, len + 1);
+        if (h->evals >= h->budget) break;
+    }
+    return improved;
+}
+
+static void local_search(heur_ctx *h, const int *speed)
+{
+    const plan_problem *pr = h->pr;
+    int seq[PLAN_MAX_STAGES], cand[PLAN_MAX_STAGES + 1], pool[2 * HEUR_POOL];
+    bool used[PLAN_MAX_NODES];
     bool improved = true;
-    int nall = pr->n;
-    int idx[PLAN_MAX_NODES];
-    if (nall > PLAN_MAX_NODES) nall = PLAN_MAX_NODES;
-    all = idx;
-    for (int i = 0; i < nall; i++) all[i] = i;
-    by_speed(pr, all, nall);
-    while (improved && h->evals < HEUR_BUDGET) {
+    while (improved && h->evals < h->budget) {
         improved = false;
         int p = h->best->p;
         memcpy(seq, h->best->seq, (size_t)p * sizeof *seq);
-        /* unused nodes, fastest first */
-        int npool = 0;
-        for (int r = 0; r < nall && npool < HEUR_POOL; r++) {
-            bool used = false;
-            for (int s = 0; s < p && !used; s++) used = seq[s] == all[r];
-            if (!used) pool[npool++] = all[r];
-        }
+        memset(used, 0, (size_t)pr->n * sizeof *used);
+        for (int s = 0; s < p; s++) used[seq[s]] = true;
+        int nfast = 0, fast[HEUR_POOL];
+        for (int r = 0; r < pr->n && nfast < HEUR_POOL; r++)
+            if (!used[speed[r]]) fast[nfast++] = speed[r];
         for (int i = 0; i < p && !improved && p > 1; i++) {   /* drop a node */
             int q = 0;
             for (int s = 0; s < p; s++)
                 if (s != i) cand[q++] = seq[s];
             improved = heur_try(h, cand, q);
         }
+        for (int i = 1; i < p && !improved; i++) improved = rechain(h, seq, p, i, true);
+        for (int i = p - 1; i > 0 && !improved; i--) improved = rechain(h, seq, p, i, false);
+        for (int i = 0; i < p && !improved; i++)   /* reverse a run (2-opt) */
+            for (int j = i + 1; j < p && !improved; j++) {
+                memcpy(cand, seq, (size_t)p * sizeof *seq);
+                for (int a = i, b = j; a < b; a++, b--) {
+                    int t = cand[a];
+                    cand[a] = cand[b];
+                    cand[b] = t;
+                }
+                improved = heur_try(h, cand, p);
+            }
         for (int i = 0; i < p && !improved; i++)   /* move a node elsewhere */
             for (int j = 0; j < p && !improved; j++) {
-                if (j == i) continue;
+                if (j == i || j == i + 1) continue;   /* j == i+1 is a 2-opt of two */
                 int q = 0;
                 for (int s = 0; s < p; s++)
                     if (s != i) cand[q++] = seq[s];
@@ -358,64 +513,63 @@ static void local_search(heur_ctx *h)
                 cand[j] = seq[i];
                 improved = heur_try(h, cand, p);
             }
-        for (int i = 0; i < p && !improved; i++)   /* swap two nodes */
-            for (int j = i + 1; j < p && !improved; j++) {
-                memcpy(cand, seq, (size_t)p * sizeof *seq);
-                cand[i] = seq[j];
-                cand[j] = seq[i];
-                improved = heur_try(h, cand, p);
-            }
-        for (int u = 0; u < npool && !improved; u++)   /* replace by an unused node */
-            for (int i = 0; i < p && !improved; i++) {
+        for (int i = 0; i < p && !improved; i++) {   /* replace a node by an unused one */
+            int np = link_pool(pr, used, i > 0 ? seq[i - 1] : -1, i < p - 1 ? seq[i + 1] : -1,
+                               pool, HEUR_POOL);
+            memcpy(pool + np, fast, (size_t)nfast * sizeof *fast);
+            for (int u = 0; u < np + nfast && !improved; u++) {
                 memcpy(cand, seq, (size_t)p * sizeof *seq);
                 cand[i] = pool[u];
                 improved = heur_try(h, cand, p);
             }
-        for (int u = 0; u < npool && !improved && p < pr->L + 2 && p < PLAN_MAX_STAGES; u++)
-            for (int i = 0; i <= p && !improved; i++) {   /* insert an unused node */
+        }
+        for (int i = 0; i <= p && !improved && p < pr->L + 2 && p < PLAN_MAX_STAGES; i++) {
+            int np = link_pool(pr, used, i > 0 ? seq[i - 1] : -1, i < p ? seq[i] : -1, pool,
+                               HEUR_POOL);   /* insert an unused node */
+            memcpy(pool + np, fast, (size_t)nfast * sizeof *fast);
+            for (int u = 0; u < np + nfast && !improved; u++) {
                 memcpy(cand, seq, (size_t)i * sizeof *seq);
                 cand[i] = pool[u];
                 memcpy(cand + i + 1, seq + i, (size_t)(p - i) * sizeof *seq);
                 improved = heur_try(h, cand, p + 1);
             }
+        }
     }
 }
 
-void plan_search_heuristic(const plan_problem *const *prs, int nprs, plan_best *best,
-                           int64_t *orders)
+void plan_search_heuristic(const plan_problem *const *prs, int nprs, int64_t budget,
+                           plan_best *best, int64_t *orders)
 {
-    int64_t evals = 0;
-    int idx[PLAN_MAX_NODES], seq[PLAN_MAX_STAGES], mem_sorted[PLAN_MAX_STAGES];
-    /* 1. the k fastest nodes, for every k, in two orders, at every b */
-    for (int r = 0; r < nprs; r++) {
-        const plan_problem *pr = prs[r];
-        int n = pr->n < PLAN_MAX_NODES ? pr->n : PLAN_MAX_NODES;
-        for (int i = 0; i < n; i++) idx[i] = i;
-        by_speed(pr, idx, n);
-        int maxp = n < pr->L + 2 ? n : pr->L + 2;
-        if (maxp > PLAN_MAX_STAGES) maxp = PLAN_MAX_STAGES;
-        for (int p = 1; p <= maxp; p++) {
-            memcpy(mem_sorted, idx, (size_t)p * sizeof *idx);
-            by_memory(pr, mem_sorted, p);
-            try_order(pr, best, mem_sorted, p, true, &evals);
-            nearest_chain(pr, mem_sorted, seq, p);
-            try_order(pr, best, seq, p, true, &evals);
-        }
-    }
-    if (best->cost >= PLAN_INF) {
-        *orders += evals;
+    top_k *top = malloc(sizeof *top);
+    plan_best *local = malloc(sizeof *local);
+    if (!top || !local) {   /* no tables, no plan: the caller reports no fit */
+        free(top);
+        free(local);
         return;
     }
-    /* 2. local search at the best micro-batch size */
-    const plan_problem *at = prs[0];
-    for (int r = 0; r < nprs; r++)
-        if (prs[r]->b == best->b) at = prs[r];
-    heur_ctx h = {at, best, evals};
-    local_search(&h);
-    evals = h.evals;
-    /* 3. the final order at every micro-batch size */
-    memcpy(seq, best->seq, (size_t)best->p * sizeof *seq);
-    int p = best->p;
-    for (int r = 0; r < nprs; r++) try_order(prs[r], best, seq, p, true, &evals);
+    top->n = 0;
+    top->evals = 0;
+    for (int r = 0; r < nprs; r++) construct(prs[r], top);
+    int64_t evals = top->evals;
+    for (int t = 0; t < top->n; t++) {
+        const plan_problem *at = prs[0];
+        for (int r = 0; r < nprs; r++)
+            if (prs[r]->b == top->c[t].b) at = prs[r];
+        int speed[PLAN_MAX_NODES];
+        for (int i = 0; i < at->n; i++) speed[i] = i;
+        sort_nodes(at, speed, at->n, faster);
+        *local = top->c[t];
+        heur_ctx h = {at, local, 0, budget};
+        local_search(&h, speed);
+        evals += h.evals;
+        if (local->cost < best->cost) *best = *local;
+    }
+    if (best->cost < PLAN_INF) {   /* the final order at every micro-batch size */
+        int seq[PLAN_MAX_STAGES], p = best->p;
+        memcpy(seq, best->seq, (size_t)p * sizeof *seq);
+        for (int r = 0; r < nprs; r++) try_order(prs[r], best, seq, p, true, &evals);
+    }
     *orders += evals;
+    free(top);
+    free(local);
 }

@@ -173,7 +173,11 @@ typedef struct {
     int64_t max_micro_batch;       /* micro-batch sizes b | batch, b <= this, are tried */
     int wire_bytes;                /* 4 fp32, 2 bf16 */
     int margin_permille;           /* memory kept free on every node */
+    int64_t search_budget;         /* orders the heuristic's local search may try from
+                                      each start; 0: PLAN_SEARCH_BUDGET. A count, not a
+                                      clock, so every node stops at the same plan */
 } plan_job;
+#define PLAN_SEARCH_BUDGET 150000
 
 typedef struct {
     int ndevices;                  /* 1 (see PLAN_MAX_GROUP) */

@@ -127,7 +127,7 @@ def check_equal_run(sn, wd, corpus, tok, name, tied, micro_batch, schedule):
     jobp = write_job(wd, name + "-pipe", corpus, tok, config, micro_batch, pipe_out)
     m1 = os.path.join(wd, name + "-single.jsonl")
     t0 = time.time()
-    run([sn, "train", "--job", job1, "--metrics", m1, "--threads", "2"])
+    run([sn, "train", "--job", job1, "--metrics", m1, "--threads", "1"])
     t1 = time.time()
     cluster = write_cluster(wd, name, free_ports(3), schedule)
     procs = start_nodes(sn, jobp, cluster, wd, name)

@@ -606,11 +606,31 @@ static void test_peer_closes(void)
     m = norm_msg(6, 1);
     CHECK(mesh_net_send(a, ab, &m, err, sizeof err) != 0 && strstr(err, "peer b"),
           "send to a closed peer: %s", err);
-    CHECK(mesh_net_flush(a, ab, LONG_MS, err, sizeof err) != 0 && strstr(err, "peer b"),
-          "flush to a closed peer: %s", err);
+    /* Nothing was lost on the way: flush has nothing to report. */
+    CHECK(mesh_net_flush(a, ab, LONG_MS, err, sizeof err) == 0, "flush to a closed peer: %s",
+          err);
     CHECK(mesh_net_wait_connected(a, 100, err, sizeof err) != 0 && strstr(err, "peer b"),
           "wait_connected with a closed peer: %s", err);
     mesh_net_stop(a);
+
+    /* A receiver that stops while a tensor larger than the kernels' buffers
+     * is still on its way: the sender's flush reports the bytes lost, and
+     * returns only once the tensor is no longer referenced. */
+    pair(&a, &b, &ab, &ba, MB, MB);
+    size_t big = kernel_buffers() + 32 * MB;
+    uint8_t *t = calloc(1, big);
+    m = tensor_msg(MESH_MSG_GRADIENTS, 0, t, 2 * MB); /* a stops reading after it */
+    CHECK(mesh_net_send(b, ba, &m, err, sizeof err) == 0, "send: %s", err);
+    m = tensor_msg(MESH_MSG_GRADIENTS, 1, t, big / 4 * 4);
+    CHECK(mesh_net_send(b, ba, &m, err, sizeof err) == 0, "send: %s", err);
+    CHECK(mesh_net_flush(b, ba, 300, err, sizeof err) != 0, "flush while a is not reading");
+    mesh_net_stop(a);
+    rc = mesh_net_flush(b, ba, LONG_MS, err, sizeof err);
+    CHECK(rc != 0 && strstr(err, "peer a (127.0.0.1:") && strstr(err, "were not sent"),
+          "flush after the receiver stopped: %s", err);
+    printf("lost: %s\n", err);
+    free(t);
+    mesh_net_stop(b);
 }
 
 /* Forked before any thread exists. The child is a node that says one thing
@@ -695,6 +715,15 @@ static void test_limits(void)
                            .timeout_ms = LONG_MS, .max_frame = MB};
     char err[512] = "";
     CHECK(mesh_net_start(&a, &cfg, err, sizeof err) == 0, "start: %s", err);
+    /* A port in use is an error naming it, not a node that never listens. */
+    mesh_net_config taken = {.self = "c", .run = RUN, .listen_host = "127.0.0.1",
+                             .listen_port = mesh_net_port(a)};
+    mesh_net *c = NULL;
+    char port[32];
+    snprintf(port, sizeof port, ":%d", mesh_net_port(a));
+    CHECK(mesh_net_start(&c, &taken, err, sizeof err) != 0 && c == NULL && strstr(err, port),
+          "listening on a port in use: %s", err);
+    printf("port in use: %s\n", err);
     mesh_net *b = start("b", false, 0, 0, LONG_MS);
     int ab = add_peer(a, "b", NULL, 0);
     int ba = add_peer(b, "a", "127.0.0.1", mesh_net_port(a));
@@ -714,8 +743,11 @@ static void test_limits(void)
               strstr(err, "peer a (127.0.0.1:"),
           "b after a hung up: %s", err);
     /* b's tensor may still be referenced until its buffers are freed:
-     * flush says when (with an error: the peer is gone). */
-    CHECK(mesh_net_flush(b, ba, LONG_MS, err, sizeof err) != 0 && strstr(err, "peer a"),
+     * flush returns when it is not. Whether part of it was still unsent
+     * when a hung up (an error naming a) depends on the kernels' buffers. */
+    err[0] = 0;
+    int rc = mesh_net_flush(b, ba, LONG_MS, err, sizeof err);
+    CHECK(rc == 0 || (strstr(err, "peer a") && strstr(err, "were not sent")),
           "flush to a gone peer: %s", err);
     free(buf);
     mesh_net_stop(b);
