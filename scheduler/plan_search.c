@@ -470,69 +470,102 @@ static bool rechain(heur_ctx *h, const int *seq, int p, int keep, bool tail)
     return improved;
 }
 
-static void local_search(heur_ctx *h, const int *speed)
+/* The moves of the local search, each a scan that stops at the first
+ * improvement. */
+enum { MV_DROP, MV_TAIL, MV_HEAD, MV_REVERSE, MV_MOVE, MV_REPLACE, MV_INSERT, MV_TYPES };
+
+static bool try_moves(heur_ctx *h, int type, const int *speed)
 {
     const plan_problem *pr = h->pr;
-    int seq[PLAN_MAX_STAGES], cand[PLAN_MAX_STAGES + 1], pool[2 * HEUR_POOL];
+    int seq[PLAN_MAX_STAGES], cand[PLAN_MAX_STAGES + 1], pool[2 * HEUR_POOL], fast[HEUR_POOL];
     bool used[PLAN_MAX_NODES];
-    bool improved = true;
-    while (improved && h->evals < h->budget) {
-        improved = false;
-        int p = h->best->p;
-        memcpy(seq, h->best->seq, (size_t)p * sizeof *seq);
-        memset(used, 0, (size_t)pr->n * sizeof *used);
-        for (int s = 0; s < p; s++) used[seq[s]] = true;
-        int nfast = 0, fast[HEUR_POOL];
-        for (int r = 0; r < pr->n && nfast < HEUR_POOL; r++)
-            if (!used[speed[r]]) fast[nfast++] = speed[r];
-        for (int i = 0; i < p && !improved && p > 1; i++) {   /* drop a node */
+    int p = h->best->p, nfast = 0;
+    memcpy(seq, h->best->seq, (size_t)p * sizeof *seq);
+    memset(used, 0, (size_t)pr->n * sizeof *used);
+    for (int s = 0; s < p; s++) used[seq[s]] = true;
+    for (int r = 0; r < pr->n && nfast < HEUR_POOL; r++)
+        if (!used[speed[r]]) fast[nfast++] = speed[r];
+    switch (type) {
+    case MV_DROP:   /* leave a node out */
+        for (int i = 0; i < p && p > 1; i++) {
             int q = 0;
             for (int s = 0; s < p; s++)
                 if (s != i) cand[q++] = seq[s];
-            improved = heur_try(h, cand, q);
+            if (heur_try(h, cand, q)) return true;
         }
-        for (int i = 1; i < p && !improved; i++) improved = rechain(h, seq, p, i, true);
-        for (int i = p - 1; i > 0 && !improved; i--) improved = rechain(h, seq, p, i, false);
-        for (int i = 0; i < p && !improved; i++)   /* reverse a run (2-opt) */
-            for (int j = i + 1; j < p && !improved; j++) {
+        return false;
+    case MV_TAIL:
+        for (int i = 1; i < p; i++)
+            if (rechain(h, seq, p, i, true)) return true;
+        return false;
+    case MV_HEAD:
+        for (int i = p - 1; i > 0; i--)
+            if (rechain(h, seq, p, i, false)) return true;
+        return false;
+    case MV_REVERSE:   /* reverse a run (2-opt) */
+        for (int i = 0; i < p; i++)
+            for (int j = i + 1; j < p; j++) {
                 memcpy(cand, seq, (size_t)p * sizeof *seq);
                 for (int a = i, b = j; a < b; a++, b--) {
                     int t = cand[a];
                     cand[a] = cand[b];
                     cand[b] = t;
                 }
-                improved = heur_try(h, cand, p);
+                if (heur_try(h, cand, p)) return true;
             }
-        for (int i = 0; i < p && !improved; i++)   /* move a node elsewhere */
-            for (int j = 0; j < p && !improved; j++) {
+        return false;
+    case MV_MOVE:   /* move one node elsewhere */
+        for (int i = 0; i < p; i++)
+            for (int j = 0; j < p; j++) {
                 if (j == i || j == i + 1) continue;   /* j == i+1 is a 2-opt of two */
                 int q = 0;
                 for (int s = 0; s < p; s++)
                     if (s != i) cand[q++] = seq[s];
                 memmove(cand + j + 1, cand + j, (size_t)(q - j) * sizeof *cand);
                 cand[j] = seq[i];
-                improved = heur_try(h, cand, p);
+                if (heur_try(h, cand, p)) return true;
             }
-        for (int i = 0; i < p && !improved; i++) {   /* replace a node by an unused one */
+        return false;
+    case MV_REPLACE:   /* an unused node instead of a used one */
+        for (int i = 0; i < p; i++) {
             int np = link_pool(pr, used, i > 0 ? seq[i - 1] : -1, i < p - 1 ? seq[i + 1] : -1,
                                pool, HEUR_POOL);
             memcpy(pool + np, fast, (size_t)nfast * sizeof *fast);
-            for (int u = 0; u < np + nfast && !improved; u++) {
+            for (int u = 0; u < np + nfast; u++) {
                 memcpy(cand, seq, (size_t)p * sizeof *seq);
                 cand[i] = pool[u];
-                improved = heur_try(h, cand, p);
+                if (heur_try(h, cand, p)) return true;
             }
         }
-        for (int i = 0; i <= p && !improved && p < pr->L + 2 && p < PLAN_MAX_STAGES; i++) {
+        return false;
+    default:   /* MV_INSERT: one more node */
+        for (int i = 0; i <= p && p < pr->L + 2 && p < PLAN_MAX_STAGES; i++) {
             int np = link_pool(pr, used, i > 0 ? seq[i - 1] : -1, i < p ? seq[i] : -1, pool,
-                               HEUR_POOL);   /* insert an unused node */
+                               HEUR_POOL);
             memcpy(pool + np, fast, (size_t)nfast * sizeof *fast);
-            for (int u = 0; u < np + nfast && !improved; u++) {
+            for (int u = 0; u < np + nfast; u++) {
                 memcpy(cand, seq, (size_t)i * sizeof *seq);
                 cand[i] = pool[u];
                 memcpy(cand + i + 1, seq + i, (size_t)(p - i) * sizeof *seq);
-                improved = heur_try(h, cand, p + 1);
+                if (heur_try(h, cand, p + 1)) return true;
             }
+        }
+        return false;
+    }
+}
+
+/* Round robin over the move types: a type that improves runs again, one
+ * that does not hands over to the next; done when every type in a row has
+ * failed (a local optimum) or the budget is spent. */
+static void local_search(heur_ctx *h, const int *speed)
+{
+    int type = 0, failed = 0;
+    while (failed < MV_TYPES && h->evals < h->budget) {
+        if (try_moves(h, type, speed)) {
+            failed = 0;
+        } else {
+            failed++;
+            type = (type + 1) % MV_TYPES;
         }
     }
 }
