@@ -395,10 +395,6 @@ static int finish(engine *e, long stop, char *err, size_t errlen)
         if (send_small(e, peers[i], MESH_MSG_COMMIT, 0, 0, err, errlen)) return -1;
         npeers++;
     }
-    /* everything this node sent must be out before a peer may close */
-    for (int i = 0; i < 3; i++)
-        if (peers[i] >= 0 && mesh_net_flush(e->net, peers[i], e->cl->timeout_ms, err, errlen))
-            return -1;
     for (int i = 0; i < npeers; i++) {
         mesh_msg in;
         mesh_frame *f;
@@ -406,6 +402,13 @@ static int finish(engine *e, long stop, char *err, size_t errlen)
         if (await_from(e, MESH_MSG_COMMIT, -1, -1, &in, &f, &from, err, errlen)) return -1;
         if (from >= 0 && from < 8) e->peer_done[from] = true;
         mesh_frame_free(f);
+    }
+    /* Our "done" must leave before we close. A peer may close as soon as it
+     * has every "done", ours included, so a flush failing because the peer
+     * is gone means it had everything: not an error. */
+    for (int i = 0; i < 3; i++) {
+        char ignore[256];
+        if (peers[i] >= 0) mesh_net_flush(e->net, peers[i], e->cl->timeout_ms, ignore, sizeof ignore);
     }
     return 0;
 }

@@ -96,9 +96,9 @@ def write_job(wd, name, corpus, tok, config, micro_batch, out):
     return path
 
 
-def write_cluster(wd, name, ports, schedule="1f1b", timeout_ms=20000):
+def write_cluster(wd, name, ports, schedule="1f1b", timeout_ms=20000, wire="f32"):
     layers = [[0, 2], [2, 5], [5, 6]]
-    cl = {"run": name, "schedule": schedule, "timeout_ms": timeout_ms,
+    cl = {"run": name, "schedule": schedule, "timeout_ms": timeout_ms, "wire_dtype": wire,
           "nodes": [{"name": "n%d" % i, "host": "127.0.0.1", "port": ports[i],
                      "layers": layers[i]} for i in range(3)]}
     path = os.path.join(wd, name + "-cluster.json")
@@ -118,7 +118,8 @@ def start_nodes(sn, job, cluster, wd, name, extra=()):
     return procs
 
 
-def check_equal_run(sn, wd, corpus, tok, name, tied, micro_batch, schedule):
+def check_equal_run(sn, wd, corpus, tok, name, tied, micro_batch, schedule, wire="f32",
+                    rtol=LOSS_RTOL, wtol=1e-5):
     config = os.path.join(wd, name + "-config.json")
     write_config(config, tied)
     single_out = os.path.join(wd, name + "-single")
@@ -129,7 +130,7 @@ def check_equal_run(sn, wd, corpus, tok, name, tied, micro_batch, schedule):
     t0 = time.time()
     run([sn, "train", "--job", job1, "--metrics", m1, "--threads", "1"])
     t1 = time.time()
-    cluster = write_cluster(wd, name, free_ports(3), schedule)
+    cluster = write_cluster(wd, name, free_ports(3), schedule, wire=wire)
     procs = start_nodes(sn, jobp, cluster, wd, name)
     outs = [p.communicate(timeout=600) for p in procs]
     t2 = time.time()
@@ -143,7 +144,7 @@ def check_equal_run(sn, wd, corpus, tok, name, tied, micro_batch, schedule):
         for a, b in zip(got, want):
             rel = abs(a["loss"] - b["loss"]) / abs(b["loss"])
             worst = max(worst, rel)
-            check(rel <= LOSS_RTOL, "%s: step %d loss %.9g on node n%d, single process %.9g"
+            check(rel <= rtol, "%s: step %d loss %.9g on node n%d, single process %.9g"
                   % (name, b["step"], a["loss"], i, b["loss"]))
     run([sn, "export", "--job", jobp, "--cluster", cluster])
     a = ref.read_safetensors(os.path.join(pipe_out, "model.safetensors"))
@@ -153,7 +154,7 @@ def check_equal_run(sn, wd, corpus, tok, name, tied, micro_batch, schedule):
     for k in b:
         scale = max(float(abs(b[k]).max()), 1e-30)
         wdiff = max(wdiff, float(abs(a[k] - b[k]).max()) / scale)
-    check(wdiff <= 1e-5, "%s: exported model differs by %.2e (max rel) from the single process"
+    check(wtol is None or wdiff <= wtol, "%s: exported model differs by %.2e (max rel) from the single process"
           % (name, wdiff))
     print("ok   %-28s %d steps: worst loss rel diff %.1e, exported weights rel diff %.1e "
           "(single %.1f s, 3 processes %.1f s)" % (name, STEPS, worst, wdiff, t1 - t0, t2 - t1))
@@ -214,6 +215,10 @@ def main():
         check_equal_run(sn, wd, corpus, tok, "untied-mb8", False, 1, "1f1b")
         check_equal_run(sn, wd, corpus, tok, "untied-mb8-gpipe", False, 1, "gpipe")
         check_equal_run(sn, wd, corpus, tok, "tied-mb4", True, 2, "1f1b")
+        # bf16 on the wire rounds activations and gradients: the losses stay
+        # close; single weights drift apart (AdamW normalises tiny gradients)
+        check_equal_run(sn, wd, corpus, tok, "untied-mb8-bf16", False, 1, "1f1b", wire="bf16",
+                        rtol=2e-2, wtol=None)
         check_kill(sn, wd, corpus, tok)
     except Failure as e:
         print("FAIL " + str(e))

@@ -54,8 +54,8 @@ static const struct {
     {"configs/fleets/homelab.json", "llama-3b.json", 512, 64},
     {"configs/fleets/internet.json", "llama-3b.json", 1024, 64},
     {"configs/fleets/datacenter.json", "llama-13b.json", 1024, 64},
-    {"configs/fleets/longtail-64.json", "llama-80l.json", 1024, 256},
-    {"configs/fleets/longtail-256.json", "llama-80l.json", 1024, 256},
+    {"configs/fleets/longtail-64.json", "llama-80l.json", 1024, 512},
+    {"configs/fleets/longtail-256.json", "llama-80l.json", 1024, 512},
 };
 
 static void test_examples(void)

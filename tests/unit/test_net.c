@@ -279,7 +279,8 @@ static void test_exchange(void)
     mesh_net *a, *b;
     int ab, ba;
     pair(&a, &b, &ab, &ba, 0, 0);
-    CHECK(strcmp(mesh_net_peer_name(a, ab), "b") == 0 && strcmp(mesh_net_peer_name(b, ba), "a") == 0,
+    CHECK(strcmp(mesh_net_peer_name(a, ab), "b") == 0 &&
+              strcmp(mesh_net_peer_name(b, ba), "a") == 0,
           "peer names");
     CHECK(mesh_net_peer_name(a, 5) == NULL, "peer name of a bad index");
     /* Both directions at once, from their own threads, while this thread
@@ -370,8 +371,10 @@ static void test_zero_copy(void)
             size_t seen = 0;
             for (size_t i = big - tail; i < big; i++)
                 seen += d[i] == 0xEE;
-            CHECK(seen == (change_tail ? tail : 0), "the tail changed after send is not what arrived (%zu of %zu "
-                  "bytes): the tensor was copied", seen, tail);
+            CHECK(seen == (change_tail ? tail : 0),
+                  "the tail changed after send is not what arrived (%zu of %zu bytes): the "
+                  "tensor was copied",
+                  seen, tail);
         }
         mesh_frame_free(f);
     }
@@ -840,7 +843,10 @@ static void raw_hello_v2(int fd)
         case 1: msgpack_pack_uint32(&pk, MESH_MSG_HELLO); break;
         case 2: msgpack_pack_uint64(&pk, mesh_run_id(RUN)); break;
         case 3: msgpack_pack_str(&pk, 5), msgpack_pack_str_body(&pk, "carol", 5); break;
-        case 4: msgpack_pack_str(&pk, strlen(RUN)), msgpack_pack_str_body(&pk, RUN, strlen(RUN)); break;
+        case 4:
+            msgpack_pack_str(&pk, strlen(RUN));
+            msgpack_pack_str_body(&pk, RUN, strlen(RUN));
+            break;
         }
     }
     uint8_t prefix[4];
