@@ -111,6 +111,8 @@ def start_nodes(sn, job, cluster, wd, name, extra=()):
     procs = []
     for i in range(3):
         m = os.path.join(wd, "%s-n%d.jsonl" % (name, i))
+        if os.path.exists(m):  # a stale file would look like progress
+            os.unlink(m)
         cmd = [sn, "train", "--job", job, "--cluster", cluster, "--node", "n%d" % i,
                "--metrics", m, "--threads", "1"] + list(extra)
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
