@@ -2,13 +2,16 @@
  * TCP socket on loopback, in one process and one run.
  *
  *     build/bench_transfer [--mib 64] [--rounds 5] [--messages 4] [--high-water MIB]
+ *                          [--raw-alloc]
  *
  * Two paths move the same bytes from a sender thread to the receiving (main)
  * thread over 127.0.0.1:
  *
  * - raw: a plain TCP connection (TCP_NODELAY, as the mesh sets it); the
  *   sender write()s each tensor in a loop, the receiver read()s it into one
- *   preallocated buffer. No framing, no allocation: the ceiling.
+ *   preallocated buffer. No framing, no allocation: the ceiling. With
+ *   --raw-alloc (a diagnostic) it malloc()s and free()s a fresh buffer per
+ *   tensor instead, as the mesh's receiver does per frame.
  * - framed: shardnode's path. Two mesh_net instances ("tx" dials "rx");
  *   the sender mesh_net_send()s a MESH_MSG_GRADIENTS message whose data is
  *   the f32 tensor (shape [MIB/4, 1024, 1024], [16, 1024, 1024] for 64 MiB),
@@ -53,6 +56,7 @@ typedef struct {
     size_t bytes;
     int64_t shape[3];
     int messages;
+    bool raw_alloc;
     /* raw path */
     int raw_tx, raw_rx;
     /* framed path */
@@ -163,9 +167,11 @@ static int raw_send(bench *b)
     return 0;
 }
 
-static void raw_recv(bench *b, char *buf, bool full)
+static void raw_recv(bench *b, char *rawbuf, bool full)
 {
     for (int k = 0; k < b->messages; k++) {
+        char *buf = b->raw_alloc ? malloc(b->bytes) : rawbuf;
+        if (!buf) die("out of memory for a %zu-byte buffer", b->bytes);
         size_t got = 0;
         while (got < b->bytes) {
             ssize_t r = read(b->raw_rx, buf + got, b->bytes - got);
@@ -175,6 +181,7 @@ static void raw_recv(bench *b, char *buf, bool full)
             got += (size_t)r;
         }
         if (check_data(b, buf, full)) die("raw path: tensor %d arrived with wrong bytes", k + 1);
+        if (b->raw_alloc) free(buf);
     }
 }
 
@@ -310,10 +317,13 @@ static double median(double *v, int n)
 static void usage(void)
 {
     fputs("usage: bench_transfer [--mib N] [--rounds R] [--messages K] [--high-water MIB]\n"
+          "                      [--raw-alloc]\n"
           "  --mib N         tensor size in MiB, a multiple of 4 (default 64: [16, 1024, 1024] f32)\n"
           "  --rounds R      timed rounds of each path, interleaved (default 5)\n"
           "  --messages K    tensors per round (default 4)\n"
-          "  --high-water M  the mesh's send_high_water in MiB (default 0: the transport's 64 MiB)\n",
+          "  --high-water M  the mesh's send_high_water in MiB (default 0: the transport's 64 MiB)\n"
+          "  --raw-alloc     diagnostic: the raw receiver mallocs a fresh buffer per tensor,\n"
+          "                  as the mesh's receiver does per frame\n",
           stderr);
     exit(2);
 }
@@ -321,8 +331,13 @@ static void usage(void)
 int main(int argc, char **argv)
 {
     long mib = 64, rounds = 5, messages = 4, high_water = 0;
+    bool raw_alloc = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) usage();
+        if (strcmp(argv[i], "--raw-alloc") == 0) {
+            raw_alloc = true;
+            continue;
+        }
         if (i + 1 >= argc) {
             fprintf(stderr, "bench_transfer: %s needs a value\n", argv[i]);
             usage();
@@ -349,6 +364,7 @@ int main(int argc, char **argv)
     b->shape[1] = 1024;
     b->shape[2] = 1024;
     b->messages = (int)messages;
+    b->raw_alloc = raw_alloc;
     b->tensor = malloc(b->bytes);
     char *rawbuf = malloc(b->bytes);
     if (!b->tensor || !rawbuf) die("out of memory for two %ld MiB buffers", mib);
@@ -367,6 +383,9 @@ int main(int argc, char **argv)
            "round, %ld rounds of each path, interleaved; mesh send_high_water %ld MiB%s\n",
            mib, (long long)b->shape[0], (long long)b->shape[1], (long long)b->shape[2],
            messages, rounds, high_water ? high_water : 64, high_water ? "" : " (default)");
+    if (raw_alloc)
+        printf("bench_transfer: --raw-alloc: the raw receiver allocates a fresh buffer per "
+               "tensor\n");
     /* warm-up: connections, page cache of the buffers, every byte compared */
     double w_raw = run_round(b, CMD_RAW, rawbuf, true);
     double w_fr = run_round(b, CMD_FRAMED, rawbuf, true);
@@ -387,9 +406,11 @@ int main(int argc, char **argv)
     printf("ratio framed / raw: %.3f (target >= 0.95)\n", mf / mr);
     printf("{\"bench\": \"transfer\", \"tensor_bytes\": %zu, \"shape\": [%lld, %lld, %lld], "
            "\"messages_per_round\": %ld, \"rounds\": %ld, \"send_high_water_mib\": %ld, "
+           "\"raw_alloc\": %s, "
            "\"raw_mb_s\": %.1f, \"framed_mb_s\": %.1f, \"ratio\": %.4f, \"target\": 0.95}\n",
            b->bytes, (long long)b->shape[0], (long long)b->shape[1], (long long)b->shape[2],
-           messages, rounds, high_water ? high_water : 64, mr, mf, mf / mr);
+           messages, rounds, high_water ? high_water : 64, raw_alloc ? "true" : "false", mr, mf,
+           mf / mr);
     fflush(stdout);
 
     sender_go(b, CMD_QUIT);

@@ -630,11 +630,64 @@ int mesh_net_recv(mesh_net *n, int *peer, mesh_msg *msg, mesh_frame **frame, int
     return 0;
 }
 
+/* The pool: a few large buffers, each with its capacity in a header. */
+#define NET_POOL_MIN ((size_t)1 << 20)
+#define NET_POOL_SLOTS 4
+#define NET_POOL_HEADER 64 /* keeps the payload 16-byte aligned */
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint8_t *pool[NET_POOL_SLOTS];
+
+static size_t payload_cap(const uint8_t *payload)
+{
+    size_t cap;
+    memcpy(&cap, payload - NET_POOL_HEADER, sizeof cap);
+    return cap;
+}
+
+uint8_t *net_payload_alloc(size_t len)
+{
+    size_t cap = len;
+    if (len >= NET_POOL_MIN) {
+        cap = (len + NET_POOL_MIN - 1) / NET_POOL_MIN * NET_POOL_MIN;
+        int best = -1;
+        pthread_mutex_lock(&pool_mu);
+        for (int i = 0; i < NET_POOL_SLOTS; i++)
+            if (pool[i] && payload_cap(pool[i]) >= len &&
+                (best < 0 || payload_cap(pool[i]) < payload_cap(pool[best])))
+                best = i;
+        uint8_t *p = best >= 0 ? pool[best] : NULL;
+        if (best >= 0) pool[best] = NULL;
+        pthread_mutex_unlock(&pool_mu);
+        if (p) return p;
+    }
+    uint8_t *base = malloc(cap + NET_POOL_HEADER);
+    if (!base) return NULL;
+    memcpy(base, &cap, sizeof cap);
+    return base + NET_POOL_HEADER;
+}
+
+void net_payload_free(uint8_t *payload)
+{
+    if (!payload) return;
+    if (payload_cap(payload) >= NET_POOL_MIN) {
+        pthread_mutex_lock(&pool_mu);
+        for (int i = 0; i < NET_POOL_SLOTS; i++)
+            if (!pool[i]) {
+                pool[i] = payload;
+                payload = NULL;
+                break;
+            }
+        pthread_mutex_unlock(&pool_mu);
+        if (!payload) return;
+    }
+    free(payload - NET_POOL_HEADER);
+}
+
 void mesh_frame_free(mesh_frame *f)
 {
     if (!f)
         return;
-    free(f->payload);
+    net_payload_free(f->payload);
     free(f);
 }
 

@@ -129,7 +129,7 @@ static void conn_free(struct net_conn *c)
         evbuffer_remove_cb_entry(bufferevent_get_output(c->bev), c->out_cb);
     bufferevent_setcb(c->bev, NULL, NULL, NULL, NULL);
     bufferevent_free(c->bev); /* closes the socket */
-    free(c->payload);
+    net_payload_free(c->payload);
     free(c->rbuf);
     free(c);
 }
@@ -475,7 +475,7 @@ static int conn_frame(struct net_conn *c, uint8_t *payload, size_t len)
     struct mesh_net *n = c->net;
     struct mesh_frame *f = calloc(1, sizeof *f);
     if (!f) {
-        free(payload);
+        net_payload_free(payload);
         conn_close(c, "frame of %zu bytes: out of memory; disconnecting", len);
         return -1;
     }
@@ -545,7 +545,7 @@ static int conn_frame_start(struct net_conn *c, const uint8_t p[4])
                    len, NET_HELLO_MAX);
         return -1;
     }
-    c->payload = malloc(len);
+    c->payload = net_payload_alloc(len);
     if (!c->payload) {
         conn_close(c, "frame of %u bytes: out of memory; disconnecting", len);
         return -1;

@@ -83,6 +83,12 @@ struct net_peer {
 
 /* A received message (or, with lost set, the news that a peer is gone),
  * queued for mesh_net_recv in arrival order. */
+/* Frame payload buffers (net.c). Large ones are recycled: a fresh 64 MiB
+ * malloc is a fresh mmap whose pages fault in and are zeroed during the
+ * kernel's copy, which halved loopback throughput. */
+uint8_t *net_payload_alloc(size_t len);
+void net_payload_free(uint8_t *payload);
+
 struct mesh_frame {
     struct mesh_frame *next;
     int peer;

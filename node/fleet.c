@@ -294,15 +294,18 @@ static int parse_node(loader *ld, json_t *nj, int entry, int *at, const char *de
             return fail(ld->err, ld->errlen, "%s: %s", where, why);
         snprintf(proto.device, sizeof proto.device, "%s", json_string_value(device));
     } else {
+        if (json_object_get(nj, "mfu"))
+            return fail(ld->err, ld->errlen, "%s: \"mfu\" applies to spec-sheet devices; a "
+                        "profile is measured", where);
         json_t *pj = prof;
         char *ppath = NULL;
         if (json_is_string(prof)) {
             json_error_t je;
-            ppath = beside(ld->path, json_string_value(prof));
-            pj = ppath ? json_load_file(ppath, JSON_REJECT_DUPLICATES, &je) : NULL;
-            if (!pj) {
-                int rc = fail(ld->err, ld->errlen, "%s: profile %s:%d:%d: %s", where,
-                              ppath ? ppath : "?", je.line, je.column, je.text);
+            if (!(ppath = beside(ld->path, json_string_value(prof))))
+                return fail(ld->err, ld->errlen, "out of memory");
+            if (!(pj = json_load_file(ppath, JSON_REJECT_DUPLICATES, &je))) {
+                int rc = fail(ld->err, ld->errlen, "%s: profile %s:%d:%d: %s", where, ppath,
+                              je.line, je.column, je.text);
                 free(ppath);
                 return rc;
             }

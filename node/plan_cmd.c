@@ -166,7 +166,7 @@ static const char *method_name(plan_method m)
 int cmd_plan(int argc, char **argv)
 {
     const char *fleet = NULL, *model = NULL, *micro = "1", *seq = NULL, *batch = "32",
-               *devices = NULL, *method = "auto", *wire = "fp32", *budget = "0";
+               *devices = NULL, *method = "auto", *wire = "f32", *budget = "0";
     bool exhaustive = false, as_json = false;
     const args_option opts[] = {
         {"--fleet", &fleet, NULL},        {"--model", &model, NULL},
@@ -205,8 +205,8 @@ int cmd_plan(int argc, char **argv)
         fprintf(stderr, "shardnode plan: --method \"%s\": expected auto, exact or heuristic\n", method);
         return 2;
     }
-    if (strcmp(wire, "fp32") && strcmp(wire, "bf16")) {
-        fprintf(stderr, "shardnode plan: --wire \"%s\": expected fp32 or bf16\n", wire);
+    if (strcmp(wire, "f32") && strcmp(wire, "bf16")) {   /* as a cluster file's wire_dtype */
+        fprintf(stderr, "shardnode plan: --wire \"%s\": expected f32 or bf16\n", wire);
         return 2;
     }
     pm = !strcmp(method, "exact") ? PLAN_EXACT : !strcmp(method, "heuristic") ? PLAN_HEURISTIC
@@ -290,8 +290,9 @@ int cmd_plan(int argc, char **argv)
                "tokens, micro-batches of at most %ld; %s on the wire; %.1f%% memory margin\n\n",
                model, shape.layers, (long long)shape.hidden, (long long)shape.vocab,
                (double)params * 1e-9, N, T, B, wire, ff.margin_permille / 10.0);
-        printf("plan: %d stages, hash %s, %s search over %lld orders in %.1f ms\n",
-               rp.p->nstages, hash, method_name(st.method), (long long)st.orders, plan_ms);
+        printf("plan: %d stage%s, hash %s, %s search over %lld orders in %.1f ms\n",
+               rp.p->nstages, rp.p->nstages == 1 ? "" : "s", hash, method_name(st.method),
+               (long long)st.orders, plan_ms);
         print_plan(&rp, &ff, &job, true);
         report *base[3] = {&ua, &un, &ub};
         char best_what[96];

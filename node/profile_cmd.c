@@ -53,8 +53,11 @@ typedef struct {
     int64_t fwd[COST_UNITS], bwd[COST_UNITS], opt[COST_UNITS];
 } part_times;
 
-static int measure(const llama_config *cfg, int B, int T, int iters, part_times *out, char *err,
-                   size_t errlen)
+/* The decoder layers are timed as a stage of nl of them, divided by nl
+ * (--layers): one small layer alone may keep its weights in cache between
+ * its forward and its backward, which a stage of many layers does not. */
+static int measure(const llama_config *cfg, int B, int T, int nl, int iters, part_times *out,
+                   char *err, size_t errlen)
 {
     int L = cfg->num_hidden_layers, N = B * T, C = cfg->hidden_size, rc = -1;
     stage *st[COST_UNITS] = {NULL, NULL, NULL};
@@ -66,7 +69,7 @@ static int measure(const llama_config *cfg, int B, int T, int iters, part_times 
         goto out;
     }
     if (stage_create(&st[COST_EMBED], cfg, 0, 0, true, false, B, T, 1, err, errlen) ||
-        stage_create(&st[COST_LAYER], cfg, 0, 1, false, false, B, T, 1, err, errlen) ||
+        stage_create(&st[COST_LAYER], cfg, 0, nl, false, false, B, T, 1, err, errlen) ||
         stage_create(&st[COST_HEAD], cfg, L, L, false, true, B, T, 1, err, errlen))
         goto out;
     uint64_t x = 0x9e3779b97f4a7c15ull;
@@ -113,6 +116,7 @@ static int measure(const llama_config *cfg, int B, int T, int iters, part_times 
     for (int k = 0; k < 9; k++) {
         qsort(samples + (size_t)k * iters, (size_t)iters, sizeof *samples, cmp_i64);
         int64_t med = samples[(size_t)k * iters + iters / 2];
+        if (k % 3 == COST_LAYER) med /= nl;
         (k < 3 ? out->fwd : k < 6 ? out->bwd : out->opt)[k % 3] = med;
     }
     rc = 0;
@@ -151,17 +155,18 @@ static json_t *unit_json(const part_times *t, const cost_bytes *cb, int u)
 int cmd_profile(int argc, char **argv)
 {
     const char *model = NULL, *micro = "1", *seq = NULL, *iters_s = "3", *threads = NULL,
-               *cache = NULL, *out_path = NULL;
+               *cache = NULL, *out_path = NULL, *layers_s = "1";
     bool as_json = false, fresh = false;
     const args_option opts[] = {
         {"--model", &model, NULL},  {"--micro-batch", &micro, NULL}, {"--seq", &seq, NULL},
         {"--iters", &iters_s, NULL}, {"--threads", &threads, NULL}, {"--cache", &cache, NULL},
         {"--out", &out_path, NULL}, {"--json", NULL, &as_json},     {"--fresh", NULL, &fresh},
+        {"--layers", &layers_s, NULL},
     };
     const char *required[] = {"--model", NULL};
     int nopts = (int)(sizeof opts / sizeof opts[0]);
     char err[1024], cfgs[512], cpu[256], dir[768], path[1024];
-    long B, T = 0, iters, nthreads = 0;
+    long B, T = 0, iters, nthreads = 0, nl;
     llama_config cfg;
     json_t *pj = NULL;
     if (args_parse(argc, argv, 2, opts, nopts, err, sizeof err) ||
@@ -169,12 +174,14 @@ int cmd_profile(int argc, char **argv)
         llama_config_load(&cfg, model, err, sizeof err) ||
         args_int(micro, "--micro-batch", 1, 4096, &B, err, sizeof err) ||
         args_int(iters_s, "--iters", 1, 1000, &iters, err, sizeof err) ||
+        args_int(layers_s, "--layers", 1, 1000, &nl, err, sizeof err) ||
         (threads && args_int(threads, "--threads", 1, 1024, &nthreads, err, sizeof err)) ||
         (seq && args_int(seq, "--seq", 1, cfg.max_position_embeddings, &T, err, sizeof err))) {
         fprintf(stderr, "shardnode profile: %s\n", err);
         return 2;
     }
     if (!seq) T = cfg.max_position_embeddings < 256 ? cfg.max_position_embeddings : 256;
+    if (nl > cfg.num_hidden_layers) nl = cfg.num_hidden_layers;
     if (nthreads) kernels_set_threads((int)nthreads);
     /* The only backend today is the CPU; GPUs join this list with kernels/gpu. */
     proc_field("/proc/cpuinfo", "model name", cpu, sizeof cpu);
@@ -183,8 +190,8 @@ int cmd_profile(int argc, char **argv)
     int slots = procs > nthr ? (int)procs : nthr;   /* stage_create's attention scratch */
     checkpoint_config_string(&cfg, cfgs, sizeof cfgs);
     char key[1024];
-    snprintf(key, sizeof key, "%s|B=%ld|T=%ld|cpu=%s|threads=%d|blas=%s", cfgs, B, T, cpu, nthr,
-             kernels_blas_corename());
+    snprintf(key, sizeof key, "%s|B=%ld|T=%ld|cpu=%s|threads=%d|blas=%s|layers=%ld", cfgs, B, T,
+             cpu, nthr, kernels_blas_corename(), nl);
     uint64_t h = 14695981039346656037ull;
     for (const char *p = key; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
@@ -216,11 +223,11 @@ int cmd_profile(int argc, char **argv)
     if (cached) json_object_set_new(pj, "memory_bytes", json_integer(mem));
     if (!cached) {
         part_times t;
-        if (measure(&cfg, (int)B, (int)T, (int)iters, &t, err, sizeof err)) goto fail;
+        if (measure(&cfg, (int)B, (int)T, (int)nl, (int)iters, &t, err, sizeof err)) goto fail;
         char name[300];
         snprintf(name, sizeof name, "%s (%d threads)", cpu, nthr);
         pj = json_pack("{s:s,s:i,s:s,s:s,s:s,s:i,s:{s:i,s:i,s:i,s:i,s:i,s:i,s:b},s:I,s:I,s:I,s:i,"
-                       "s:o,s:o,s:o,s:I,s:I,s:I,s:I,s:i}",
+                       "s:o,s:o,s:o,s:I,s:I,s:I,s:I,s:i,s:i}",
                        "format", "shardnode-profile", "version", 1, "key", key, "device", "cpu",
                        "device_name", name, "threads", nthr, "model", "hidden_size", cfg.hidden_size,
                        "intermediate_size", cfg.intermediate_size, "num_hidden_layers",
@@ -232,7 +239,7 @@ int cmd_profile(int argc, char **argv)
                        unit_json(&t, &cb, COST_LAYER), "head", unit_json(&t, &cb, COST_HEAD),
                        "slot_bytes", (json_int_t)cb.slot, "stage_bytes", (json_int_t)cb.stage,
                        "layer_work_bytes", (json_int_t)cb.layer_work, "boundary_bytes",
-                       (json_int_t)cb.boundary, "iterations", (int)iters);
+                       (json_int_t)cb.boundary, "iterations", (int)iters, "timed_layers", (int)nl);
         char *text = pj ? json_dumps(pj, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
         atomic_file af;
         if (!text || mkdirs(dir) ||

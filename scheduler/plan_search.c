@@ -1,6 +1,7 @@
 /* plan_search.c — the split of one order of nodes, solved exactly, and the
- * search over orders: branch and bound over every order of every subset on
- * small fleets, ordered candidates and local search on large ones.
+ * search over orders: every order of every subset on small fleets (with a
+ * bound that skips orders which cannot win), constructed chains and a local
+ * search on large ones.
  *
  * For a fixed order the step is (m-1) max_s t_s + sum_s t_s + max_s o_s,
  * with t_s and o_s affine and increasing in the layer count k_s, k_s capped
