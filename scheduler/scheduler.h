@@ -214,9 +214,10 @@ int cost_evaluate(plan *p, const plan_fleet *f, const plan_job *job, char *err,
 
 typedef enum {
     PLAN_AUTO = 0,          /* exact up to PLAN_EXACT_MAX_NODES, heuristic above */
-    PLAN_EXACT = 1,         /* branch and bound over orders; exact split per order */
-    PLAN_HEURISTIC = 2,     /* ordered candidates plus local search */
-    PLAN_EXHAUSTIVE = 3,    /* every order of every subset, no bounds */
+    PLAN_EXACT = 1,         /* every order of every subset, skipping orders a bound
+                               proves cannot win; the exact split of each order */
+    PLAN_HEURISTIC = 2,     /* link-following chains, then a local search */
+    PLAN_EXHAUSTIVE = 3,    /* every order of every subset, solved: the reference */
 } plan_method;
 
 typedef struct {
@@ -225,11 +226,13 @@ typedef struct {
 } plan_stats;
 
 /* Chooses nodes, their order, contiguous layer ranges and the micro-batch
- * count minimising cost_evaluate's step_ns within memory. Deterministic:
- * nodes are taken in the order of their names, so the listing order does
- * not matter; equal costs go to the first plan in that order. The plan's
- * node indices refer to f. Fails, saying how much memory is missing and
- * where, when no plan fits. */
+ * count minimising cost_evaluate's step_ns within memory: exact up to
+ * PLAN_EXACT_MAX_NODES nodes (equal to PLAN_EXHAUSTIVE), a heuristic above.
+ * Deterministic: nodes are taken in the order of their names, so the
+ * listing order does not matter; equal costs go to the first plan found in
+ * that order; the heuristic stops after a count of orders, not a time. The
+ * plan's node indices refer to f. Fails, saying how much memory is missing
+ * and where, when no plan fits. */
 int plan_compute(plan *out, const plan_fleet *f, const plan_job *job, plan_method method,
                  plan_stats *stats, char *err, size_t errlen);
 /* The Megatron/DeepSpeed default: nodes order[0..n) each holding L/n layers
