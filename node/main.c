@@ -35,7 +35,12 @@ static void usage(FILE *out)
             "  tokenizer train --input FILE... --vocab-size N --out tokenizer.json\n"
             "  tokenizer encode|decode --tokenizer tokenizer.json   (stdin to stdout)\n"
             "  generate --model DIR --prompt TEXT [--tokens N] [--temperature T] [--seed S]\n"
-            "      sample from a trained model directory\n");
+            "      sample from a trained model directory\n"
+            "  profile --model CONFIG.json [--micro-batch B --seq T] [--json]\n"
+            "      time the real forward, backward and AdamW per layer on this machine\n"
+            "  plan --fleet FLEET.json --model CONFIG.json [--micro-batch B --seq T --batch N]\n"
+            "       [--exhaustive] [--json]\n"
+            "      plan which node holds which layers; compare with a uniform split\n");
 }
 
 /* OpenBLAS reads OPENBLAS_CORETYPE only when it loads, so a weak automatic
