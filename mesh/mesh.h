@@ -29,7 +29,13 @@ typedef enum {
     MESH_MSG_TIED_GRAD = 5,   /* tensor = gradient of a weight two stages share */
     MESH_MSG_COMMIT = 6,      /* value = the step's loss; step committed */
     MESH_MSG_ABORT = 7,       /* text = reason */
+    MESH_MSG_PROBE = 8,       /* link echo: step = sequence number, flags bit 0
+                               * (MESH_PROBE_REPLY): the answer; data = raw bytes
+                               * (no dtype or shape), at most MESH_PROBE_MAX */
 } mesh_msg_type;
+
+#define MESH_PROBE_REPLY 1u
+#define MESH_PROBE_MAX ((size_t)64 << 20)
 
 typedef enum { MESH_F32 = 0, MESH_BF16 = 1, MESH_I32 = 2 } mesh_dtype;
 
@@ -143,6 +149,21 @@ int mesh_net_flush(mesh_net *n, int peer, int timeout_ms, char *err, size_t errl
 int mesh_net_recv(mesh_net *n, int *peer, mesh_msg *msg, mesh_frame **frame, int timeout_ms,
                   char *err, size_t errlen);
 void mesh_frame_free(mesh_frame *f);
+/* Link measurement over the same connection the pipeline uses: for each
+ * size and round, sends a PROBE of sizes[i] bytes (at most MESH_PROBE_MAX;
+ * 0 is fine) and waits for its echo, filling rtt_ns[i * rounds + round]
+ * with the round trip (> 0). The peer's loop thread answers by itself, so
+ * the peer's compute thread takes no part; an echo carries the payload both
+ * ways (what scheduler's cost_link_estimate expects). Other messages that
+ * arrive meanwhile stay in the receive queue, in order, for mesh_net_recv.
+ * One probe at a time per peer (the peer closes a connection that sends a
+ * probe before taking the last one's reply); each round trip waits up to
+ * the config's timeout_ms, and does not finish while the receive queue is
+ * full. Fails naming the peer when it is gone, when it does not answer in
+ * time or answers with other bytes. A late reply to a probe that gave up
+ * reaches mesh_net_recv as a PROBE with the reply bit (ignore it). */
+int mesh_net_probe(mesh_net *n, int peer, const size_t *sizes, int nsizes, int rounds,
+                   int64_t *rtt_ns, char *err, size_t errlen);
 /* The name of a declared peer. */
 const char *mesh_net_peer_name(const mesh_net *n, int peer);
 

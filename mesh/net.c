@@ -80,7 +80,30 @@ void net_enqueue_locked(struct mesh_net *n, struct mesh_frame *f)
     n->rq_tail = f;
     n->rq_frames++;
     n->rq_bytes += f->len;
-    pthread_cond_signal(&n->recv_cond);
+    /* Broadcast: mesh_net_recv and mesh_net_probe may both be waiting. */
+    pthread_cond_broadcast(&n->recv_cond);
+}
+
+/* Takes f (after prev, or first when prev is NULL) out of the receive
+ * queue (mu held). Returns true when the loop must be woken to read again. */
+static bool rq_unlink_locked(struct mesh_net *n, struct mesh_frame *prev, struct mesh_frame *f)
+{
+    if (prev)
+        prev->next = f->next;
+    else
+        n->rq = f->next;
+    if (n->rq_tail == f)
+        n->rq_tail = prev;
+    f->next = NULL;
+    n->rq_frames--;
+    n->rq_bytes -= f->len;
+    /* Half the bound before reading again, so a queue at the limit does not
+     * flip reading on and off for every frame. */
+    bool resume = n->npaused > 0 && !n->resume_wanted && n->rq_bytes <= n->recv_high_water / 2 &&
+                  n->rq_frames <= NET_RECV_MAX_FRAMES / 2;
+    if (resume)
+        n->resume_wanted = true;
+    return resume;
 }
 
 static void free_send_items(struct net_send_item *it)
@@ -605,17 +628,7 @@ int mesh_net_recv(mesh_net *n, int *peer, mesh_msg *msg, mesh_frame **frame, int
         }
     }
     struct mesh_frame *f = n->rq;
-    n->rq = f->next;
-    if (!n->rq)
-        n->rq_tail = NULL;
-    n->rq_frames--;
-    n->rq_bytes -= f->len;
-    /* Half the bound before reading again, so a queue at the limit does not
-     * flip reading on and off for every frame. */
-    bool resume = n->npaused > 0 && !n->resume_wanted && n->rq_bytes <= n->recv_high_water / 2 &&
-                  n->rq_frames <= NET_RECV_MAX_FRAMES / 2;
-    if (resume)
-        n->resume_wanted = true;
+    bool resume = rq_unlink_locked(n, NULL, f);
     pthread_mutex_unlock(&n->mu);
     if (resume)
         wake_loop(n);
@@ -628,6 +641,156 @@ int mesh_net_recv(mesh_net *n, int *peer, mesh_msg *msg, mesh_frame **frame, int
     *msg = f->msg;
     *frame = f;
     return 0;
+}
+
+/* Waits for the reply to probe seq from p and takes it out of the receive
+ * queue, leaving every other message where it is. Older replies of p
+ * (probes that gave up) are dropped. A loss of p is left in the queue for
+ * mesh_net_recv to report too. */
+static int probe_wait(mesh_net *n, struct net_peer *p, int64_t seq, size_t size,
+                      struct mesh_frame **out, char *err, size_t errlen)
+{
+    int64_t deadline = deadline_after(n->timeout_ms);
+    struct mesh_frame *stale = NULL;
+    bool resume = false;
+    int rc = -1;
+    *out = NULL;
+    pthread_mutex_lock(&n->mu);
+    for (;;) {
+        bool lost = false;
+        for (struct mesh_frame *prev = NULL, *f = n->rq, *next; f && !*out; f = next) {
+            next = f->next;
+            if (f->peer != p->index) {
+                prev = f;
+                continue;
+            }
+            if (f->lost) {
+                lost = true;
+                break;
+            }
+            if (f->msg.type != MESH_MSG_PROBE || !(f->msg.flags & MESH_PROBE_REPLY)) {
+                prev = f;
+                continue;
+            }
+            resume |= rq_unlink_locked(n, prev, f);
+            if (f->msg.step == seq) {
+                *out = f;
+            } else {
+                f->next = stale;
+                stale = f;
+            }
+        }
+        if (*out) {
+            rc = 0;
+            break;
+        }
+        if (lost || p->state == NET_PEER_DOWN) {
+            set_err(err, errlen, "probe of %zu bytes: %s", size, p->err);
+            break;
+        }
+        if (n->stopping) {
+            set_err(err, errlen, "probe of %zu bytes to peer %s: the network is stopping", size,
+                    p->name);
+            break;
+        }
+        if (!wait_until(&n->recv_cond, &n->mu, deadline)) {
+            set_err(err, errlen, "probe of %zu bytes: no reply from peer %s (%s) within %d ms",
+                    size, p->name, p->addr, n->timeout_ms);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&n->mu);
+    if (resume)
+        wake_loop(n);
+    while (stale) {
+        struct mesh_frame *next = stale->next;
+        mesh_frame_free(stale);
+        stale = next;
+    }
+    return rc;
+}
+
+int mesh_net_probe(mesh_net *n, int peer, const size_t *sizes, int nsizes, int rounds,
+                   int64_t *rtt_ns, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&n->mu);
+    struct net_peer *p = peer_at(n, peer, err, errlen);
+    pthread_mutex_unlock(&n->mu);
+    if (!p)
+        return -1;
+    if (!sizes || !rtt_ns || nsizes < 1 || rounds < 1) {
+        set_err(err, errlen, "probe of peer %s: needs at least one size and one round", p->name);
+        return -1;
+    }
+    size_t max = 0;
+    for (int i = 0; i < nsizes; i++) {
+        if (sizes[i] > MESH_PROBE_MAX) {
+            set_err(err, errlen, "probe of peer %s: %zu bytes is over the limit of %zu", p->name,
+                    sizes[i], MESH_PROBE_MAX);
+            return -1;
+        }
+        if (sizes[i] > max)
+            max = sizes[i];
+    }
+    uint8_t *buf = max ? malloc(max) : NULL;
+    if (max && !buf) {
+        set_err(err, errlen, "probe of peer %s: out of memory for %zu bytes", p->name, max);
+        return -1;
+    }
+    /* Not all zeros, so an echo of other bytes is noticed. */
+    for (size_t i = 0; i < max; i++)
+        buf[i] = (uint8_t)(i * 131u + 7u + (i >> 12));
+
+    int rc = 0;
+    for (int s = 0; s < nsizes && rc == 0; s++) {
+        for (int r = 0; r < rounds && rc == 0; r++) {
+            pthread_mutex_lock(&n->mu);
+            int64_t seq = ++n->probe_seq;
+            pthread_mutex_unlock(&n->mu);
+            mesh_msg m;
+            memset(&m, 0, sizeof m);
+            m.type = MESH_MSG_PROBE;
+            m.step = seq;
+            m.data = buf;
+            m.nbytes = sizes[s];
+            char e[NET_ERR_MAX];
+            struct mesh_frame *f = NULL;
+            int64_t t0 = net_now_ns();
+            if (mesh_net_send(n, peer, &m, e, sizeof e) != 0) {
+                set_err(err, errlen, "probe of %zu bytes: %s", sizes[s], e);
+                rc = -1;
+                break;
+            }
+            if (probe_wait(n, p, seq, sizes[s], &f, err, errlen) != 0) {
+                rc = -1;
+                break;
+            }
+            int64_t t1 = net_now_ns();
+            if (f->msg.nbytes != sizes[s] ||
+                (sizes[s] && memcmp(f->msg.data, buf, sizes[s]) != 0)) {
+                set_err(err, errlen, "probe of %zu bytes: peer %s (%s) echoed %s", sizes[s],
+                        p->name, p->addr,
+                        f->msg.nbytes != sizes[s] ? "another number of bytes" : "other bytes");
+                rc = -1;
+            }
+            mesh_frame_free(f);
+            rtt_ns[(size_t)s * (size_t)rounds + (size_t)r] = t1 > t0 ? t1 - t0 : 1;
+        }
+    }
+    /* buf is referenced until the loop let go of it. */
+    char e[NET_ERR_MAX];
+    if (mesh_net_flush(n, peer, n->timeout_ms, e, sizeof e) != 0 && rc == 0) {
+        set_err(err, errlen, "probe: %s", e);
+        rc = -1;
+    }
+    pthread_mutex_lock(&n->mu);
+    bool released = p->refs == 0;
+    pthread_mutex_unlock(&n->mu);
+    /* Still referenced only when the flush timed out with the peer stuck:
+     * leaking the buffer is safer than freeing memory libevent may read. */
+    if (released)
+        free(buf);
+    return rc;
 }
 
 /* The pool: a few large buffers, each with its capacity in a header. */

@@ -384,6 +384,7 @@ static const char *type_name(mesh_msg_type t)
     case MESH_MSG_TIED_GRAD: return "TIED_GRAD";
     case MESH_MSG_COMMIT: return "COMMIT";
     case MESH_MSG_ABORT: return "ABORT";
+    case MESH_MSG_PROBE: return "PROBE";
     }
     return "an unknown type";
 }
@@ -468,6 +469,85 @@ static int conn_hello(struct net_conn *c, const mesh_msg *m)
     return 0;
 }
 
+/* A PROBE echo the output buffer references: the received payload, freed
+ * once its bytes are written (or the connection is freed). */
+struct probe_echo {
+    struct net_peer *peer;
+    uint8_t *payload;
+};
+
+static void probe_echo_done(const void *data, size_t len, void *extra)
+{
+    (void)data;
+    (void)len;
+    struct probe_echo *e = extra;
+    struct mesh_net *n = e->peer->net;
+    pthread_mutex_lock(&n->mu);
+    e->peer->probe_replies--;
+    pthread_mutex_unlock(&n->mu);
+    net_payload_free(e->payload);
+    free(e);
+}
+
+/* A PROBE without the reply bit: answered here, on the loop thread, with
+ * the same bytes (by reference, no copy) and the reply bit set; the
+ * compute thread never sees it. The reply's bytes count in peer->queued
+ * like any message's, since conn_out_cb counts every byte written. Takes
+ * f. Returns -1 when the connection was closed. */
+static int conn_probe_echo(struct net_conn *c, struct mesh_frame *f)
+{
+    struct mesh_net *n = c->net;
+    struct net_peer *p = c->peer;
+    pthread_mutex_lock(&n->mu);
+    bool busy = p->probe_replies > 0;
+    pthread_mutex_unlock(&n->mu);
+    if (busy) {
+        mesh_frame_free(f);
+        conn_close(c, "sent a PROBE before taking the reply to its last one; disconnecting");
+        return -1;
+    }
+    mesh_msg r = f->msg;
+    r.flags |= MESH_PROBE_REPLY;
+    r.run_id = n->run_id;
+    uint8_t *head = NULL;
+    size_t head_len = 0;
+    char e[256];
+    struct probe_echo *pe = r.nbytes ? calloc(1, sizeof *pe) : NULL;
+    if (r.nbytes && !pe)
+        snprintf(e, sizeof e, "out of memory");
+    if ((r.nbytes && !pe) || mesh_encode_head(&r, &head, &head_len, e, sizeof e) != 0) {
+        free(pe);
+        mesh_frame_free(f);
+        conn_close(c, "cannot answer a PROBE: %s; disconnecting", e);
+        return -1;
+    }
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    pthread_mutex_lock(&n->mu);
+    p->queued += head_len + r.nbytes;
+    if (pe)
+        p->probe_replies++;
+    pthread_mutex_unlock(&n->mu);
+    /* The head is small: copied. The payload now belongs to the echo. */
+    int rc = evbuffer_add(out, head, head_len);
+    free(head);
+    if (pe) {
+        pe->peer = p;
+        pe->payload = f->payload;
+        f->payload = NULL;
+        if (rc != 0 ||
+            evbuffer_add_reference(out, r.data, r.nbytes, probe_echo_done, pe) != 0) {
+            probe_echo_done(NULL, 0, pe);
+            rc = -1;
+        }
+    }
+    mesh_frame_free(f);
+    if (rc != 0) {
+        conn_close(c, "cannot answer a PROBE: out of memory; disconnecting");
+        return -1;
+    }
+    return 0;
+}
+
 /* A whole payload has arrived (ownership passes here). Returns -1 when the
  * connection was closed. */
 static int conn_frame(struct net_conn *c, uint8_t *payload, size_t len)
@@ -506,6 +586,8 @@ static int conn_frame(struct net_conn *c, uint8_t *payload, size_t len)
                    (unsigned long long)run_id, (unsigned long long)n->run_id);
         return -1;
     }
+    if (f->msg.type == MESH_MSG_PROBE && !(f->msg.flags & MESH_PROBE_REPLY))
+        return conn_probe_echo(c, f);
     f->peer = c->peer->index;
     pthread_mutex_lock(&n->mu);
     net_enqueue_locked(n, f);

@@ -72,6 +72,7 @@ struct net_peer {
     uint64_t drained;              /* bytes written so far: send's progress clock */
     size_t refs;                   /* tensors libevent still references */
     size_t discarded;              /* bytes dropped unsent when it went DOWN */
+    int probe_replies;             /* PROBE echoes to it libevent still holds (0 or 1) */
 
     /* Loop thread only. */
     struct net_conn *conn;
@@ -132,6 +133,7 @@ struct mesh_net {
     struct mesh_frame *rq, *rq_tail;
     size_t rq_frames, rq_bytes;
     int npaused;               /* connections not read because the queue is full */
+    int64_t probe_seq;         /* the last PROBE sequence number sent */
 };
 
 /* net.c */

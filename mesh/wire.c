@@ -78,8 +78,10 @@ static const struct {
     [MESH_MSG_COMMIT] = {"COMMIT",
                          COMMON | KEY(K_EP) | KEY(K_STEP) | KEY(K_ST) | KEY(K_VAL)},
     [MESH_MSG_ABORT] = {"ABORT", COMMON | KEY(K_TEXT)},
+    /* data without dt and shape: raw bytes, bounded by MESH_PROBE_MAX. */
+    [MESH_MSG_PROBE] = {"PROBE", COMMON | KEY(K_STEP) | KEY(K_FL) | KEY(K_DATA)},
 };
-#define MSG_TYPE_MAX MESH_MSG_ABORT
+#define MSG_TYPE_MAX MESH_MSG_PROBE
 
 static int known_type(uint64_t t)
 {
@@ -200,8 +202,12 @@ int mesh_encode_head(const mesh_msg *m, uint8_t **head, size_t *head_len, char *
     if ((keys & KEY(K_TEXT)) && check_string("text", m->text, MESH_TEXT_MAX, err, errlen))
         return -1;
     if (keys & KEY(K_DATA)) {
-        if (tensor_check(m->dtype, m->ndim, m->shape, m->nbytes, err, errlen))
+        if ((keys & KEY(K_DT)) &&
+            tensor_check(m->dtype, m->ndim, m->shape, m->nbytes, err, errlen))
             return -1;
+        if (!(keys & KEY(K_DT)) && m->nbytes > MESH_PROBE_MAX)
+            return set_err(err, errlen, "%s: \"data\" has %zu bytes, at most %zu", tname,
+                           m->nbytes, MESH_PROBE_MAX);
         if (m->nbytes && !m->data)
             return set_err(err, errlen, "%s: \"data\" is NULL with %zu bytes", tname,
                            m->nbytes);
@@ -810,9 +816,13 @@ static int decode(const uint8_t *p, size_t len, mesh_msg *m, char *err, size_t e
         if (!(seen & KEY(k)) && (allowed & KEY(k)))
             return set_err(err, errlen, "%s is missing key \"%s\"", tname, key_names[k]);
     }
-    if ((allowed & KEY(K_DATA)) &&
+    if ((allowed & KEY(K_DT)) &&
         tensor_check(m->dtype, m->ndim, m->shape, m->nbytes, err, errlen))
         return -1;
+    /* Raw bytes (PROBE): bounded on their own. */
+    if ((allowed & KEY(K_DATA)) && !(allowed & KEY(K_DT)) && m->nbytes > MESH_PROBE_MAX)
+        return set_err(err, errlen, "%s: \"data\" has %zu bytes, at most %zu", tname,
+                       m->nbytes, MESH_PROBE_MAX);
     return 0;
 }
 

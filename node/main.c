@@ -40,7 +40,9 @@ static void usage(FILE *out)
             "      time the real forward, backward and AdamW per layer on this machine\n"
             "  plan --fleet FLEET.json --model CONFIG.json [--micro-batch B --seq T --batch N]\n"
             "       [--exhaustive] [--json]\n"
-            "      plan which node holds which layers; compare with a uniform split\n");
+            "      plan which node holds which layers; compare with a uniform split\n"
+            "  link --listen HOST:PORT | --connect HOST:PORT [--rounds N] [--max-size BYTES]\n"
+            "      measure a link's latency and bandwidth with echoed probes\n");
 }
 
 /* OpenBLAS reads OPENBLAS_CORETYPE only when it loads, so a weak automatic
@@ -71,6 +73,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "export") == 0) return cmd_export(argc, argv);
     if (strcmp(argv[1], "plan") == 0) return cmd_plan(argc, argv);
     if (strcmp(argv[1], "profile") == 0) return cmd_profile(argc, argv);
+    if (strcmp(argv[1], "link") == 0) return cmd_link(argc, argv);
     if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
         strcmp(argv[1], "-h") == 0) {
         usage(stdout);

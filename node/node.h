@@ -23,6 +23,7 @@ int cmd_batches(int argc, char **argv);     /* train.c */
 int cmd_export(int argc, char **argv);      /* export_cmd.c */
 int cmd_plan(int argc, char **argv);        /* plan_cmd.c */
 int cmd_profile(int argc, char **argv);     /* profile_cmd.c */
+int cmd_link(int argc, char **argv);        /* link_cmd.c */
 
 /* ---- fleet.c: fleet files and configs/devices.json (docs/FORMATS.md) ----
  * Nodes with measured profiles or public spec sheets, and their links, as

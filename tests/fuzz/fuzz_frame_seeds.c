@@ -44,6 +44,10 @@ static mesh_msg sample(mesh_msg_type t, int variant)
     case MESH_MSG_ABORT:
         strcpy(m.text, "stage 1: out of memory");
         break;
+    case MESH_MSG_PROBE:
+        m.flags = (uint32_t)variant; /* a request, a reply */
+        m.data = tensor, m.nbytes = variant ? 7 : sizeof tensor;
+        break;
     }
     return m;
 }
@@ -73,7 +77,7 @@ int main(int argc, char **argv)
     snprintf(path, sizeof path, "%s/seed-stream", argv[1]);
     FILE *stream = fopen(path, "wb");
     int rc = stream ? 0 : -1;
-    for (int t = MESH_MSG_HELLO; t <= MESH_MSG_ABORT && rc == 0; t++) {
+    for (int t = MESH_MSG_HELLO; t <= MESH_MSG_PROBE && rc == 0; t++) {
         for (int variant = 0; variant < 2 && rc == 0; variant++) {
             mesh_msg m = sample((mesh_msg_type)t, variant);
             snprintf(path, sizeof path, "%s/seed-%d-%d", argv[1], t, variant);

@@ -1001,6 +1001,127 @@ static void test_bad_peers(void)
     mesh_net_stop(a);
 }
 
+/* ------------------------------------------------------------ link probes */
+
+struct probe_traffic {
+    mesh_net *n;
+    int peer;
+    int count;
+    const uint8_t *tensor;
+    size_t nbytes;
+};
+
+/* Messages of other types sent while the other side probes. */
+static void *probe_traffic(void *arg)
+{
+    struct probe_traffic *t = arg;
+    char err[512] = "";
+    for (int i = 0; i < t->count; i++) {
+        mesh_msg m = i % 5 == 4 ? tensor_msg(MESH_MSG_GRADIENTS, 100 + i, t->tensor, t->nbytes)
+                                : norm_msg(100 + i, (double)i);
+        CHECK(mesh_net_send(t->n, t->peer, &m, err, sizeof err) == 0, "traffic send: %s", err);
+        sleep_ms(2);
+    }
+    CHECK(mesh_net_flush(t->n, t->peer, LONG_MS, err, sizeof err) == 0, "traffic flush: %s",
+          err);
+    return NULL;
+}
+
+static int cmp_i64(const void *x, const void *y)
+{
+    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+static int64_t median3(const int64_t *v)
+{
+    int64_t s[3] = {v[0], v[1], v[2]};
+    qsort(s, 3, sizeof *s, cmp_i64);
+    return s[1];
+}
+
+static void test_probe(void)
+{
+    mesh_net *a, *b;
+    int ab, ba;
+    pair(&a, &b, &ab, &ba, 0, 0);
+    char err[512] = "";
+    int peer;
+    mesh_frame *f;
+    mesh_msg m;
+
+    /* b probes a while a (whose compute thread never answers: its loop
+     * does) sends b messages of other types: queued before the probe and
+     * arriving during it. */
+    size_t tn = 256 * 1024;
+    uint8_t *tensor = malloc(tn);
+    fill(tensor, tn, 11);
+    struct probe_traffic tr = {.n = a, .peer = ab, .count = 40, .tensor = tensor, .nbytes = tn};
+    pthread_t th;
+    pthread_create(&th, NULL, probe_traffic, &tr);
+    sleep_ms(10);
+    const size_t sizes[3] = {64, MB, 8 * MB};
+    int64_t rtt[9];
+    memset(rtt, 0, sizeof rtt);
+    CHECK(mesh_net_probe(b, ba, sizes, 3, 3, rtt, err, sizeof err) == 0, "probe: %s", err);
+    pthread_join(th, NULL);
+    for (int i = 0; i < 9; i++)
+        CHECK(rtt[i] > 0, "rtt[%d] = %lld", i, (long long)rtt[i]);
+    int64_t m64 = median3(rtt), m1 = median3(rtt + 3), m8 = median3(rtt + 6);
+    CHECK(m64 < m1 && m1 < m8, "round trips grow with size: %lld %lld %lld ns",
+          (long long)m64, (long long)m1, (long long)m8);
+    if (m8 > m64)
+        printf("probe (loopback): 64 B %.1f us, 1 MiB %.1f us, 8 MiB %.1f us; "
+               "latency ~%.1f us, bandwidth ~%.2f GB/s\n",
+               m64 / 1e3, m1 / 1e3, m8 / 1e3, m64 / 2e3,
+               2.0 * (double)(8 * MB - 64) / (double)(m8 - m64));
+    /* Every other message, in order, intact. */
+    for (int i = 0; i < tr.count; i++) {
+        int rc = mesh_net_recv(b, &peer, &m, &f, LONG_MS, err, sizeof err);
+        CHECK(rc == 0 && peer == ba && m.step == 100 + i &&
+                  m.type == (i % 5 == 4 ? MESH_MSG_GRADIENTS : MESH_MSG_NORM) &&
+                  (i % 5 != 4 || (m.nbytes == tn && memcmp(m.data, tensor, tn) == 0)),
+              "message %d after the probe: rc %d step %lld type %d: %s", i, rc,
+              (long long)m.step, (int)m.type, err);
+        mesh_frame_free(f);
+    }
+    /* No probe reply was left behind. */
+    CHECK(mesh_net_recv(b, &peer, &m, &f, 50, err, sizeof err) != 0, "a message too many: %d",
+          (int)m.type);
+    mesh_frame_free(f);
+
+    /* Both ways at once: each loop answers the other's probes. */
+    const size_t one[2] = {0, 4096};
+    int64_t r2[4];
+    CHECK(mesh_net_probe(a, ab, one, 2, 2, r2, err, sizeof err) == 0 && r2[0] > 0 && r2[3] > 0,
+          "probe a to b: %s", err);
+
+    /* Refusals. */
+    const size_t huge[1] = {MESH_PROBE_MAX + 1};
+    CHECK(mesh_net_probe(b, ba, huge, 1, 1, rtt, err, sizeof err) != 0 &&
+              strstr(err, "peer a") && strstr(err, "over the limit"),
+          "probe too large: %s", err);
+    CHECK(mesh_net_probe(b, 5, sizes, 1, 1, rtt, err, sizeof err) != 0 &&
+              strstr(err, "no peer with index 5"),
+          "probe of no peer: %s", err);
+    CHECK(mesh_net_probe(b, ba, sizes, 0, 1, rtt, err, sizeof err) != 0 &&
+              strstr(err, "at least one size"),
+          "probe of no sizes: %s", err);
+
+    /* A dead peer: the probe fails naming it, and recv still reports the
+     * loss afterwards. */
+    mesh_net_stop(a);
+    double t0 = now_s();
+    int rc = mesh_net_probe(b, ba, sizes, 3, 1, rtt, err, sizeof err);
+    CHECK(rc != 0 && strstr(err, "peer a (127.0.0.1:") && now_s() - t0 < 5,
+          "probe of a dead peer: %s", err);
+    printf("dead: %s\n", err);
+    rc = mesh_net_recv(b, &peer, &m, &f, LONG_MS, err, sizeof err);
+    CHECK(rc != 0 && peer == ba && strstr(err, "peer a"), "recv after the probe: %s", err);
+    free(tensor);
+    mesh_net_stop(b);
+}
+
 /* With arguments, runs only the named tests (for debugging one). */
 int main(int argc, char **argv)
 {
@@ -1013,6 +1134,7 @@ int main(int argc, char **argv)
         {"backpressure", test_backpressure}, {"connect_retry", test_connect_retry},
         {"timeouts", test_timeouts},         {"peer_closes", test_peer_closes},
         {"limits", test_limits},             {"bad_peers", test_bad_peers},
+        {"probe", test_probe},
     };
     /* The raw sockets of test_bad_peers write to connections the node has
      * closed. */

@@ -28,7 +28,7 @@ static int failures;
     } while (0)
 
 static const char *type_names[] = {"?", "HELLO", "ACTIVATIONS", "GRADIENTS", "NORM",
-                                   "TIED_GRAD", "COMMIT", "ABORT"};
+                                   "TIED_GRAD", "COMMIT", "ABORT", "PROBE"};
 
 /* ------------------------------------------------------------- messages */
 
@@ -73,6 +73,10 @@ static mesh_msg sample(mesh_msg_type t)
         break;
     case MESH_MSG_ABORT:
         strcpy(m.text, "stage 2: out of memory (\xc3\xa9t\xc3\xa9)");
+        break;
+    case MESH_MSG_PROBE:
+        m.step = 77, m.flags = MESH_PROBE_REPLY;
+        m.data = tensor_bf16, m.nbytes = 5; /* raw bytes: any count */
         break;
     }
     return m;
@@ -189,7 +193,7 @@ static void round_trip(const mesh_msg *m, int line)
 
 static void test_round_trip_every_type(void)
 {
-    for (int t = MESH_MSG_HELLO; t <= MESH_MSG_ABORT; t++) {
+    for (int t = MESH_MSG_HELLO; t <= MESH_MSG_PROBE; t++) {
         mesh_msg m = sample((mesh_msg_type)t);
         round_trip(&m, __LINE__);
     }
@@ -727,8 +731,8 @@ static void test_encoder_refusals(void)
             free(head);                                                                      \
     } while (0)
 
-    m = sample(MESH_MSG_ACTIVATIONS), m.type = (mesh_msg_type)8;
-    EXPECT_ENCODE_FAILS("\"t\" is 8, not a message type");
+    m = sample(MESH_MSG_ACTIVATIONS), m.type = (mesh_msg_type)9;
+    EXPECT_ENCODE_FAILS("\"t\" is 9, not a message type");
     m = sample(MESH_MSG_ACTIVATIONS), m.type = (mesh_msg_type)0;
     EXPECT_ENCODE_FAILS("\"t\" is 0, not a message type");
     m = sample(MESH_MSG_ACTIVATIONS), m.nbytes = 20;
@@ -794,7 +798,7 @@ static void test_length_prefix(void)
 
 static void test_truncation(void)
 {
-    for (int t = MESH_MSG_HELLO; t <= MESH_MSG_ABORT; t++) {
+    for (int t = MESH_MSG_HELLO; t <= MESH_MSG_PROBE; t++) {
         mesh_msg m = sample((mesh_msg_type)t);
         size_t len;
         uint8_t *frame = encode_frame(&m, &len);
@@ -829,7 +833,7 @@ static uint64_t rng(void)
 static void test_random_damage(void)
 {
     int accepted = 0, tried = 0;
-    for (int t = MESH_MSG_HELLO; t <= MESH_MSG_ABORT; t++) {
+    for (int t = MESH_MSG_HELLO; t <= MESH_MSG_PROBE; t++) {
         mesh_msg m = sample((mesh_msg_type)t);
         size_t len;
         uint8_t *frame = encode_frame(&m, &len);
@@ -877,6 +881,90 @@ static void test_random_damage(void)
     CHECK(accepted > 0 && accepted < tried, "%d of %d accepted", accepted, tried);
 }
 
+/* PROBE: raw bytes without dt or shape, bounded by MESH_PROBE_MAX. */
+static size_t base_probe(field *f, const void *data, size_t len)
+{
+    size_t n = 0;
+    f[n++] = U("v", MESH_PROTOCOL_VERSION);
+    f[n++] = U("t", MESH_MSG_PROBE);
+    f[n++] = U("run", 7);
+    f[n++] = I("step", 12);
+    f[n++] = U("fl", 0);
+    f[n++] = B("data", data, len);
+    return n;
+}
+
+static void test_probe(void)
+{
+    /* Round trips: a request, a reply, no bytes, bytes of odd count. */
+    mesh_msg m = sample(MESH_MSG_PROBE);
+    round_trip(&m, __LINE__);
+    m.flags = 0, m.data = NULL, m.nbytes = 0, m.step = 0;
+    round_trip(&m, __LINE__);
+    size_t big = 300000;
+    uint8_t *bytes = malloc(big);
+    for (size_t i = 0; i < big; i++)
+        bytes[i] = (uint8_t)(i * 7);
+    m.data = bytes, m.nbytes = big, m.step = INT64_MAX;
+    round_trip(&m, __LINE__);
+
+    /* Decoded: no dtype or shape, data points at the bytes. */
+    field f[MAXF];
+    mesh_msg d;
+    char err[512] = "";
+    size_t n = base_probe(f, bytes, 33);
+    CHECK(decode_fields(f, n, &d, err, sizeof err) == 0 && d.type == MESH_MSG_PROBE &&
+              d.step == 12 && d.flags == 0 && d.nbytes == 33 && d.ndim == 0 &&
+              memcmp(d.data, bytes, 33) == 0,
+          "probe decode: %s", err);
+
+    /* Refusals. */
+    n = base_probe(f, bytes, 8), n = set(f, n, U("dt", MESH_I32));
+    EXPECT_REFUSED(f, n, "key \"dt\" is not allowed in PROBE");
+    n = base_probe(f, bytes, 8),
+    n = set(f, n, (field){.key = "shape", .kind = F_SHAPE, .ndim = 1, .dims = {2}});
+    EXPECT_REFUSED(f, n, "key \"shape\" is not allowed in PROBE");
+    n = base_probe(f, bytes, 8), n = drop(f, n, "fl");
+    EXPECT_REFUSED(f, n, "PROBE is missing key \"fl\"");
+    n = base_probe(f, bytes, 8), n = drop(f, n, "data");
+    EXPECT_REFUSED(f, n, "PROBE is missing key \"data\"");
+    n = base_probe(f, bytes, 8), n = drop(f, n, "step");
+    EXPECT_REFUSED(f, n, "PROBE is missing key \"step\"");
+    n = base_probe(f, bytes, 8), n = set(f, n, I("step", -1));
+    EXPECT_REFUSED(f, n, "\"step\" is negative (-1)");
+    n = base_probe(f, bytes, 8), n = set(f, n, S("data", "abc"));
+    EXPECT_REFUSED(f, n, "\"data\" must be a bin, got a string");
+    uint8_t *huge = calloc(1, MESH_PROBE_MAX + 1);
+    n = base_probe(f, huge, MESH_PROBE_MAX + 1);
+    EXPECT_REFUSED(f, n, "PROBE: \"data\" has 67108865 bytes, at most 67108864");
+    n = base_probe(f, huge, MESH_PROBE_MAX);
+    CHECK(decode_fields(f, n, &d, err, sizeof err) == 0 && d.nbytes == MESH_PROBE_MAX,
+          "probe of the largest size: %s", err);
+
+    /* The encoder refuses the same. */
+    uint8_t *head = NULL;
+    size_t head_len = 0;
+    m = sample(MESH_MSG_PROBE), m.data = huge, m.nbytes = MESH_PROBE_MAX + 1;
+    CHECK(mesh_encode_head(&m, &head, &head_len, err, sizeof err) != 0 &&
+              strstr(err, "PROBE: \"data\" has 67108865 bytes, at most 67108864") && !head,
+          "encode huge probe: %s", err);
+    m = sample(MESH_MSG_PROBE), m.data = NULL, m.nbytes = 4;
+    CHECK(mesh_encode_head(&m, &head, &head_len, err, sizeof err) != 0 &&
+              strstr(err, "PROBE: \"data\" is NULL with 4 bytes") && !head,
+          "encode probe without data: %s", err);
+    m = sample(MESH_MSG_PROBE), m.step = -5;
+    CHECK(mesh_encode_head(&m, &head, &head_len, err, sizeof err) != 0 &&
+              strstr(err, "\"step\" is negative (-5)") && !head,
+          "encode probe with a negative step: %s", err);
+    /* dtype and shape a caller leaves set are not part of a PROBE. */
+    m = sample(MESH_MSG_PROBE), m.dtype = MESH_F32, m.ndim = 2, m.shape[0] = 99;
+    CHECK(mesh_encode_head(&m, &head, &head_len, err, sizeof err) == 0, "%s", err);
+    free(head);
+    free(huge);
+    free(bytes);
+    release_held();
+}
+
 int main(void)
 {
     memset(str_fill, 'x', sizeof str_fill);
@@ -888,6 +976,7 @@ int main(void)
     test_length_prefix();
     test_truncation();
     test_random_damage();
+    test_probe();
     release_held();
     if (failures) {
         fprintf(stderr, "test_wire: %d failure(s)\n", failures);
