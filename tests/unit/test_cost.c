@@ -9,18 +9,10 @@
 #include <string.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
+
+#include "check.h"
 #endif
 
-static int failures;
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (!(cond)) {                                  \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-            failures++;                                 \
-        }                                               \
-    } while (0)
 
 static llama_config config(bool tied)
 {

@@ -14,16 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures;
-#define CHECK(cond, ...)                                   \
-    do {                                                   \
-        if (!(cond)) {                                     \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);    \
-            printf(__VA_ARGS__);                           \
-            printf("\n");                                  \
-            failures++;                                    \
-        }                                                  \
-    } while (0)
+#include "check.h"
+
 
 enum { T = 9 };
 

@@ -25,17 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failures;
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (!(cond)) {                                  \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-            fflush(stdout);                             \
-            failures++;                                 \
-        }                                               \
-    } while (0)
+#include "check.h"
+
 
 /* The zero-copy check writes memory the loop thread may be reading, on
  * purpose; ThreadSanitizer rightly calls that a race. */

@@ -16,17 +16,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int failures;
+#include "check.h"
 
-#define CHECK(cond, ...)                                                          \
-    do {                                                                          \
-        if (!(cond)) {                                                            \
-            failures++;                                                           \
-            fprintf(stderr, "%s:%d: FAIL (%s): ", __FILE__, __LINE__, #cond);     \
-            fprintf(stderr, __VA_ARGS__);                                         \
-            fputc('\n', stderr);                                                  \
-        }                                                                         \
-    } while (0)
+
 
 static char tmp_dir[400];   /* a folder of this process's own, removed at the end */
 

@@ -15,17 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures;
+#include "check.h"
 
-#define CHECK(cond, ...)                                                          \
-    do {                                                                          \
-        if (!(cond)) {                                                            \
-            failures++;                                                           \
-            fprintf(stderr, "%s:%d: FAIL (%s): ", __FILE__, __LINE__, #cond);     \
-            fprintf(stderr, __VA_ARGS__);                                         \
-            fputc('\n', stderr);                                                  \
-        }                                                                         \
-    } while (0)
+
 
 static const char *type_names[] = {"?", "HELLO", "ACTIVATIONS", "GRADIENTS", "NORM",
                                    "TIED_GRAD", "COMMIT", "ABORT", "PROBE"};
