@@ -13,8 +13,6 @@
 
 #include "check.h"
 
-
-
 static char cfg_path[512];
 
 static void write_text(const char *path, const char *text)

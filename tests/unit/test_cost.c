@@ -13,7 +13,6 @@
 #include "check.h"
 #endif
 
-
 static llama_config config(bool tied)
 {
     llama_config c = {0};

@@ -18,8 +18,6 @@
 
 #include "check.h"
 
-
-
 static tokenizer *tok;
 static int32_t EOS;
 

@@ -13,7 +13,6 @@
 
 #include "check.h"
 
-
 static char root[512];   /* the repository, from this file's path */
 
 static int load(fleet_file *ff, const char *fleet, const char *model, int64_t seq,

@@ -16,7 +16,6 @@
 
 #include "check.h"
 
-
 enum { T = 9 };
 
 static llama_config test_config(int NH, int NKV, bool tied)

@@ -10,7 +10,6 @@
 
 #include "check.h"
 
-
 static char path[512];
 
 static int load(const char *text, job_spec *j, char *err, size_t errlen)

@@ -27,7 +27,6 @@
 
 #include "check.h"
 
-
 /* The zero-copy check writes memory the loop thread may be reading, on
  * purpose; ThreadSanitizer rightly calls that a race. */
 #if defined(__SANITIZE_THREAD__)

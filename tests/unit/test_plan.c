@@ -11,7 +11,6 @@
 
 #include "check.h"
 
-
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void)
 {

@@ -8,7 +8,6 @@
 
 #include "check.h"
 
-
 /* Runs all stages as a little simulation with unbounded message queues: an
  * op can run when its input exists (forward: the previous stage forwarded
  * that micro-batch; backward: the next stage backwarded it, or this is the

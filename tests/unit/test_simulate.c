@@ -10,7 +10,6 @@
 
 #include "check.h"
 
-
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 static int64_t range(int64_t lo, int64_t hi)
 {

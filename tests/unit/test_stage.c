@@ -11,7 +11,6 @@
 
 #include "check.h"
 
-
 static llama_config test_config(bool tied)
 {
     llama_config c = {0};

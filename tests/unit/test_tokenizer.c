@@ -18,8 +18,6 @@
 
 #include "check.h"
 
-
-
 static char tmp_dir[400];   /* a folder of this process's own, removed at the end */
 
 static const char *tmp_path(const char *name)

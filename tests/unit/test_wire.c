@@ -17,8 +17,6 @@
 
 #include "check.h"
 
-
-
 static const char *type_names[] = {"?", "HELLO", "ACTIVATIONS", "GRADIENTS", "NORM",
                                    "TIED_GRAD", "COMMIT", "ABORT", "PROBE"};
 
