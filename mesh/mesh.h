@@ -167,4 +167,82 @@ int mesh_net_probe(mesh_net *n, int peer, const size_t *sizes, int nsizes, int r
 /* The name of a declared peer. */
 const char *mesh_net_peer_name(const mesh_net *n, int peer);
 
+/* BEGIN wireguard section */
+/* ====================== WireGuard control (wg*.c) ======================= */
+/* Two drivers behind one handle: the kernel module through netlink
+ * (wireguard-tools' embeddable library, when it was found at build time) and
+ * wireguard-go, started as a child and configured through its UAPI socket
+ * /var/run/wireguard/IFNAME.sock. That path is global across network
+ * namespaces, so every node needs its own interface name. Needs root. */
+
+#define MESH_WG_KEY_LEN 32
+#define MESH_WG_IFNAME_MAX 16   /* 15 characters and the NUL */
+/* Works over a 1400-byte underlay (1420 does not): path MTU - 80 also
+ * covers IPv6 underlays. */
+#define MESH_WG_DEFAULT_MTU 1320
+#define MESH_WG_ENDPOINT_MAX 64 /* "[v6]:port" with the NUL */
+
+typedef enum { MESH_WG_AUTO = 0, MESH_WG_KERNEL = 1, MESH_WG_USERSPACE = 2 } mesh_wg_driver;
+
+typedef struct mesh_wg mesh_wg;
+
+typedef struct {
+    const char *ifname;            /* 1..15 characters, unique per node */
+    mesh_wg_driver driver;         /* AUTO: the kernel module if it answers */
+    uint8_t private_key[MESH_WG_KEY_LEN];
+    int listen_port;               /* 0: any */
+    int mtu;                       /* 0: MESH_WG_DEFAULT_MTU */
+    const char *address;           /* overlay address without prefix; NULL: none */
+    int prefix_len;                /* of address (the mesh prefix's length) */
+    const char *wireguard_go;      /* NULL: "wireguard-go" from PATH */
+    int start_timeout_ms;          /* wait for the UAPI socket; 0: 5000 */
+} mesh_wg_config;
+
+typedef struct {
+    uint8_t public_key[MESH_WG_KEY_LEN];
+    char endpoint[MESH_WG_ENDPOINT_MAX]; /* as last seen ("" when unknown) */
+    int64_t last_handshake_sec;          /* Unix time; 0: never */
+    int64_t last_handshake_nsec;
+    uint64_t rx_bytes, tx_bytes;
+    int keepalive;                       /* seconds; 0: off */
+} mesh_wg_peer_info;
+
+/* Creates the interface, sets key and port, then MTU, address and up (ip(8)
+ * as a child, no shell). On failure nothing is left behind. */
+int mesh_wg_open(mesh_wg **out, const mesh_wg_config *cfg, char *err, size_t errlen);
+/* Adds or updates a peer: endpoint "IP:port" or "[IPv6]:port" (NULL: keep
+ * or learn it from the peer's handshake), allowed IPs as CIDR strings
+ * (replacing the previous ones), keepalive seconds (0: off; set it for
+ * nodes behind NAT). */
+int mesh_wg_set_peer(mesh_wg *wg, const uint8_t pub[MESH_WG_KEY_LEN], const char *endpoint,
+                     const char *const *allowed_ips, size_t n_allowed, int keepalive_s,
+                     char *err, size_t errlen);
+int mesh_wg_remove_peer(mesh_wg *wg, const uint8_t pub[MESH_WG_KEY_LEN], char *err,
+                        size_t errlen);
+/* *peers is malloc'ed (free() it; NULL when there are none). */
+int mesh_wg_get_peers(mesh_wg *wg, mesh_wg_peer_info **peers, size_t *npeers, char *err,
+                      size_t errlen);
+mesh_wg_driver mesh_wg_driver_in_use(const mesh_wg *wg);
+const char *mesh_wg_ifname(const mesh_wg *wg);
+/* Userspace: SIGTERMs wireguard-go and waits (it removes socket and
+ * interface); kernel: deletes the interface. NULL is fine. */
+void mesh_wg_close(mesh_wg *wg);
+
+/* The overlay address of a public key inside a mesh prefix ("10.77.0.0/16",
+ * "fd5a::/64"): prefix bits kept, host bits from a hash of the key, never
+ * the IPv4 network or broadcast address nor an all-zero IPv6 host part.
+ * Writes the address without the length into out (46 bytes suffice).
+ * Collisions are for the gossip layer to detect. */
+int mesh_overlay_address(const char *prefix, const uint8_t pub[MESH_WG_KEY_LEN], char *out,
+                         size_t outlen, char *err, size_t errlen);
+
+/* The UAPI reply parser, without a socket (for tests). reply[0..len) must
+ * be one whole reply: key=value lines, the last "errno=N", then an empty
+ * line. With peers NULL only "errno" is accepted (a set reply). Returns 0
+ * with *uapi_errno set when well formed (the request may still have
+ * failed: *uapi_errno != 0), -1 naming ifname when malformed. */
+int mesh_wg_uapi_parse(const char *reply, size_t len, const char *ifname, int *uapi_errno,
+                       mesh_wg_peer_info **peers, size_t *npeers, char *err, size_t errlen);
+/* END wireguard section */
+
 #endif
