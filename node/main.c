@@ -42,7 +42,12 @@ static void usage(FILE *out)
             "       [--exhaustive] [--json]\n"
             "      plan which node holds which layers; compare with a uniform split\n"
             "  link --listen HOST:PORT | --connect HOST:PORT [--rounds N] [--max-size BYTES]\n"
-            "      measure a link's latency and bandwidth with echoed probes\n");
+            "      measure a link's latency and bandwidth with echoed probes\n"
+            "  init --state DIR --name NAME [--listen-port P] [--endpoint HOST:PORT]\n"
+            "       [--prefix CIDR]\n"
+            "      make this node's state directory (keys, node.json) and a new mesh\n"
+            "  invite --state DIR [--ttl DURATION]\n"
+            "      print a single-use invite token to this node's mesh (30m, 24h, 7d)\n");
 }
 
 /* OpenBLAS reads OPENBLAS_CORETYPE only when it loads, so a weak automatic
@@ -74,6 +79,8 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "plan") == 0) return cmd_plan(argc, argv);
     if (strcmp(argv[1], "profile") == 0) return cmd_profile(argc, argv);
     if (strcmp(argv[1], "link") == 0) return cmd_link(argc, argv);
+    if (strcmp(argv[1], "init") == 0) return cmd_init(argc, argv);
+    if (strcmp(argv[1], "invite") == 0) return cmd_invite(argc, argv);
     if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
         strcmp(argv[1], "-h") == 0) {
         usage(stdout);

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stddef.h>
+#include <stdint.h>
 
 int cmd_gradcheck(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
@@ -24,6 +25,33 @@ int cmd_export(int argc, char **argv);      /* export_cmd.c */
 int cmd_plan(int argc, char **argv);        /* plan_cmd.c */
 int cmd_profile(int argc, char **argv);     /* profile_cmd.c */
 int cmd_link(int argc, char **argv);        /* link_cmd.c */
+int cmd_init(int argc, char **argv);        /* init_cmd.c */
+int cmd_invite(int argc, char **argv);      /* init_cmd.c */
+
+/* ---- devices.c: what this build can compute on (node.json "devices") ----
+ * The CPU always; GPUs only in a build with CUDA or HIP (none yet). */
+#define DEVICES_MAX_GPUS 16
+typedef struct {
+    char vendor[16];           /* "nvidia", "amd" */
+    char name[128];
+    int64_t memory_bytes;
+    char arch[32];             /* compute capability "9.0" or gfx arch "gfx90a" */
+} devices_gpu;
+
+typedef struct {
+    char cpu_model[128];       /* /proc/cpuinfo's name for it; "unknown" if none */
+    int cpu_cores;             /* logical CPUs online */
+    int64_t memory_bytes;      /* physical memory */
+    int ngpus;
+    devices_gpu gpus[DEVICES_MAX_GPUS];
+} devices_info;
+
+/* Best effort: a field the system does not tell stays "unknown" or 0, so
+ * it never fails. */
+void devices_detect(devices_info *out);
+/* {"cpu": {...}, "gpus": [...]} as docs/FORMATS.md describes; NULL when
+ * out of memory. The caller owns the reference. */
+struct json_t *devices_to_json(const devices_info *d);
 
 /* ---- fleet.c: fleet files and configs/devices.json (docs/FORMATS.md) ----
  * Nodes with measured profiles or public spec sheets, and their links, as

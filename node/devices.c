@@ -1,0 +1,102 @@
+/* devices.c — what this build of shardnode can compute on, for node.json's
+ * "devices" and, later, the member record a node gossips. The planner needs
+ * memory and a name it can look up in configs/devices.json; measured speed
+ * comes from `shardnode profile`, not from here. */
+#include "node.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+/* The value of the first "key<spaces>: value" line of /proc/cpuinfo among
+ * keys, in the order given: x86 says "model name", while arm64 kernels often
+ * name no model at all and other architectures use their own keys. */
+static int cpuinfo_value(const char *const *keys, char *out, size_t outlen)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return -1;
+    char line[512];
+    int best = -1; /* index into keys of the value in out */
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (!colon) continue;
+        char *kend = colon;
+        while (kend > line && (kend[-1] == ' ' || kend[-1] == '\t')) kend--;
+        size_t klen = (size_t)(kend - line);
+        for (int k = 0; keys[k] && (best < 0 || k < best); k++) {
+            if (strlen(keys[k]) != klen || strncmp(line, keys[k], klen) != 0) continue;
+            char *v = colon + 1;
+            while (*v == ' ' || *v == '\t') v++;
+            size_t vlen = strcspn(v, "\r\n");
+            while (vlen > 0 && (v[vlen - 1] == ' ' || v[vlen - 1] == '\t')) vlen--;
+            if (vlen == 0) break;
+            snprintf(out, outlen, "%.*s", (int)vlen, v);
+            best = k;
+            break;
+        }
+        if (best == 0) break;
+    }
+    fclose(f);
+    return best >= 0 ? 0 : -1;
+}
+
+/* MemTotal from /proc/meminfo, else pages x page size. */
+static int64_t memory_total(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        long long kib = -1;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemTotal: %lld kB", &kib) == 1) break;
+        fclose(f);
+        if (kib > 0) return (int64_t)kib * 1024;
+    }
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? (int64_t)pages * page : 0;
+}
+
+void devices_detect(devices_info *out)
+{
+    memset(out, 0, sizeof *out);
+    static const char *const model_keys[] = {"model name", "cpu model", "Model", "Hardware",
+                                             "cpu", "Processor", NULL};
+    if (cpuinfo_value(model_keys, out->cpu_model, sizeof out->cpu_model) != 0) {
+        /* Say at least which architecture it is rather than nothing. */
+        struct utsname u;
+        if (uname(&u) == 0)
+            snprintf(out->cpu_model, sizeof out->cpu_model, "unknown %.100s", u.machine);
+        else
+            snprintf(out->cpu_model, sizeof out->cpu_model, "unknown");
+    }
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    out->cpu_cores = n > 0 ? (int)n : 1;
+    out->memory_bytes = memory_total();
+    /* GPUs: a build with CUDA enumerates them here with cudaGetDeviceCount,
+     * cudaGetDeviceProperties (name, totalGlobalMem, major.minor as arch),
+     * one with HIP with hipGetDeviceProperties (name, totalGlobalMem,
+     * gcnArchName such as "gfx90a"). This build has neither backend, so it
+     * reports none: listing a GPU it cannot use would mislead the planner. */
+    out->ngpus = 0;
+}
+
+struct json_t *devices_to_json(const devices_info *d)
+{
+    json_t *gpus = json_array();
+    for (int i = 0; gpus && i < d->ngpus; i++) {
+        const devices_gpu *g = &d->gpus[i];
+        if (json_array_append_new(gpus, json_pack("{s:s, s:s, s:I, s:s}", "vendor", g->vendor,
+                                                  "name", g->name, "memory_bytes",
+                                                  (json_int_t)g->memory_bytes, "arch",
+                                                  g->arch)) != 0) {
+            json_decref(gpus);
+            return NULL;
+        }
+    }
+    if (!gpus) return NULL;
+    /* "o" steals gpus, also when json_pack fails. */
+    return json_pack("{s:{s:s, s:i, s:I}, s:o}", "cpu", "model", d->cpu_model, "cores",
+                     d->cpu_cores, "memory_bytes", (json_int_t)d->memory_bytes, "gpus", gpus);
+}

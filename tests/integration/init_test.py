@@ -1,0 +1,328 @@
+"""`shardnode init` and `shardnode invite`: the state directory and tokens.
+
+    /usr/bin/python3 tests/integration/init_test.py --shardnode build/shardnode --workdir DIR
+
+1. init makes DIR 0700 with wg.key and id.key 0600 and node.json and
+   mesh.json as docs/FORMATS.md describes; the public keys in them are those
+   of the key files (`wg pubkey` for wg.key where /usr/bin/wg exists, and
+   Python's cryptography for both where it is installed); the overlay
+   address lies inside the prefix.
+2. A second init into the same directory is refused, naming wg.key, and
+   leaves the keys byte for byte as they were.
+3. A bad --name, --listen-port, --endpoint or --prefix is refused with one
+   line naming the flag, before anything is written.
+4. invite without an endpoint is refused, saying why.
+5. invite prints one "snj1." token whose binary form (docs/PROTOCOL.md)
+   carries the mesh id, prefix, this node's keys and endpoint, the expiry
+   and secret recorded in invites.json (0600), and a valid signature; two
+   invites differ in token and secret and both stay recorded; the recorded
+   expiry is now + ttl (1s, 30m, default 24h, 7d) within a few seconds; a
+   bad --ttl is refused naming the flag.
+"""
+
+import argparse
+import base64
+import ipaddress
+import json
+import os
+import shutil
+import stat
+import struct
+import subprocess
+import sys
+import time
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+
+
+def run(args, expect_rc=0):
+    p = subprocess.run([SHARDNODE] + args, capture_output=True, text=True, timeout=60)
+    if expect_rc is not None:
+        check(p.returncode == expect_rc if expect_rc == 0 else p.returncode != 0,
+              f"shardnode {' '.join(args)}: exit {p.returncode}, stderr: {p.stderr.strip()}")
+    return p
+
+
+def mode(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def b64key(s):
+    raw = base64.b64decode(s, validate=True)
+    check(len(raw) == 32 and len(s) == 44, f"{s!r} is not a 44-character base64 key")
+    return raw
+
+
+def read_key_file(path):
+    with open(path) as f:
+        return b64key(f.read().strip())
+
+
+def refused(args, flag):
+    """A refusal: non-zero exit, one line on stderr naming the flag."""
+    p = run(args, expect_rc=1)
+    lines = p.stderr.strip().splitlines()
+    check(lines and flag in lines[0] and lines[0].startswith("shardnode "),
+          f"{args}: expected one line naming {flag}, got {p.stderr!r}")
+    return p
+
+
+def decode_token(text):
+    """The binary token of docs/PROTOCOL.md, as a dict."""
+    check(text.startswith("snj1."), f"token {text[:20]!r} does not start with snj1.")
+    body = text[5:]
+    check(all(c.isalnum() or c in "-_" for c in body), "token has non-base64url characters")
+    b = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+    o = 0
+
+    def take(n):
+        nonlocal o
+        check(o + n <= len(b), "token truncated")
+        o += n
+        return b[o - n:o]
+
+    def string():
+        return take(take(1)[0]).decode("ascii")
+
+    t = {"version": take(1)[0], "mesh_id": take(16).hex(), "prefix": string(), "members": []}
+    for _ in range(take(1)[0]):
+        t["members"].append({"wg": take(32), "id": take(32), "endpoint": string()})
+    t["expires"] = struct.unpack("<q", take(8))[0]
+    t["secret"] = take(16).hex()
+    t["issuer"] = take(32)
+    signed = b"shardnode-invite" + b[:o]
+    t["sig"] = take(64)
+    check(o == len(b), "bytes after the signature")
+    t["signed"] = signed
+    return t
+
+
+def verify_sig(pub, sig, msg):
+    try:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    except ImportError:
+        return None
+    try:
+        Ed25519PublicKey.from_public_bytes(pub).verify(sig, msg)
+        return True
+    except Exception:
+        return False
+
+
+def public_keys(wg_priv, id_priv):
+    """(X25519 public, Ed25519 public) via cryptography, or None without it."""
+    try:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+        from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+    except ImportError:
+        return None
+    raw = (Encoding.Raw, PublicFormat.Raw)
+    return (X25519PrivateKey.from_private_bytes(wg_priv).public_key().public_bytes(*raw),
+            Ed25519PrivateKey.from_private_bytes(id_priv).public_key().public_bytes(*raw))
+
+
+def test_init(work):
+    state = os.path.join(work, "alice")
+    p = run(["init", "--state", state, "--name", "alice", "--listen-port", "51999",
+             "--endpoint", "198.51.100.7:51999", "--prefix", "10.88.0.0/16"])
+    check(mode(state) == 0o700, f"state dir mode {oct(mode(state))}")
+    for k in ("wg.key", "id.key"):
+        check(mode(os.path.join(state, k)) == 0o600, f"{k} mode {oct(mode(os.path.join(state, k)))}")
+    with open(os.path.join(state, "node.json")) as f:
+        node = json.load(f)
+    with open(os.path.join(state, "mesh.json")) as f:
+        mesh = json.load(f)
+    check(node["name"] == "alice" and node["listen_port"] == 51999, f"node.json {node}")
+    check(node["endpoint"] == "198.51.100.7:51999", f"endpoint {node['endpoint']}")
+    check(node["protocol_version"] == 1 and isinstance(node["software_version"], str),
+          "versions in node.json")
+    wg_priv = read_key_file(os.path.join(state, "wg.key"))
+    id_priv = read_key_file(os.path.join(state, "id.key"))
+    wg_pub, id_pub = b64key(node["wg_public_key"]), b64key(node["id_public_key"])
+    check(wg_pub != id_pub and wg_priv != id_priv, "the two key pairs are distinct")
+    if os.path.exists("/usr/bin/wg"):
+        with open(os.path.join(state, "wg.key")) as f:
+            out = subprocess.run(["/usr/bin/wg", "pubkey"], stdin=f, capture_output=True,
+                                 text=True, check=True).stdout.strip()
+        check(out == node["wg_public_key"], f"wg pubkey {out} != node.json {node['wg_public_key']}")
+    pubs = public_keys(wg_priv, id_priv)
+    if pubs:
+        check(pubs == (wg_pub, id_pub), "public keys in node.json are not those of the key files")
+    addr = ipaddress.ip_address(node["overlay_address"])
+    net = ipaddress.ip_network(mesh["prefix"])
+    check(mesh["prefix"] == "10.88.0.0/16" and addr in net and
+          addr not in (net.network_address, net.broadcast_address),
+          f"overlay address {addr} not a host of {net}")
+    check(len(mesh["mesh_id"]) == 32 and int(mesh["mesh_id"], 16) >= 0, "mesh_id: 32 hex digits")
+    check(abs(mesh["created"] - time.time()) < 60, f"created {mesh['created']}")
+    check(len(mesh["members"]) == 1, "one member")
+    m = mesh["members"][0]
+    for k in ("name", "wg_public_key", "id_public_key", "overlay_address", "endpoint"):
+        check(m[k] == node[k], f"mesh.json member {k} differs from node.json")
+    cpu = node["devices"]["cpu"]
+    check(cpu["model"] and cpu["cores"] >= 1 and cpu["memory_bytes"] > 0, f"devices {cpu}")
+    check(node["devices"]["gpus"] == [], "a CPU-only build lists no GPUs")
+    check(p.stdout.count("\n") == 1 and node["overlay_address"] in p.stdout, "init's summary line")
+
+    # Defaults, and a second node whose mesh differs.
+    bob = os.path.join(work, "bob")
+    run(["init", "--state", bob, "--name", "bob"])
+    with open(os.path.join(bob, "node.json")) as f:
+        bnode = json.load(f)
+    with open(os.path.join(bob, "mesh.json")) as f:
+        bmesh = json.load(f)
+    check(bnode["listen_port"] == 51820 and bnode["endpoint"] is None, f"defaults {bnode}")
+    check(bmesh["prefix"] == "10.77.0.0/16", f"default prefix {bmesh['prefix']}")
+    check(bmesh["mesh_id"] != mesh["mesh_id"], "two inits made the same mesh id")
+    check(bnode["wg_public_key"] != node["wg_public_key"], "two inits made the same key")
+    return state, bob
+
+
+def test_reinit(state):
+    before = {k: open(os.path.join(state, k), "rb").read() for k in os.listdir(state)}
+    p = run(["init", "--state", state, "--name", "other", "--endpoint", "a.example:1"],
+            expect_rc=1)
+    check("already holds a node (wg.key)" in p.stderr and "--state" in p.stderr,
+          f"second init: {p.stderr!r}")
+    after = {k: open(os.path.join(state, k), "rb").read() for k in os.listdir(state)}
+    check(before == after, "a refused init changed the state directory")
+
+
+def test_bad_flags(work):
+    target = os.path.join(work, "never")
+    base = ["init", "--state", target]
+    cases = [
+        (["--name", ""], "--name"),
+        (["--name", "has space"], "--name"),
+        (["--name", "a/b"], "--name"),
+        (["--name", "x" * 64], "--name"),
+        (["--name", "n", "--listen-port", "0"], "--listen-port"),
+        (["--name", "n", "--listen-port", "65536"], "--listen-port"),
+        (["--name", "n", "--listen-port", "80x"], "--listen-port"),
+        (["--name", "n", "--endpoint", "host"], "--endpoint"),
+        (["--name", "n", "--endpoint", "host:0"], "--endpoint"),
+        (["--name", "n", "--endpoint", "host:70000"], "--endpoint"),
+        (["--name", "n", "--endpoint", "bad_host:1"], "--endpoint"),
+        (["--name", "n", "--endpoint", "[::1:51820"], "--endpoint"),
+        (["--name", "n", "--endpoint", "h" * 60 + ".com:1"], "--endpoint"),
+        (["--name", "n", "--prefix", "10.77.0.1/16"], "--prefix"),
+        (["--name", "n", "--prefix", "10.77.0.0"], "--prefix"),
+        (["--name", "n", "--prefix", "10.77.0.0/33"], "--prefix"),
+        (["--name", "n", "--prefix", "fd00::1/64"], "--prefix"),
+        (["--name", "n", "--bogus", "1"], "--bogus"),
+        ([], "--name"),
+    ]
+    for extra, flag in cases:
+        refused(base + extra, flag)
+        check(not os.path.exists(target), f"{extra}: refused init left {target} behind")
+    # The good forms of the same flags, IPv6 included.
+    v6 = os.path.join(work, "v6")
+    run(base[:1] + ["--state", v6, "--name", "n-1.b_c", "--endpoint", "[2001:db8::1]:51820",
+                    "--prefix", "fd00:1::/64", "--listen-port", "1"])
+    with open(os.path.join(v6, "node.json")) as f:
+        addr = ipaddress.ip_address(json.load(f)["overlay_address"])
+    check(addr in ipaddress.ip_network("fd00:1::/64"), f"v6 overlay {addr}")
+    return v6
+
+
+def invites(state):
+    path = os.path.join(state, "invites.json")
+    check(mode(path) == 0o600, f"invites.json mode {oct(mode(path))}")
+    with open(path) as f:
+        return json.load(f)["invites"]
+
+
+def invite(state, ttl_args, ttl_s):
+    t0 = time.time()
+    p = run(["invite", "--state", state] + ttl_args)
+    t1 = time.time()
+    lines = p.stdout.splitlines()
+    check(len(lines) == 1 and lines[0].startswith("snj1."), f"invite printed {p.stdout!r}")
+    tok = decode_token(lines[0])
+    rec = [r for r in invites(state) if r["secret"] == tok["secret"]]
+    check(len(rec) == 1, "the token's secret is not recorded once in invites.json")
+    check(rec[0]["expires"] == tok["expires"], "recorded expiry differs from the token's")
+    check(int(t0) - 2 <= tok["expires"] - ttl_s <= int(t1) + 2,
+          f"expiry {tok['expires']} is not now + {ttl_s}s")
+    return lines[0], tok
+
+
+def test_invite(state, bob, v6):
+    # Without an endpoint a joiner could not reach the issuer.
+    p = run(["invite", "--state", bob], expect_rc=1)
+    check("endpoint" in p.stderr and p.stderr.count("\n") == 1, f"invite without endpoint: {p.stderr!r}")
+    check(not os.path.exists(os.path.join(bob, "invites.json")), "refused invite recorded a secret")
+    refused(["invite", "--state", state, "--ttl", "5"], "--ttl")
+    refused(["invite", "--state", state, "--ttl", "0h"], "--ttl")
+    refused(["invite", "--state", state, "--ttl", "366d"], "--ttl")
+    refused(["invite", "--state", state, "--ttl", "1w"], "--ttl")
+    refused(["invite"], "--state")
+    p = run(["invite", "--state", os.path.join(os.path.dirname(state), "none")], expect_rc=1)
+    check("node.json" in p.stderr, f"invite on a missing state dir: {p.stderr!r}")
+
+    with open(os.path.join(state, "node.json")) as f:
+        node = json.load(f)
+    with open(os.path.join(state, "mesh.json")) as f:
+        mesh = json.load(f)
+    t1, a = invite(state, [], 86400)
+    t2, b = invite(state, ["--ttl", "30m"], 1800)
+    t3, c = invite(state, ["--ttl", "7d"], 7 * 86400)
+    check(len({t1, t2, t3}) == 3 and len({a["secret"], b["secret"], c["secret"]}) == 3,
+          "two invites gave the same token or secret")
+    check(len(invites(state)) == 3, "every unexpired invite stays recorded")
+    for t in (a, b, c):
+        check(t["version"] == 1 and t["mesh_id"] == mesh["mesh_id"] and
+              t["prefix"] == mesh["prefix"], "token mesh id / prefix")
+        check(len(t["members"]) == 1, "one member in the token")
+        m = t["members"][0]
+        check(m["wg"] == b64key(node["wg_public_key"]) and m["id"] == b64key(node["id_public_key"])
+              and m["endpoint"] == node["endpoint"], "token member is not this node")
+        check(t["issuer"] == m["id"], "issuer is not the member")
+        ok = verify_sig(t["issuer"], t["sig"], t["signed"])
+        check(ok is not False, "token signature does not verify")
+    # A one-second token: the join will refuse it once expired; here the
+    # record must say now + 1 s.
+    _, d = invite(state, ["--ttl", "1s"], 1)
+    time.sleep(2.1)
+    # The next invite drops the expired record, keeps the others.
+    _, e = invite(state, ["--ttl", "90s"], 90)
+    secrets = {r["secret"] for r in invites(state)}
+    check(d["secret"] not in secrets and {a["secret"], b["secret"], c["secret"], e["secret"]} <= secrets,
+          "expired invites must be dropped and live ones kept")
+    # IPv6 endpoint and prefix go through the token as well.
+    _, f = invite(v6, ["--ttl", "1h"], 3600)
+    check(f["prefix"] == "fd00:1::/64" and f["members"][0]["endpoint"] == "[2001:db8::1]:51820",
+          "v6 token contents")
+
+
+def main():
+    global SHARDNODE
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shardnode", required=True)
+    ap.add_argument("--workdir", required=True)
+    a = ap.parse_args()
+    SHARDNODE = os.path.abspath(a.shardnode)
+    shutil.rmtree(a.workdir, ignore_errors=True)
+    os.makedirs(a.workdir)
+    try:
+        state, bob = test_init(a.workdir)
+        test_reinit(state)
+        v6 = test_bad_flags(a.workdir)
+        test_invite(state, bob, v6)
+    except Failure as e:
+        print(f"FAIL: {e}", file=sys.stderr)
+        return 1
+    print("init_test: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
