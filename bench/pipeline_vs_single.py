@@ -36,8 +36,9 @@ import signal
 import socket
 import statistics
 import subprocess
-import sys
 import time
+
+from benchlib import die, kjv_corpus_and_tokenizer, run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(REPO, "configs", "kjv", "config.json")
@@ -68,25 +69,6 @@ JOB = {
 }
 
 
-def die(msg):
-    sys.exit("pipeline_vs_single: " + msg)
-
-
-def run(cmd, timeout, cwd):
-    """Runs cmd; returns its stdout as text, or exits naming the command."""
-    try:
-        p = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           timeout=timeout)
-    except subprocess.TimeoutExpired:
-        die("timed out after %d s: %s" % (timeout, " ".join(cmd)))
-    except OSError as e:
-        die("cannot run %s: %s" % (cmd[0], e))
-    if p.returncode != 0:
-        die("exit status %d: %s\n%s%s" % (p.returncode, " ".join(cmd),
-                                           p.stdout.decode(errors="replace"),
-                                           p.stderr.decode(errors="replace")))
-    return p.stdout.decode(errors="replace")
-
 
 def free_ports(n):
     socks, ports = [], []
@@ -109,22 +91,7 @@ def write_json(path, obj):
 def prepare(args, shardnode):
     """Corpus and tokenizer (kept between runs), the two jobs."""
     wd = args.workdir
-    os.makedirs(wd, exist_ok=True)
-    corpus = os.path.join(wd, "kjv.txt")
-    tok = os.path.join(wd, "tok.json")
-    if not os.path.isfile(corpus) or os.path.getsize(corpus) == 0:
-        try:
-            with open(corpus + ".tmp", "wb") as f:
-                p = subprocess.run(["bible", "Gen1:1-Rev22:21"], stdout=f,
-                                   stderr=subprocess.PIPE, timeout=600)
-        except OSError as e:
-            die("cannot run `bible` (Debian package bible-kjv): %s" % e)
-        if p.returncode != 0:
-            die("`bible 'Gen1:1-Rev22:21'` failed: %s" % p.stderr.decode(errors="replace"))
-        os.replace(corpus + ".tmp", corpus)
-    if not os.path.isfile(tok):
-        run([shardnode, "tokenizer", "train", "--input", corpus, "--vocab-size", str(VOCAB),
-             "--out", tok], 600, wd)
+    corpus, tok = kjv_corpus_and_tokenizer(wd, shardnode, VOCAB)
     jobs = {}
     for side in ("single", "pipe"):
         job = dict(JOB)

@@ -27,12 +27,13 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_env import child_env  # noqa: E402  (sets torch's environment first)
+import benchlib  # noqa: E402
+from benchlib import die, kjv_corpus_and_tokenizer  # noqa: E402
 
 import argparse  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
-import subprocess  # noqa: E402
 import time  # noqa: E402
 
 import torch  # noqa: E402
@@ -71,25 +72,10 @@ JOB = {
 }
 
 
-def die(msg):
-    sys.exit("train_vs_torch: " + msg)
-
-
 
 def run(cmd, timeout, cwd):
-    """Runs cmd; returns its stdout as text, or exits naming the command."""
-    try:
-        p = subprocess.run(cmd, cwd=cwd, env=child_env(), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        die("timed out after %d s: %s" % (timeout, " ".join(cmd)))
-    except OSError as e:
-        die("cannot run %s: %s" % (cmd[0], e))
-    if p.returncode != 0:
-        die("exit status %d: %s\n%s%s" % (p.returncode, " ".join(cmd),
-                                           p.stdout.decode(errors="replace"),
-                                           p.stderr.decode(errors="replace")))
-    return p.stdout.decode(errors="replace")
+    """shardnode without torch's OMP_WAIT_POLICY (see torch_env.py)."""
+    return benchlib.run(cmd, timeout, cwd, child_env())
 
 
 def job_lr(job, step):
@@ -107,22 +93,7 @@ def prepare(args, shardnode):
     """Corpus, tokenizer, initial weights, job and batches in the work dir.
     The corpus and tokenizer are kept between runs; the rest is rewritten."""
     wd = args.workdir
-    os.makedirs(wd, exist_ok=True)
-    corpus = os.path.join(wd, "kjv.txt")
-    tok = os.path.join(wd, "tok.json")
-    if not os.path.isfile(corpus) or os.path.getsize(corpus) == 0:
-        try:
-            with open(corpus + ".tmp", "wb") as f:
-                p = subprocess.run(["bible", "Gen1:1-Rev22:21"], stdout=f,
-                                   stderr=subprocess.PIPE, timeout=600)
-        except OSError as e:
-            die("cannot run `bible` (Debian package bible-kjv): %s" % e)
-        if p.returncode != 0:
-            die("`bible 'Gen1:1-Rev22:21'` failed: %s" % p.stderr.decode(errors="replace"))
-        os.replace(corpus + ".tmp", corpus)
-    if not os.path.isfile(tok):
-        run([shardnode, "tokenizer", "train", "--input", corpus, "--vocab-size", str(VOCAB),
-             "--out", tok], 600, wd)
+    corpus, tok = kjv_corpus_and_tokenizer(wd, shardnode, VOCAB, child_env())
 
     cfg = ref.load_config(CONFIG)
     init = {name: t.detach().numpy()

@@ -1,4 +1,5 @@
-/* b64.h — keys/ internal: the strict base64 codec keys.c and token.c share.
+/* b64.h — keys/ internal: the strict base64 codec keys.c and token.c share,
+ * and their message writer.
  * Not part of the public interface (keys.h is). */
 #ifndef SHARDNODE_KEYS_B64_H
 #define SHARDNODE_KEYS_B64_H
@@ -19,5 +20,10 @@ void b64_encode(const uint8_t *in, size_t n, int url, char *out);
  * static reason. */
 int b64_decode(const char *in, size_t len, int url, uint8_t *out, size_t outcap,
                size_t *outlen, size_t *bad_pos, const char **why);
+
+/* Formats a message into err (NUL-terminated, truncated to errlen); returns
+ * -1 so a failing function can `return keys_errf(...)`. */
+int keys_errf(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -17,7 +17,7 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
+int keys_errf(char *err, size_t errlen, const char *fmt, ...)
 {
     if (err && errlen) {
         va_list ap;
@@ -40,9 +40,9 @@ static const char *ssl_reason(void)
 int keys_random(void *buf, size_t n, char *err, size_t errlen)
 {
     if (n > (size_t)1 << 30)
-        return fail(err, errlen, "random: %zu bytes is too many", n);
+        return keys_errf(err, errlen, "random: %zu bytes is too many", n);
     if (RAND_bytes(buf, (int)n) != 1)
-        return fail(err, errlen, "random: %s", ssl_reason());
+        return keys_errf(err, errlen, "random: %s", ssl_reason());
     return 0;
 }
 
@@ -51,12 +51,12 @@ static int raw_public(int type, const char *what, const uint8_t priv[KEYS_LEN],
 {
     EVP_PKEY *k = EVP_PKEY_new_raw_private_key(type, NULL, priv, KEYS_LEN);
     if (!k)
-        return fail(err, errlen, "%s private key: %s", what, ssl_reason());
+        return keys_errf(err, errlen, "%s private key: %s", what, ssl_reason());
     size_t n = KEYS_LEN;
     int ok = EVP_PKEY_get_raw_public_key(k, pub, &n) == 1 && n == KEYS_LEN;
     EVP_PKEY_free(k);
     if (!ok)
-        return fail(err, errlen, "%s public key: %s", what, ssl_reason());
+        return keys_errf(err, errlen, "%s public key: %s", what, ssl_reason());
     return 0;
 }
 
@@ -98,7 +98,7 @@ int keys_sign(const uint8_t priv[KEYS_LEN], const void *msg, size_t len,
 {
     EVP_PKEY *k = EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, NULL, priv, KEYS_LEN);
     if (!k)
-        return fail(err, errlen, "Ed25519 private key: %s", ssl_reason());
+        return keys_errf(err, errlen, "Ed25519 private key: %s", ssl_reason());
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     size_t n = KEYS_SIG_LEN;
     /* Ed25519 is one-shot: no digest is named (NULL) and DigestSign is
@@ -108,7 +108,7 @@ int keys_sign(const uint8_t priv[KEYS_LEN], const void *msg, size_t len,
     EVP_MD_CTX_free(ctx);
     EVP_PKEY_free(k);
     if (!ok)
-        return fail(err, errlen, "Ed25519 signature: %s", ssl_reason());
+        return keys_errf(err, errlen, "Ed25519 signature: %s", ssl_reason());
     return 0;
 }
 
@@ -140,15 +140,15 @@ int keys_from_base64(const char *s, uint8_t key[KEYS_LEN], char *err, size_t err
 {
     size_t len = strnlen(s, KEYS_BASE64_LEN + 1);
     if (len != KEYS_BASE64_LEN)
-        return fail(err, errlen, "key: %s base64 characters, a key has %d",
+        return keys_errf(err, errlen, "key: %s base64 characters, a key has %d",
                     len > KEYS_BASE64_LEN ? "more than 44" : "fewer than 44", KEYS_BASE64_LEN);
     uint8_t buf[KEYS_LEN + 2];
     size_t n = 0, pos;
     const char *why;
     if (b64_decode(s, len, 0, buf, sizeof buf, &n, &pos, &why) != 0)
-        return fail(err, errlen, "key: base64 character %zu: %s", pos + 1, why);
+        return keys_errf(err, errlen, "key: base64 character %zu: %s", pos + 1, why);
     if (n != KEYS_LEN)
-        return fail(err, errlen, "key: decodes to %zu bytes, a key has %d", n, KEYS_LEN);
+        return keys_errf(err, errlen, "key: decodes to %zu bytes, a key has %d", n, KEYS_LEN);
     memcpy(key, buf, KEYS_LEN);
     OPENSSL_cleanse(buf, sizeof buf);
     return 0;
@@ -179,13 +179,13 @@ int keys_from_hex(const char *s, uint8_t key[KEYS_LEN], char *err, size_t errlen
 {
     size_t len = strnlen(s, KEYS_HEX_LEN + 1);
     if (len != KEYS_HEX_LEN)
-        return fail(err, errlen, "key: %s hex digits, a key has %d",
+        return keys_errf(err, errlen, "key: %s hex digits, a key has %d",
                     len > KEYS_HEX_LEN ? "more than 64" : "fewer than 64", KEYS_HEX_LEN);
     uint8_t buf[KEYS_LEN];
     for (int i = 0; i < KEYS_LEN; i++) {
         int hi = hex_digit(s[2 * i]), lo = hex_digit(s[2 * i + 1]);
         if (hi < 0 || lo < 0)
-            return fail(err, errlen, "key: character %d is not a hex digit",
+            return keys_errf(err, errlen, "key: character %d is not a hex digit",
                         hi < 0 ? 2 * i + 1 : 2 * i + 2);
         buf[i] = (uint8_t)(hi << 4 | lo);
     }
@@ -212,13 +212,13 @@ int keys_file_write(const char *path, const uint8_t key[KEYS_LEN], char *err, si
 {
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return fail(err, errlen, "%s: path too long", path);
+        return keys_errf(err, errlen, "%s: path too long", path);
     /* O_EXCL: never write the key into a file someone else created (and may
      * hold open) in our place; 0600 at creation so it is never readable by
      * others, not even between open and fchmod. */
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
-        return fail(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+        return keys_errf(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
     char line[KEYS_BASE64_LEN + 2];
     keys_to_base64(key, line);
     line[KEYS_BASE64_LEN] = '\n';
@@ -240,11 +240,11 @@ int keys_file_write(const char *path, const uint8_t key[KEYS_LEN], char *err, si
     if (rc == 0 && rename(tmp, path) != 0) {
         e = errno;
         unlink(tmp);
-        return fail(err, errlen, "%s: cannot rename %s over it: %s", path, tmp, strerror(e));
+        return keys_errf(err, errlen, "%s: cannot rename %s over it: %s", path, tmp, strerror(e));
     }
     if (rc != 0) {
         unlink(tmp);
-        return fail(err, errlen, "%s: %s: %s", tmp, what, strerror(e));
+        return keys_errf(err, errlen, "%s: %s: %s", tmp, what, strerror(e));
     }
     return 0;
 }
@@ -255,23 +255,23 @@ int keys_file_read(const char *path, uint8_t key[KEYS_LEN], char *err, size_t er
      * block the node in open(); it changes nothing for a regular file. */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0)
-        return fail(err, errlen, "%s: %s", path, strerror(errno));
+        return keys_errf(err, errlen, "%s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return fail(err, errlen, "%s: %s", path, strerror(e));
+        return keys_errf(err, errlen, "%s: %s", path, strerror(e));
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(err, errlen, "%s: not a regular file", path);
+        return keys_errf(err, errlen, "%s: not a regular file", path);
     }
     /* Checked on the open descriptor (fstat), so the file judged is the
      * file read. A key others can read is already disclosed; one others can
      * write may be replaced: refuse both rather than use it. */
     if (st.st_mode & 077) {
         close(fd);
-        return fail(err, errlen, "%s: mode %04o lets others %s the private key; chmod 600 it",
+        return keys_errf(err, errlen, "%s: mode %04o lets others %s the private key; chmod 600 it",
                     path, (unsigned)(st.st_mode & 07777),
                     (st.st_mode & 044) ? "read" : (st.st_mode & 022) ? "change" : "access");
     }
@@ -285,7 +285,7 @@ int keys_file_read(const char *path, uint8_t key[KEYS_LEN], char *err, size_t er
             int e = errno;
             close(fd);
             OPENSSL_cleanse(buf, sizeof buf);
-            return fail(err, errlen, "%s: %s", path, strerror(e));
+            return keys_errf(err, errlen, "%s: %s", path, strerror(e));
         }
         if (r == 0 || (n += (size_t)r) == sizeof buf)
             break;
@@ -298,13 +298,13 @@ int keys_file_read(const char *path, uint8_t key[KEYS_LEN], char *err, size_t er
         len = KEYS_BASE64_LEN;
     int rc = 0;
     if (len != KEYS_BASE64_LEN || memchr(buf, '\0', len)) {
-        rc = fail(err, errlen, "%s: expected one base64 key of 44 characters and a newline%s",
+        rc = keys_errf(err, errlen, "%s: expected one base64 key of 44 characters and a newline%s",
                   path, n == 0 ? ", the file is empty" : "");
     } else {
         buf[len] = '\0';
         char why[128];
         if (keys_from_base64(buf, key, why, sizeof why) != 0)
-            rc = fail(err, errlen, "%s: %s", path, why);
+            rc = keys_errf(err, errlen, "%s: %s", path, why);
     }
     OPENSSL_cleanse(buf, sizeof buf);
     return rc;

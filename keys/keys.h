@@ -106,6 +106,10 @@ int token_encode(struct token *t, const uint8_t issuer_id_priv[KEYS_LEN], char *
  * result of an altered character), bad contents, and expiry relative to
  * now_unix. */
 int token_decode(const char *text, struct token *t, int64_t now_unix, char *err, size_t errlen);
+/* 1 when e is an endpoint a token can carry: "host:port" with a host name or
+ * IPv4 address, or "[IPv6]:port", port 1..65535, at most TOKEN_STR_MAX
+ * bytes; else 0. The rule token_decode applies. */
+int token_endpoint_valid(const char *e);
 /* 1 when t's secret is one of used[0..n), 0 otherwise (constant time per entry). */
 int token_secret_used(const struct token *t, const uint8_t (*used)[TOKEN_SECRET_LEN], size_t n);
 

@@ -36,17 +36,6 @@
 _Static_assert(TEXT_PREFIX_LEN + (BIN_MAX + 2) / 3 * 4 < TOKEN_TEXT_MAX,
                "TOKEN_TEXT_MAX must hold the longest token");
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 /* ---- content checks, shared by encode and decode ---- */
 
 static int printable(const char *s)
@@ -94,9 +83,9 @@ static int valid_prefix(const char *p)
     return 1;
 }
 
-/* "host:port" (name or IPv4) or "[v6]:port", port 1..65535. */
-static int valid_endpoint(const char *e)
+int token_endpoint_valid(const char *e)
 {
+    if (strlen(e) > TOKEN_STR_MAX) return 0;
     const char *colon = strrchr(e, ':');
     if (!colon || colon == e)
         return 0;
@@ -134,18 +123,18 @@ static int valid_endpoint(const char *e)
 static int check_contents(const struct token *t, char *err, size_t errlen)
 {
     if (t->nmembers < 1 || t->nmembers > TOKEN_MAX_MEMBERS)
-        return fail(err, errlen, "token: %d members, expected 1 to %d", t->nmembers,
+        return keys_errf(err, errlen, "token: %d members, expected 1 to %d", t->nmembers,
                     TOKEN_MAX_MEMBERS);
     if (strnlen(t->prefix, sizeof t->prefix) == sizeof t->prefix || !printable(t->prefix) ||
         !valid_prefix(t->prefix))
-        return fail(err, errlen, "token: prefix \"%.63s\" is not an IPv4 or IPv6 prefix "
+        return keys_errf(err, errlen, "token: prefix \"%.63s\" is not an IPv4 or IPv6 prefix "
                     "like 10.77.0.0/16", t->prefix);
     int issuer_found = 0;
     for (int i = 0; i < t->nmembers; i++) {
         const struct token_member *m = &t->members[i];
         if (strnlen(m->endpoint, sizeof m->endpoint) == sizeof m->endpoint ||
-            !printable(m->endpoint) || !valid_endpoint(m->endpoint))
-            return fail(err, errlen, "token: member %d endpoint \"%.63s\" is not host:port "
+            !printable(m->endpoint) || !token_endpoint_valid(m->endpoint))
+            return keys_errf(err, errlen, "token: member %d endpoint \"%.63s\" is not host:port "
                         "or [v6]:port", i + 1, m->endpoint);
         if (memcmp(m->id_pub, t->issuer_id_pub, KEYS_LEN) == 0)
             issuer_found = 1;
@@ -153,7 +142,7 @@ static int check_contents(const struct token *t, char *err, size_t errlen)
     /* The joiner redeems the secret with the issuer, and trusts the token
      * only as far as it trusts the issuer: it must be a member it names. */
     if (!issuer_found)
-        return fail(err, errlen, "token: the issuer's identity key is not one of its members'");
+        return keys_errf(err, errlen, "token: the issuer's identity key is not one of its members'");
     return 0;
 }
 
@@ -211,7 +200,7 @@ int token_encode(struct token *t, const uint8_t issuer_id_priv[KEYS_LEN], char *
     o = put_bytes(bin, o, t->sig, KEYS_SIG_LEN);
     size_t need = TEXT_PREFIX_LEN + b64_encoded_len(o, 1) + 1;
     if (outlen < need)
-        return fail(err, errlen, "token: needs %zu bytes of output, given %zu", need, outlen);
+        return keys_errf(err, errlen, "token: needs %zu bytes of output, given %zu", need, outlen);
     memcpy(out, TEXT_PREFIX, TEXT_PREFIX_LEN);
     b64_encode(bin, o, 1, out + TEXT_PREFIX_LEN);
     return 0;
@@ -256,7 +245,7 @@ static int parse_str(struct reader *r, char *dst, const char *what, char *err, s
     if (!lp)
         return 0; /* reported once, by the caller, as truncation */
     if (*lp == 0 || *lp > TOKEN_STR_MAX)
-        return fail(err, errlen, "token is malformed (altered or truncated?): %s length %u, "
+        return keys_errf(err, errlen, "token is malformed (altered or truncated?): %s length %u, "
                     "expected 1 to %d", what, *lp, TOKEN_STR_MAX);
     const uint8_t *s = take(r, *lp, what);
     if (!s)
@@ -275,10 +264,10 @@ int token_decode(const char *text, struct token *t, int64_t now_unix, char *err,
 {
     memset(t, 0, sizeof *t);
     if (!text)
-        return fail(err, errlen, "token: none given");
+        return keys_errf(err, errlen, "token: none given");
     size_t len = strnlen(text, TOKEN_TEXT_MAX);
     if (len == TOKEN_TEXT_MAX)
-        return fail(err, errlen, "token: longer than %d characters, no token is",
+        return keys_errf(err, errlen, "token: longer than %d characters, no token is",
                     TOKEN_TEXT_MAX - 1);
     if (strncmp(text, TEXT_PREFIX, TEXT_PREFIX_LEN) != 0) {
         /* Say "unsupported version" when it looks like a token of another
@@ -288,10 +277,10 @@ int token_decode(const char *text, struct token *t, int64_t now_unix, char *err,
             while (d < len && d < 8 && text[d] >= '0' && text[d] <= '9')
                 d++;
             if (text[d] == '.')
-                return fail(err, errlen, "token version %.*s is not supported (this node "
+                return keys_errf(err, errlen, "token version %.*s is not supported (this node "
                             "reads version %d)", (int)(d - 3), text + 3, TOKEN_VERSION);
         }
-        return fail(err, errlen, "not an invite token: it does not start with \"%s\"",
+        return keys_errf(err, errlen, "not an invite token: it does not start with \"%s\"",
                     TEXT_PREFIX);
     }
     uint8_t bin[BIN_MAX + 3];
@@ -300,20 +289,20 @@ int token_decode(const char *text, struct token *t, int64_t now_unix, char *err,
     const char *body = text + TEXT_PREFIX_LEN;
     if (b64_decode(body, len - TEXT_PREFIX_LEN, 1, bin, sizeof bin, &n, &pos, &why) != 0) {
         if (strcmp(why, "too long") == 0)
-            return fail(err, errlen, "token: longer than any valid token");
+            return keys_errf(err, errlen, "token: longer than any valid token");
         if (strcmp(why, "last character has non-zero unused bits") == 0)
-            return fail(err, errlen, "token is altered: character %zu has bits set that no "
+            return keys_errf(err, errlen, "token is altered: character %zu has bits set that no "
                         "encoder writes", TEXT_PREFIX_LEN + pos + 1);
         if (strcmp(why, "not a base64 character") == 0)
-            return fail(err, errlen, "token: character %zu (0x%02x) is not base64url",
+            return keys_errf(err, errlen, "token: character %zu (0x%02x) is not base64url",
                         TEXT_PREFIX_LEN + pos + 1, (unsigned char)body[pos]);
-        return fail(err, errlen, "token is truncated: %s", why);
+        return keys_errf(err, errlen, "token is truncated: %s", why);
     }
 
     struct reader r = {bin, n, 0, NULL};
     const uint8_t *p = take(&r, 1, "version");
     if (p && *p != TOKEN_VERSION)
-        return fail(err, errlen, "token is altered: its version byte is %u but its text "
+        return keys_errf(err, errlen, "token is altered: its version byte is %u but its text "
                     "says %s", *p, TEXT_PREFIX);
     t->version = TOKEN_VERSION;
     if ((p = take(&r, TOKEN_MESH_ID_LEN, "mesh id")))
@@ -322,7 +311,7 @@ int token_decode(const char *text, struct token *t, int64_t now_unix, char *err,
         return -1;
     if ((p = take(&r, 1, "member count"))) {
         if (*p > TOKEN_MAX_MEMBERS)
-            return fail(err, errlen, "token lists %u members, at most %d are allowed", *p,
+            return keys_errf(err, errlen, "token lists %u members, at most %d are allowed", *p,
                         TOKEN_MAX_MEMBERS);
         t->nmembers = *p;
     }
@@ -352,16 +341,16 @@ int token_decode(const char *text, struct token *t, int64_t now_unix, char *err,
     if ((p = take(&r, KEYS_SIG_LEN, "signature")))
         memcpy(t->sig, p, KEYS_SIG_LEN);
     if (r.short_at)
-        return fail(err, errlen, "token is truncated (or altered): it ends inside its %s",
+        return keys_errf(err, errlen, "token is truncated (or altered): it ends inside its %s",
                     r.short_at);
     if (r.o != n)
-        return fail(err, errlen, "token is malformed (altered?): %zu bytes follow its "
+        return keys_errf(err, errlen, "token is malformed (altered?): %zu bytes follow its "
                     "signature", n - r.o);
 
     uint8_t msg[SIGN_CONTEXT_LEN + BIN_MAX];
     sig_message(bin, signed_len, msg);
     if (!keys_verify(t->issuer_id_pub, msg, SIGN_CONTEXT_LEN + signed_len, t->sig))
-        return fail(err, errlen, "token signature does not verify: it was altered or truncated");
+        return keys_errf(err, errlen, "token signature does not verify: it was altered or truncated");
 
     if (check_contents(t, err, errlen) != 0)
         return -1;
@@ -374,7 +363,7 @@ int token_decode(const char *text, struct token *t, int64_t now_unix, char *err,
         /* Subtract in unsigned arithmetic: both are arbitrary int64. */
         uint64_t d = (uint64_t)now_unix - (uint64_t)t->expires_unix;
         format_ago(d > INT64_MAX ? INT64_MAX : (int64_t)d, ago, sizeof ago);
-        return fail(err, errlen, "token expired %s, %s ago", when, ago);
+        return keys_errf(err, errlen, "token expired %s, %s ago", when, ago);
     }
     return 0;
 }

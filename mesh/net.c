@@ -15,18 +15,6 @@
 #define DEFAULT_TIMEOUT_MS 30000
 #define DEFAULT_HIGH_WATER ((size_t)64 << 20)
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* Appends to err at *k, never past errlen: for messages built in a loop. */
 static void append_err(char *err, size_t errlen, size_t *k, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -192,7 +180,7 @@ static int start_listener(mesh_net *n, const mesh_net_config *cfg, char *err, si
     struct addrinfo *res = NULL;
     int rc = getaddrinfo(cfg->listen_host, portstr, &hints, &res);
     if (rc != 0) {
-        set_err(err, errlen, "listen address %s: %s", cfg->listen_host, gai_strerror(rc));
+        mesh_errf(err, errlen, "listen address %s: %s", cfg->listen_host, gai_strerror(rc));
         return -1;
     }
     n->listener = evconnlistener_new_bind(
@@ -201,7 +189,7 @@ static int start_listener(mesh_net *n, const mesh_net_config *cfg, char *err, si
         (int)res->ai_addrlen);
     freeaddrinfo(res);
     if (!n->listener) {
-        set_err(err, errlen, "cannot listen on %s:%d: %s", cfg->listen_host, cfg->listen_port,
+        mesh_errf(err, errlen, "cannot listen on %s:%d: %s", cfg->listen_host, cfg->listen_port,
                 strerror(errno));
         return -1;
     }
@@ -209,7 +197,7 @@ static int start_listener(mesh_net *n, const mesh_net_config *cfg, char *err, si
     struct sockaddr_storage ss;
     socklen_t sslen = sizeof ss;
     if (getsockname(evconnlistener_get_fd(n->listener), (struct sockaddr *)&ss, &sslen) != 0) {
-        set_err(err, errlen, "listen socket: %s", strerror(errno));
+        mesh_errf(err, errlen, "listen socket: %s", strerror(errno));
         return -1;
     }
     n->port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
@@ -231,7 +219,7 @@ static int encode_hello(mesh_net *n, char *err, size_t errlen)
     snprintf(h.text, sizeof h.text, "%s", n->run);
     char e[256];
     if (mesh_encode_head(&h, &n->hello, &n->hello_len, e, sizeof e) != 0) {
-        set_err(err, errlen, "HELLO: %s", e);
+        mesh_errf(err, errlen, "HELLO: %s", e);
         return -1;
     }
     return 0;
@@ -241,25 +229,25 @@ int mesh_net_start(mesh_net **out, const mesh_net_config *cfg, char *err, size_t
 {
     *out = NULL;
     if (!cfg->self || !cfg->self[0] || strlen(cfg->self) >= MESH_NAME_MAX) {
-        set_err(err, errlen, "node name must be 1 to %d bytes", MESH_NAME_MAX - 1);
+        mesh_errf(err, errlen, "node name must be 1 to %d bytes", MESH_NAME_MAX - 1);
         return -1;
     }
     if (!cfg->run || strlen(cfg->run) >= MESH_TEXT_MAX) {
-        set_err(err, errlen, "run name must be at most %d bytes", MESH_TEXT_MAX - 1);
+        mesh_errf(err, errlen, "run name must be at most %d bytes", MESH_TEXT_MAX - 1);
         return -1;
     }
     if (cfg->listen_host && (cfg->listen_port < 0 || cfg->listen_port > 65535)) {
-        set_err(err, errlen, "listen port %d is not in 0..65535", cfg->listen_port);
+        mesh_errf(err, errlen, "listen port %d is not in 0..65535", cfg->listen_port);
         return -1;
     }
     pthread_once(&evthread_once, evthread_init);
     if (evthread_status != 0) {
-        set_err(err, errlen, "libevent: cannot enable pthreads support");
+        mesh_errf(err, errlen, "libevent: cannot enable pthreads support");
         return -1;
     }
     mesh_net *n = calloc(1, sizeof *n);
     if (!n) {
-        set_err(err, errlen, "out of memory");
+        mesh_errf(err, errlen, "out of memory");
         return -1;
     }
     snprintf(n->self, sizeof n->self, "%s", cfg->self);
@@ -288,19 +276,19 @@ int mesh_net_start(mesh_net **out, const mesh_net_config *cfg, char *err, size_t
         goto fail;
     n->base = event_base_new();
     if (!n->base) {
-        set_err(err, errlen, "libevent: cannot create an event base");
+        mesh_errf(err, errlen, "libevent: cannot create an event base");
         goto fail;
     }
     n->wake_ev = event_new(n->base, -1, 0, net_wake_cb, n);
     if (!n->wake_ev) {
-        set_err(err, errlen, "libevent: cannot create an event");
+        mesh_errf(err, errlen, "libevent: cannot create an event");
         goto fail;
     }
     if (cfg->listen_host && start_listener(n, cfg, err, errlen) != 0)
         goto fail;
     int rc = pthread_create(&n->thread, NULL, net_loop_main, n);
     if (rc != 0) {
-        set_err(err, errlen, "cannot start the network thread: %s", strerror(rc));
+        mesh_errf(err, errlen, "cannot start the network thread: %s", strerror(rc));
         goto fail;
     }
     n->thread_started = true;
@@ -359,16 +347,16 @@ int mesh_net_add_peer(mesh_net *n, const char *name, const char *host, int port,
                       size_t errlen)
 {
     if (!name || !name[0] || strlen(name) >= MESH_NAME_MAX) {
-        set_err(err, errlen, "peer name must be 1 to %d bytes", MESH_NAME_MAX - 1);
+        mesh_errf(err, errlen, "peer name must be 1 to %d bytes", MESH_NAME_MAX - 1);
         return -1;
     }
     if (strcmp(name, n->self) == 0) {
-        set_err(err, errlen, "peer %s: that is this node's own name", name);
+        mesh_errf(err, errlen, "peer %s: that is this node's own name", name);
         return -1;
     }
     struct net_peer *p = calloc(1, sizeof *p);
     if (!p) {
-        set_err(err, errlen, "out of memory");
+        mesh_errf(err, errlen, "out of memory");
         return -1;
     }
     p->net = n;
@@ -376,7 +364,7 @@ int mesh_net_add_peer(mesh_net *n, const char *name, const char *host, int port,
     p->backoff_ms = 50;
     if (host) {
         if (port <= 0 || port > 65535) {
-            set_err(err, errlen, "peer %s: port %d is not in 1..65535", name, port);
+            mesh_errf(err, errlen, "peer %s: port %d is not in 1..65535", name, port);
             free(p);
             return -1;
         }
@@ -389,7 +377,7 @@ int mesh_net_add_peer(mesh_net *n, const char *name, const char *host, int port,
         struct addrinfo *res = NULL;
         int rc = getaddrinfo(host, portstr, &hints, &res);
         if (rc != 0) {
-            set_err(err, errlen, "peer %s: host %s: %s", name, host, gai_strerror(rc));
+            mesh_errf(err, errlen, "peer %s: host %s: %s", name, host, gai_strerror(rc));
             free(p);
             return -1;
         }
@@ -414,7 +402,7 @@ int mesh_net_add_peer(mesh_net *n, const char *name, const char *host, int port,
             why = "declared twice";
     if (why) {
         pthread_mutex_unlock(&n->mu);
-        set_err(err, errlen, "peer %s: %s", name, why);
+        mesh_errf(err, errlen, "peer %s: %s", name, why);
         free(p);
         return -1;
     }
@@ -430,7 +418,7 @@ int mesh_net_add_peer(mesh_net *n, const char *name, const char *host, int port,
 static struct net_peer *peer_at(mesh_net *n, int peer, char *err, size_t errlen)
 {
     if (peer < 0 || peer >= n->npeers) {
-        set_err(err, errlen, "no peer with index %d (%d declared)", peer, n->npeers);
+        mesh_errf(err, errlen, "no peer with index %d (%d declared)", peer, n->npeers);
         return NULL;
     }
     return n->peers[peer];
@@ -445,7 +433,7 @@ int mesh_net_wait_connected(mesh_net *n, int timeout_ms, char *err, size_t errle
         for (int i = 0; i < n->npeers; i++) {
             struct net_peer *p = n->peers[i];
             if (p->state == NET_PEER_DOWN) {
-                set_err(err, errlen, "%s", p->err);
+                mesh_errf(err, errlen, "%s", p->err);
                 pthread_mutex_unlock(&n->mu);
                 return -1;
             }
@@ -488,11 +476,11 @@ int mesh_net_send(mesh_net *n, int peer, const mesh_msg *m, char *err, size_t er
     if (!p)
         return -1;
     if (m->type == MESH_MSG_HELLO) {
-        set_err(err, errlen, "message to %s: HELLO is sent by the transport itself", p->name);
+        mesh_errf(err, errlen, "message to %s: HELLO is sent by the transport itself", p->name);
         return -1;
     }
     if (m->nbytes && !m->data) {
-        set_err(err, errlen, "message to %s: %zu tensor bytes but no data", p->name, m->nbytes);
+        mesh_errf(err, errlen, "message to %s: %zu tensor bytes but no data", p->name, m->nbytes);
         return -1;
     }
     /* The transport stamps what it knows; a caller that sets them keeps its
@@ -504,12 +492,12 @@ int mesh_net_send(mesh_net *n, int peer, const mesh_msg *m, char *err, size_t er
         copy.run_id = n->run_id;
     struct net_send_item *it = calloc(1, sizeof *it);
     if (!it) {
-        set_err(err, errlen, "out of memory");
+        mesh_errf(err, errlen, "out of memory");
         return -1;
     }
     char e[256];
     if (mesh_encode_head(&copy, &it->head, &it->head_len, e, sizeof e) != 0) {
-        set_err(err, errlen, "message to %s: %s", p->name, e);
+        mesh_errf(err, errlen, "message to %s: %s", p->name, e);
         free(it);
         return -1;
     }
@@ -517,7 +505,7 @@ int mesh_net_send(mesh_net *n, int peer, const mesh_msg *m, char *err, size_t er
     it->nbytes = m->nbytes;
     size_t frame = it->head_len - 4 + it->nbytes;
     if (frame > n->max_frame) {
-        set_err(err, errlen, "message to %s: frame of %zu bytes exceeds the limit of %zu",
+        mesh_errf(err, errlen, "message to %s: frame of %zu bytes exceeds the limit of %zu",
                 p->name, frame, n->max_frame);
         free(it->head);
         free(it);
@@ -536,7 +524,7 @@ int mesh_net_send(mesh_net *n, int peer, const mesh_msg *m, char *err, size_t er
             deadline = deadline_after(n->timeout_ms);
         }
         if (!wait_until(&n->send_cond, &n->mu, deadline)) {
-            set_err(err, errlen,
+            mesh_errf(err, errlen,
                     "peer %s (%s) accepted no data for %d ms; %zu bytes are queued for it",
                     p->name, p->addr, n->timeout_ms, p->queued);
             pthread_mutex_unlock(&n->mu);
@@ -546,7 +534,7 @@ int mesh_net_send(mesh_net *n, int peer, const mesh_msg *m, char *err, size_t er
         }
     }
     if (p->state == NET_PEER_DOWN || n->stopping) {
-        set_err(err, errlen, "%s", n->stopping ? "the network is stopping" : p->err);
+        mesh_errf(err, errlen, "%s", n->stopping ? "the network is stopping" : p->err);
         pthread_mutex_unlock(&n->mu);
         free(it->head);
         free(it);
@@ -580,7 +568,7 @@ int mesh_net_flush(mesh_net *n, int peer, int timeout_ms, char *err, size_t errl
      * has nothing queued, but its buffers may not be freed yet. */
     while (p->queued > 0 || p->refs > 0) {
         if (n->stopping || !wait_until(&n->send_cond, &n->mu, deadline)) {
-            set_err(err, errlen, "flush to peer %s (%s): %zu bytes still queued after %d ms",
+            mesh_errf(err, errlen, "flush to peer %s (%s): %zu bytes still queued after %d ms",
                     p->name, p->addr, p->queued, timeout_ms);
             pthread_mutex_unlock(&n->mu);
             return -1;
@@ -590,7 +578,7 @@ int mesh_net_flush(mesh_net *n, int peer, int timeout_ms, char *err, size_t errl
      * the run, say) is no failure of this flush. */
     int rc = 0;
     if (p->state == NET_PEER_DOWN && p->discarded > 0) {
-        set_err(err, errlen, "%s (%zu bytes queued for it were not sent)", p->err, p->discarded);
+        mesh_errf(err, errlen, "%s (%zu bytes queued for it were not sent)", p->err, p->discarded);
         rc = -1;
     }
     pthread_mutex_unlock(&n->mu);
@@ -634,7 +622,7 @@ int mesh_net_recv(mesh_net *n, int *peer, mesh_msg *msg, mesh_frame **frame, int
         wake_loop(n);
     *peer = f->peer;
     if (f->lost) {
-        set_err(err, errlen, "%s", f->err);
+        mesh_errf(err, errlen, "%s", f->err);
         mesh_frame_free(f);
         return -1;
     }
@@ -685,16 +673,16 @@ static int probe_wait(mesh_net *n, struct net_peer *p, int64_t seq, size_t size,
             break;
         }
         if (lost || p->state == NET_PEER_DOWN) {
-            set_err(err, errlen, "probe of %zu bytes: %s", size, p->err);
+            mesh_errf(err, errlen, "probe of %zu bytes: %s", size, p->err);
             break;
         }
         if (n->stopping) {
-            set_err(err, errlen, "probe of %zu bytes to peer %s: the network is stopping", size,
+            mesh_errf(err, errlen, "probe of %zu bytes to peer %s: the network is stopping", size,
                     p->name);
             break;
         }
         if (!wait_until(&n->recv_cond, &n->mu, deadline)) {
-            set_err(err, errlen, "probe of %zu bytes: no reply from peer %s (%s) within %d ms",
+            mesh_errf(err, errlen, "probe of %zu bytes: no reply from peer %s (%s) within %d ms",
                     size, p->name, p->addr, n->timeout_ms);
             break;
         }
@@ -719,13 +707,13 @@ int mesh_net_probe(mesh_net *n, int peer, const size_t *sizes, int nsizes, int r
     if (!p)
         return -1;
     if (!sizes || !rtt_ns || nsizes < 1 || rounds < 1) {
-        set_err(err, errlen, "probe of peer %s: needs at least one size and one round", p->name);
+        mesh_errf(err, errlen, "probe of peer %s: needs at least one size and one round", p->name);
         return -1;
     }
     size_t max = 0;
     for (int i = 0; i < nsizes; i++) {
         if (sizes[i] > MESH_PROBE_MAX) {
-            set_err(err, errlen, "probe of peer %s: %zu bytes is over the limit of %zu", p->name,
+            mesh_errf(err, errlen, "probe of peer %s: %zu bytes is over the limit of %zu", p->name,
                     sizes[i], MESH_PROBE_MAX);
             return -1;
         }
@@ -734,7 +722,7 @@ int mesh_net_probe(mesh_net *n, int peer, const size_t *sizes, int nsizes, int r
     }
     uint8_t *buf = max ? malloc(max) : NULL;
     if (max && !buf) {
-        set_err(err, errlen, "probe of peer %s: out of memory for %zu bytes", p->name, max);
+        mesh_errf(err, errlen, "probe of peer %s: out of memory for %zu bytes", p->name, max);
         return -1;
     }
     /* Not all zeros, so an echo of other bytes is noticed. */
@@ -757,7 +745,7 @@ int mesh_net_probe(mesh_net *n, int peer, const size_t *sizes, int nsizes, int r
             struct mesh_frame *f = NULL;
             int64_t t0 = net_now_ns();
             if (mesh_net_send(n, peer, &m, e, sizeof e) != 0) {
-                set_err(err, errlen, "probe of %zu bytes: %s", sizes[s], e);
+                mesh_errf(err, errlen, "probe of %zu bytes: %s", sizes[s], e);
                 rc = -1;
                 break;
             }
@@ -768,7 +756,7 @@ int mesh_net_probe(mesh_net *n, int peer, const size_t *sizes, int nsizes, int r
             int64_t t1 = net_now_ns();
             if (f->msg.nbytes != sizes[s] ||
                 (sizes[s] && memcmp(f->msg.data, buf, sizes[s]) != 0)) {
-                set_err(err, errlen, "probe of %zu bytes: peer %s (%s) echoed %s", sizes[s],
+                mesh_errf(err, errlen, "probe of %zu bytes: peer %s (%s) echoed %s", sizes[s],
                         p->name, p->addr,
                         f->msg.nbytes != sizes[s] ? "another number of bytes" : "other bytes");
                 rc = -1;
@@ -780,7 +768,7 @@ int mesh_net_probe(mesh_net *n, int peer, const size_t *sizes, int nsizes, int r
     /* buf is referenced until the loop let go of it. */
     char e[NET_ERR_MAX];
     if (mesh_net_flush(n, peer, n->timeout_ms, e, sizeof e) != 0 && rc == 0) {
-        set_err(err, errlen, "probe: %s", e);
+        mesh_errf(err, errlen, "probe: %s", e);
         rc = -1;
     }
     pthread_mutex_lock(&n->mu);

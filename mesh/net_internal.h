@@ -17,6 +17,7 @@
 #define SHARDNODE_MESH_NET_INTERNAL_H
 
 #include "mesh.h"
+#include "mesh_internal.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>

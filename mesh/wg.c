@@ -15,14 +15,6 @@
 
 #include "wg_internal.h"
 
-void wg_errf(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 void wg_hex(const uint8_t key[MESH_WG_KEY_LEN], char out[2 * MESH_WG_KEY_LEN + 1]) {
     static const char digits[] = "0123456789abcdef";
     for (int i = 0; i < MESH_WG_KEY_LEN; i++) {
@@ -119,12 +111,12 @@ int wg_parse_endpoint(const char *s, struct sockaddr_storage *ss, socklen_t *ssl
 int wg_run(char *const argv[], const char *ifname, char *err, size_t errlen) {
     int pfd[2];
     if (pipe(pfd)) {
-        wg_errf(err, errlen, "wireguard %s: pipe: %s", ifname, strerror(errno));
+        mesh_errf(err, errlen, "wireguard %s: pipe: %s", ifname, strerror(errno));
         return -1;
     }
     pid_t pid = fork();
     if (pid < 0) {
-        wg_errf(err, errlen, "wireguard %s: fork: %s", ifname, strerror(errno));
+        mesh_errf(err, errlen, "wireguard %s: fork: %s", ifname, strerror(errno));
         close(pfd[0]);
         close(pfd[1]);
         return -1;
@@ -156,7 +148,7 @@ int wg_run(char *const argv[], const char *ifname, char *err, size_t errlen) {
     int st;
     while (waitpid(pid, &st, 0) < 0) {
         if (errno != EINTR) {
-            wg_errf(err, errlen, "wireguard %s: waitpid: %s", ifname, strerror(errno));
+            mesh_errf(err, errlen, "wireguard %s: waitpid: %s", ifname, strerror(errno));
             return -1;
         }
     }
@@ -167,9 +159,9 @@ int wg_run(char *const argv[], const char *ifname, char *err, size_t errlen) {
         snprintf(cmd + l, sizeof cmd - l, "%s%s", i ? " " : "", argv[i]);
     }
     if (WIFEXITED(st) && WEXITSTATUS(st) == 127 && !got)
-        wg_errf(err, errlen, "wireguard %s: cannot run '%s'", ifname, argv[0]);
+        mesh_errf(err, errlen, "wireguard %s: cannot run '%s'", ifname, argv[0]);
     else
-        wg_errf(err, errlen, "wireguard %s: '%s' failed (status %d): %s", ifname, cmd,
+        mesh_errf(err, errlen, "wireguard %s: '%s' failed (status %d): %s", ifname, cmd,
                 WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), got ? msg : "");
     return -1;
 }
@@ -194,7 +186,7 @@ static int configure_link(const mesh_wg_config *cfg, int mtu, char *err, size_t 
 static int check_name(const char *ifname, char *err, size_t errlen) {
     size_t n = ifname ? strlen(ifname) : 0;
     if (n == 0 || n >= MESH_WG_IFNAME_MAX) {
-        wg_errf(err, errlen, "wireguard: interface name '%s' must have 1 to %d characters",
+        mesh_errf(err, errlen, "wireguard: interface name '%s' must have 1 to %d characters",
                 ifname ? ifname : "(null)", MESH_WG_IFNAME_MAX - 1);
         return -1;
     }
@@ -204,7 +196,7 @@ static int check_name(const char *ifname, char *err, size_t errlen) {
         char c = ifname[i];
         if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
               c == '-' || c == '_' || (c == '.' && i > 0))) {
-            wg_errf(err, errlen, "wireguard: interface name '%s' has a character other than "
+            mesh_errf(err, errlen, "wireguard: interface name '%s' has a character other than "
                     "letters, digits, '-', '_', '.'", ifname);
             return -1;
         }
@@ -217,11 +209,11 @@ int mesh_wg_open(mesh_wg **out, const mesh_wg_config *cfg, char *err, size_t err
     if (check_name(cfg->ifname, err, errlen)) return -1;
     int mtu = cfg->mtu ? cfg->mtu : MESH_WG_DEFAULT_MTU;
     if (mtu < 1280 || mtu > 65535) {
-        wg_errf(err, errlen, "wireguard %s: MTU %d outside 1280..65535", cfg->ifname, mtu);
+        mesh_errf(err, errlen, "wireguard %s: MTU %d outside 1280..65535", cfg->ifname, mtu);
         return -1;
     }
     if (cfg->listen_port < 0 || cfg->listen_port > 65535) {
-        wg_errf(err, errlen, "wireguard %s: listen port %d outside 0..65535", cfg->ifname,
+        mesh_errf(err, errlen, "wireguard %s: listen port %d outside 0..65535", cfg->ifname,
                 cfg->listen_port);
         return -1;
     }
@@ -230,18 +222,18 @@ int mesh_wg_open(mesh_wg **out, const mesh_wg_config *cfg, char *err, size_t err
         wg_cidr c;
         snprintf(buf, sizeof buf, "%s/%d", cfg->address, cfg->prefix_len);
         if (wg_parse_cidr(buf, &c)) {
-            wg_errf(err, errlen, "wireguard %s: bad overlay address '%s'", cfg->ifname, buf);
+            mesh_errf(err, errlen, "wireguard %s: bad overlay address '%s'", cfg->ifname, buf);
             return -1;
         }
     }
     if (cfg->driver != MESH_WG_AUTO && cfg->driver != MESH_WG_KERNEL &&
         cfg->driver != MESH_WG_USERSPACE) {
-        wg_errf(err, errlen, "wireguard %s: unknown driver %d", cfg->ifname, (int)cfg->driver);
+        mesh_errf(err, errlen, "wireguard %s: unknown driver %d", cfg->ifname, (int)cfg->driver);
         return -1;
     }
     mesh_wg *wg = calloc(1, sizeof *wg);
     if (!wg) {
-        wg_errf(err, errlen, "wireguard %s: out of memory", cfg->ifname);
+        mesh_errf(err, errlen, "wireguard %s: out of memory", cfg->ifname);
         return -1;
     }
     snprintf(wg->ifname, sizeof wg->ifname, "%s", cfg->ifname);
@@ -278,20 +270,20 @@ static int check_peer_args(mesh_wg *wg, const char *endpoint, const char *const 
     socklen_t sl;
     if (endpoint && (strlen(endpoint) >= MESH_WG_ENDPOINT_MAX ||
                      wg_parse_endpoint(endpoint, &ss, &sl))) {
-        wg_errf(err, errlen, "wireguard %s: bad peer endpoint '%s' (IP:port or [IPv6]:port)",
+        mesh_errf(err, errlen, "wireguard %s: bad peer endpoint '%s' (IP:port or [IPv6]:port)",
                 wg->ifname, endpoint);
         return -1;
     }
     for (size_t i = 0; i < n; i++) {
         wg_cidr c;
         if (!allowed[i] || wg_parse_cidr(allowed[i], &c)) {
-            wg_errf(err, errlen, "wireguard %s: bad allowed IP '%s' (want IP/len)", wg->ifname,
+            mesh_errf(err, errlen, "wireguard %s: bad allowed IP '%s' (want IP/len)", wg->ifname,
                     allowed[i] ? allowed[i] : "(null)");
             return -1;
         }
     }
     if (keepalive < 0 || keepalive > 65535) {
-        wg_errf(err, errlen, "wireguard %s: keepalive %d outside 0..65535", wg->ifname,
+        mesh_errf(err, errlen, "wireguard %s: keepalive %d outside 0..65535", wg->ifname,
                 keepalive);
         return -1;
     }
@@ -359,20 +351,20 @@ int mesh_overlay_address(const char *prefix, const uint8_t pub[MESH_WG_KEY_LEN],
                          size_t outlen, char *err, size_t errlen) {
     wg_cidr c;
     if (!prefix || wg_parse_cidr(prefix, &c)) {
-        wg_errf(err, errlen, "overlay prefix '%s' is not IP/len", prefix ? prefix : "(null)");
+        mesh_errf(err, errlen, "overlay prefix '%s' is not IP/len", prefix ? prefix : "(null)");
         return -1;
     }
     int bytes = c.family == AF_INET ? 4 : 16;
     int host_bits = bytes * 8 - c.plen;
     if (host_bits < 2) {
-        wg_errf(err, errlen, "overlay prefix '%s' leaves no room for host addresses", prefix);
+        mesh_errf(err, errlen, "overlay prefix '%s' leaves no room for host addresses", prefix);
         return -1;
     }
     /* A prefix with host bits set is most likely a typo of another prefix:
      * refuse it rather than guess. */
     for (int b = c.plen; b < bytes * 8; b++) {
         if (c.addr[b / 8] & (0x80 >> (b % 8))) {
-            wg_errf(err, errlen, "overlay prefix '%s' has host bits set", prefix);
+            mesh_errf(err, errlen, "overlay prefix '%s' has host bits set", prefix);
             return -1;
         }
     }
@@ -407,7 +399,7 @@ int mesh_overlay_address(const char *prefix, const uint8_t pub[MESH_WG_KEY_LEN],
     }
     char buf[INET6_ADDRSTRLEN];
     if (!inet_ntop(c.family, a, buf, sizeof buf) || strlen(buf) >= outlen) {
-        wg_errf(err, errlen, "overlay address for '%s' does not fit in %zu bytes", prefix,
+        mesh_errf(err, errlen, "overlay address for '%s' does not fit in %zu bytes", prefix,
                 outlen);
         return -1;
     }

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include "mesh.h"
+#include "mesh_internal.h"
 
 struct mesh_wg {
     char ifname[MESH_WG_IFNAME_MAX];
@@ -21,8 +22,6 @@ typedef struct {
     int plen;
 } wg_cidr;
 
-void wg_errf(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 void wg_hex(const uint8_t key[MESH_WG_KEY_LEN], char out[2 * MESH_WG_KEY_LEN + 1]);
 int wg_unhex(const char *s, size_t n, uint8_t key[MESH_WG_KEY_LEN]);
 int wg_parse_cidr(const char *s, wg_cidr *c);

@@ -13,7 +13,7 @@
 #ifndef SHARDNODE_HAVE_WGEMBED
 
 static int not_built(mesh_wg *wg, char *err, size_t errlen) {
-    wg_errf(err, errlen, "wireguard %s: kernel driver not built (wireguard-tools' "
+    mesh_errf(err, errlen, "wireguard %s: kernel driver not built (wireguard-tools' "
             "embeddable library was not found at build time)", wg->ifname);
     return -1;
 }
@@ -53,11 +53,11 @@ int wg_kernel_open(mesh_wg *wg, const mesh_wg_config *cfg, char *err, size_t err
     if (rc < 0) {
         /* No module (or it cannot be loaded): the link kind is unknown. */
         if (rc == -EOPNOTSUPP || rc == -EPROTONOSUPPORT || rc == -ENODEV || rc == -ENOENT) {
-            wg_errf(err, errlen, "wireguard %s: no kernel WireGuard module (%s)", wg->ifname,
+            mesh_errf(err, errlen, "wireguard %s: no kernel WireGuard module (%s)", wg->ifname,
                     strerror(-rc));
             return -2;
         }
-        wg_errf(err, errlen, "wireguard %s: creating the kernel interface: %s", wg->ifname,
+        mesh_errf(err, errlen, "wireguard %s: creating the kernel interface: %s", wg->ifname,
                 strerror(-rc));
         return -1;
     }
@@ -70,7 +70,7 @@ int wg_kernel_open(mesh_wg *wg, const mesh_wg_config *cfg, char *err, size_t err
     rc = wg_set_device(&dev);
     memset(dev.private_key, 0, sizeof dev.private_key);
     if (rc < 0) {
-        wg_errf(err, errlen, "wireguard %s: setting key and port: %s", wg->ifname,
+        mesh_errf(err, errlen, "wireguard %s: setting key and port: %s", wg->ifname,
                 strerror(-rc));
         wg_del_device(wg->ifname);
         return -1;
@@ -98,7 +98,7 @@ int wg_kernel_set_peer(mesh_wg *wg, const uint8_t pub[MESH_WG_KEY_LEN], const ch
     }
     wg_allowedip *ips = n ? calloc(n, sizeof *ips) : NULL;
     if (n && !ips) {
-        wg_errf(err, errlen, "wireguard %s: out of memory", wg->ifname);
+        mesh_errf(err, errlen, "wireguard %s: out of memory", wg->ifname);
         return -1;
     }
     for (size_t i = 0; i < n; i++) {
@@ -118,7 +118,7 @@ int wg_kernel_set_peer(mesh_wg *wg, const uint8_t pub[MESH_WG_KEY_LEN], const ch
     if (rc < 0) {
         char hex[2 * MESH_WG_KEY_LEN + 1];
         wg_hex(pub, hex);
-        wg_errf(err, errlen, "wireguard %s: peer %.16s...: %s", wg->ifname, hex, strerror(-rc));
+        mesh_errf(err, errlen, "wireguard %s: peer %.16s...: %s", wg->ifname, hex, strerror(-rc));
         return -1;
     }
     return 0;
@@ -138,7 +138,7 @@ int wg_kernel_remove_peer(mesh_wg *wg, const uint8_t pub[MESH_WG_KEY_LEN], char 
     if (rc < 0) {
         char hex[2 * MESH_WG_KEY_LEN + 1];
         wg_hex(pub, hex);
-        wg_errf(err, errlen, "wireguard %s: removing peer %.16s...: %s", wg->ifname, hex,
+        mesh_errf(err, errlen, "wireguard %s: removing peer %.16s...: %s", wg->ifname, hex,
                 strerror(-rc));
         return -1;
     }
@@ -150,7 +150,7 @@ int wg_kernel_get_peers(mesh_wg *wg, mesh_wg_peer_info **peers, size_t *npeers, 
     wg_device *dev = NULL;
     int rc = wg_get_device(&dev, wg->ifname);
     if (rc < 0) {
-        wg_errf(err, errlen, "wireguard %s: reading the device: %s", wg->ifname, strerror(-rc));
+        mesh_errf(err, errlen, "wireguard %s: reading the device: %s", wg->ifname, strerror(-rc));
         return -1;
     }
     size_t n = 0;
@@ -159,7 +159,7 @@ int wg_kernel_get_peers(mesh_wg *wg, mesh_wg_peer_info **peers, size_t *npeers, 
     mesh_wg_peer_info *list = n ? calloc(n, sizeof *list) : NULL;
     if (n && !list) {
         wg_free_device(dev);
-        wg_errf(err, errlen, "wireguard %s: out of memory", wg->ifname);
+        mesh_errf(err, errlen, "wireguard %s: out of memory", wg->ifname);
         return -1;
     }
     size_t i = 0;

@@ -107,7 +107,7 @@ int mesh_wg_uapi_parse(const char *reply, size_t len, const char *ifname, int *u
                 mesh_wg_peer_info *nl2 = realloc(list, nc * sizeof *list);
                 if (!nl2) {
                     free(list);
-                    wg_errf(err, errlen, "wireguard %s: out of memory for UAPI peers", ifname);
+                    mesh_errf(err, errlen, "wireguard %s: out of memory for UAPI peers", ifname);
                     return -1;
                 }
                 list = nl2;
@@ -169,7 +169,7 @@ int mesh_wg_uapi_parse(const char *reply, size_t len, const char *ifname, int *u
     return 0;
 bad:
     free(list);
-    wg_errf(err, errlen, "wireguard %s: malformed UAPI reply (line %d %s)", ifname, line_no,
+    mesh_errf(err, errlen, "wireguard %s: malformed UAPI reply (line %d %s)", ifname, line_no,
             why);
     return -1;
 }
@@ -203,7 +203,7 @@ static int uapi_call(mesh_wg *wg, const char *req, size_t reqlen, int *uapi_errn
                      mesh_wg_peer_info **peers, size_t *npeers, char *err, size_t errlen) {
     int fd = uapi_connect(wg->sock_path);
     if (fd < 0) {
-        wg_errf(err, errlen, "wireguard %s: cannot connect to %s: %s", wg->ifname,
+        mesh_errf(err, errlen, "wireguard %s: cannot connect to %s: %s", wg->ifname,
                 wg->sock_path, strerror(errno));
         return -1;
     }
@@ -219,13 +219,13 @@ static int uapi_call(mesh_wg *wg, const char *req, size_t reqlen, int *uapi_errn
             continue;
         }
         if (w < 0 && errno != EAGAIN && errno != EINTR) {
-            wg_errf(err, errlen, "wireguard %s: UAPI send: %s", wg->ifname, strerror(errno));
+            mesh_errf(err, errlen, "wireguard %s: UAPI send: %s", wg->ifname, strerror(errno));
             goto out;
         }
         struct pollfd pf = {.fd = fd, .events = POLLOUT};
         int left = (int)(deadline - now_ms());
         if (left <= 0 || poll(&pf, 1, left) == 0) {
-            wg_errf(err, errlen, "wireguard %s: UAPI send timed out", wg->ifname);
+            mesh_errf(err, errlen, "wireguard %s: UAPI send timed out", wg->ifname);
             goto out;
         }
     }
@@ -233,14 +233,14 @@ static int uapi_call(mesh_wg *wg, const char *req, size_t reqlen, int *uapi_errn
     while (!end) {
         if (got == cap) {
             if (cap >= UAPI_MAX_REPLY) {
-                wg_errf(err, errlen, "wireguard %s: UAPI reply over %zu bytes", wg->ifname,
+                mesh_errf(err, errlen, "wireguard %s: UAPI reply over %zu bytes", wg->ifname,
                         UAPI_MAX_REPLY);
                 goto out;
             }
             size_t nc = cap ? cap * 2 : 4096;
             char *nb = realloc(buf, nc);
             if (!nb) {
-                wg_errf(err, errlen, "wireguard %s: out of memory for UAPI reply", wg->ifname);
+                mesh_errf(err, errlen, "wireguard %s: out of memory for UAPI reply", wg->ifname);
                 goto out;
             }
             buf = nb;
@@ -251,18 +251,18 @@ static int uapi_call(mesh_wg *wg, const char *req, size_t reqlen, int *uapi_errn
         int pr = left > 0 ? poll(&pf, 1, left) : 0;
         if (pr < 0 && errno == EINTR) continue;
         if (pr <= 0) {
-            wg_errf(err, errlen, "wireguard %s: no complete UAPI reply within %d ms",
+            mesh_errf(err, errlen, "wireguard %s: no complete UAPI reply within %d ms",
                     wg->ifname, UAPI_TIMEOUT_MS);
             goto out;
         }
         ssize_t r = recv(fd, buf + got, cap - got, 0);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) {
-            wg_errf(err, errlen, "wireguard %s: UAPI recv: %s", wg->ifname, strerror(errno));
+            mesh_errf(err, errlen, "wireguard %s: UAPI recv: %s", wg->ifname, strerror(errno));
             goto out;
         }
         if (r == 0) {
-            wg_errf(err, errlen, "wireguard %s: UAPI connection closed before the reply "
+            mesh_errf(err, errlen, "wireguard %s: UAPI connection closed before the reply "
                     "ended (%zu bytes)", wg->ifname, got);
             goto out;
         }
@@ -286,7 +286,7 @@ static int uapi_set(mesh_wg *wg, const char *req, size_t reqlen, const char *wha
     int e = 0;
     if (uapi_call(wg, req, reqlen, &e, NULL, NULL, err, errlen)) return -1;
     if (e) {
-        wg_errf(err, errlen, "wireguard %s: %s refused: errno=%d (%s)", wg->ifname, what, e,
+        mesh_errf(err, errlen, "wireguard %s: %s refused: errno=%d (%s)", wg->ifname, what, e,
                 strerror(e < 0 ? -e : e));
         return -1;
     }
@@ -357,14 +357,14 @@ int wg_uapi_open(mesh_wg *wg, const mesh_wg_config *cfg, char *err, size_t errle
     int probe = uapi_connect(wg->sock_path);
     if (probe >= 0) {
         close(probe);
-        wg_errf(err, errlen, "wireguard %s: %s is in use by another wireguard-go (interface "
+        mesh_errf(err, errlen, "wireguard %s: %s is in use by another wireguard-go (interface "
                 "names must be unique per node)", wg->ifname, wg->sock_path);
         return -1;
     }
     char exe[4096];
     const char *name = cfg->wireguard_go ? cfg->wireguard_go : "wireguard-go";
     if (find_in_path(name, exe, sizeof exe)) {
-        wg_errf(err, errlen, "wireguard %s: '%s' not found (apt-get install wireguard-go)",
+        mesh_errf(err, errlen, "wireguard %s: '%s' not found (apt-get install wireguard-go)",
                 wg->ifname, name);
         return -1;
     }
@@ -374,7 +374,7 @@ int wg_uapi_open(mesh_wg *wg, const mesh_wg_config *cfg, char *err, size_t errle
     while (environ[ne]) ne++;
     char **envp = calloc(ne + 3, sizeof *envp);
     if (!envp) {
-        wg_errf(err, errlen, "wireguard %s: out of memory", wg->ifname);
+        mesh_errf(err, errlen, "wireguard %s: out of memory", wg->ifname);
         return -1;
     }
     size_t k = 0;
@@ -394,7 +394,7 @@ int wg_uapi_open(mesh_wg *wg, const mesh_wg_config *cfg, char *err, size_t errle
     pid_t pid = fork();
     if (pid < 0) {
         free(envp);
-        wg_errf(err, errlen, "wireguard %s: fork: %s", wg->ifname, strerror(errno));
+        mesh_errf(err, errlen, "wireguard %s: fork: %s", wg->ifname, strerror(errno));
         return -1;
     }
     if (pid == 0) {
@@ -414,7 +414,7 @@ int wg_uapi_open(mesh_wg *wg, const mesh_wg_config *cfg, char *err, size_t errle
         int st;
         if (waitpid(pid, &st, WNOHANG) == pid) {
             wg->child = -1;
-            wg_errf(err, errlen, "wireguard %s: wireguard-go exited (status %d) before its "
+            mesh_errf(err, errlen, "wireguard %s: wireguard-go exited (status %d) before its "
                     "UAPI socket appeared (root and /dev/net/tun needed)", wg->ifname,
                     WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
             return -1;
@@ -422,7 +422,7 @@ int wg_uapi_open(mesh_wg *wg, const mesh_wg_config *cfg, char *err, size_t errle
         if (now_ms() >= deadline) {
             kill(pid, SIGTERM);
             reap(wg, 2000);
-            wg_errf(err, errlen, "wireguard %s: no UAPI socket at %s within %d ms", wg->ifname,
+            mesh_errf(err, errlen, "wireguard %s: no UAPI socket at %s within %d ms", wg->ifname,
                     wg->sock_path, timeout);
             return -1;
         }
@@ -469,7 +469,7 @@ int wg_uapi_set_peer(mesh_wg *wg, const uint8_t pub[MESH_WG_KEY_LEN], const char
     char what[128];
     snprintf(what, sizeof what, "peer %.16s...", hex);
     if (r.bad) {
-        wg_errf(err, errlen, "wireguard %s: %s: too many allowed IPs (%zu)", wg->ifname, what,
+        mesh_errf(err, errlen, "wireguard %s: %s: too many allowed IPs (%zu)", wg->ifname, what,
                 n);
         return -1;
     }
@@ -493,7 +493,7 @@ int wg_uapi_get_peers(mesh_wg *wg, mesh_wg_peer_info **peers, size_t *npeers, ch
         free(*peers);
         *peers = NULL;
         *npeers = 0;
-        wg_errf(err, errlen, "wireguard %s: get refused: errno=%d", wg->ifname, e);
+        mesh_errf(err, errlen, "wireguard %s: get refused: errno=%d", wg->ifname, e);
         return -1;
     }
     return 0;

@@ -7,6 +7,7 @@
  * length against the bytes that are left, allocates nothing and guarantees
  * nothing follows the map, which is also what a fuzzer exercises best. */
 #include "mesh.h"
+#include "mesh_internal.h"
 
 #include <inttypes.h>
 #include <msgpack.h>
@@ -98,10 +99,7 @@ static const char *dtype_name(mesh_dtype d)
     return "?";
 }
 
-static int set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int set_err(char *err, size_t errlen, const char *fmt, ...)
+int mesh_errf(char *err, size_t errlen, const char *fmt, ...)
 {
     if (err && errlen) {
         va_list ap;
@@ -120,10 +118,10 @@ static int tensor_check(mesh_dtype dt, int ndim, const int64_t *shape, size_t nb
 {
     size_t esize = mesh_dtype_size(dt);
     if (!esize)
-        return set_err(err, errlen, "\"dt\" is %d, not a dtype (0 f32, 1 bf16, 2 i32)",
+        return mesh_errf(err, errlen, "\"dt\" is %d, not a dtype (0 f32, 1 bf16, 2 i32)",
                        (int)dt);
     if (ndim < 0 || ndim > MESH_MAX_DIMS)
-        return set_err(err, errlen, "\"shape\" has %d dims, at most %d", ndim,
+        return mesh_errf(err, errlen, "\"shape\" has %d dims, at most %d", ndim,
                        MESH_MAX_DIMS);
     char dims[MESH_MAX_DIMS * 24 + 4] = "[";
     size_t used = 1;
@@ -131,7 +129,7 @@ static int tensor_check(mesh_dtype dt, int ndim, const int64_t *shape, size_t nb
     uint64_t need = esize;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0)
-            return set_err(err, errlen, "\"shape[%d]\" is negative (%" PRId64 ")", i,
+            return mesh_errf(err, errlen, "\"shape[%d]\" is negative (%" PRId64 ")", i,
                            shape[i]);
         used += (size_t)snprintf(dims + used, sizeof dims - used, "%s%" PRId64,
                                  i ? ", " : "", shape[i]);
@@ -147,10 +145,10 @@ static int tensor_check(mesh_dtype dt, int ndim, const int64_t *shape, size_t nb
     if (zero)
         need = 0, overflow = 0;
     if (overflow || need > SIZE_MAX)
-        return set_err(err, errlen, "\"data\" has %zu bytes, shape %s %s needs more than %ju",
+        return mesh_errf(err, errlen, "\"data\" has %zu bytes, shape %s %s needs more than %ju",
                        nbytes, dims, dtype_name(dt), (uintmax_t)UINT64_MAX);
     if (need != nbytes)
-        return set_err(err, errlen, "\"data\" has %zu bytes, shape %s %s needs %" PRIu64,
+        return mesh_errf(err, errlen, "\"data\" has %zu bytes, shape %s %s needs %" PRIu64,
                        nbytes, dims, dtype_name(dt), need);
     return 0;
 }
@@ -160,14 +158,14 @@ static int tensor_check(mesh_dtype dt, int ndim, const int64_t *shape, size_t nb
 static int check_count(const char *key, int64_t v, char *err, size_t errlen)
 {
     if (v < 0)
-        return set_err(err, errlen, "\"%s\" is negative (%" PRId64 ")", key, v);
+        return mesh_errf(err, errlen, "\"%s\" is negative (%" PRId64 ")", key, v);
     return 0;
 }
 
 static int check_string(const char *key, const char *s, size_t cap, char *err, size_t errlen)
 {
     if (!memchr(s, 0, cap))
-        return set_err(err, errlen, "\"%s\" is longer than %zu bytes", key, cap - 1);
+        return mesh_errf(err, errlen, "\"%s\" is longer than %zu bytes", key, cap - 1);
     return 0;
 }
 
@@ -183,7 +181,7 @@ int mesh_encode_head(const mesh_msg *m, uint8_t **head, size_t *head_len, char *
     *head = NULL;
     *head_len = 0;
     if (!known_type((uint64_t)m->type))
-        return set_err(err, errlen, "\"t\" is %d, not a message type", (int)m->type);
+        return mesh_errf(err, errlen, "\"t\" is %d, not a message type", (int)m->type);
     uint32_t keys = msg_types[m->type].keys;
     const char *tname = msg_types[m->type].name;
 
@@ -206,18 +204,18 @@ int mesh_encode_head(const mesh_msg *m, uint8_t **head, size_t *head_len, char *
             tensor_check(m->dtype, m->ndim, m->shape, m->nbytes, err, errlen))
             return -1;
         if (!(keys & KEY(K_DT)) && m->nbytes > MESH_PROBE_MAX)
-            return set_err(err, errlen, "%s: \"data\" has %zu bytes, at most %zu", tname,
+            return mesh_errf(err, errlen, "%s: \"data\" has %zu bytes, at most %zu", tname,
                            m->nbytes, MESH_PROBE_MAX);
         if (m->nbytes && !m->data)
-            return set_err(err, errlen, "%s: \"data\" is NULL with %zu bytes", tname,
+            return mesh_errf(err, errlen, "%s: \"data\" is NULL with %zu bytes", tname,
                            m->nbytes);
     }
     if (keys & KEY(K_LAB)) {
         if (m->nlabels > UINT32_MAX / 4)
-            return set_err(err, errlen, "\"lab\" has %zu labels, at most %u", m->nlabels,
+            return mesh_errf(err, errlen, "\"lab\" has %zu labels, at most %u", m->nlabels,
                            UINT32_MAX / 4);
         if (m->nlabels && !m->labels)
-            return set_err(err, errlen, "%s: \"lab\" is NULL with %zu labels", tname,
+            return mesh_errf(err, errlen, "%s: \"lab\" is NULL with %zu labels", tname,
                            m->nlabels);
     }
 
@@ -271,13 +269,13 @@ int mesh_encode_head(const mesh_msg *m, uint8_t **head, size_t *head_len, char *
     }
     if (rc) {
         msgpack_sbuffer_destroy(&sb);
-        return set_err(err, errlen, "%s: out of memory encoding the frame", tname);
+        return mesh_errf(err, errlen, "%s: out of memory encoding the frame", tname);
     }
     size_t payload = sb.size - 4;
     size_t tensor = (keys & KEY(K_DATA)) ? m->nbytes : 0;
     if (tensor > UINT32_MAX - payload) {
         msgpack_sbuffer_destroy(&sb);
-        return set_err(err, errlen, "%s: \"data\" has %zu bytes, a frame holds at most %zu",
+        return mesh_errf(err, errlen, "%s: \"data\" has %zu bytes, a frame holds at most %zu",
                        tname, m->nbytes, (size_t)UINT32_MAX - payload);
     }
     payload += tensor;
@@ -297,9 +295,9 @@ int mesh_decode_length(const uint8_t prefix[4], size_t max_frame, size_t *len, c
     if (!max_frame)
         max_frame = MESH_DEFAULT_MAX_FRAME;
     if (n == 0)
-        return set_err(err, errlen, "frame length is 0: every message is a non-empty map");
+        return mesh_errf(err, errlen, "frame length is 0: every message is a non-empty map");
     if (n > max_frame)
-        return set_err(err, errlen, "frame of %" PRIu32 " bytes is over the limit of %zu",
+        return mesh_errf(err, errlen, "frame of %" PRIu32 " bytes is over the limit of %zu",
                        n, max_frame);
     *len = n;
     return 0;
@@ -310,7 +308,7 @@ int mesh_decode_length(const uint8_t prefix[4], size_t max_frame, size_t *len, c
 /* A cursor over the payload. Every read first checks that the bytes are
  * there; `key` names what is being read, for the messages. Out-values are
  * initialised at their declarations only because gcc -O3 cannot see that
- * set_err always returns -1 and warns they may be used uninitialised. */
+ * mesh_errf always returns -1 and warns they may be used uninitialised. */
 typedef struct {
     const uint8_t *p, *end;
     const char *key;  /* the value being read, or NULL when reading the map itself */
@@ -328,8 +326,8 @@ static int need(reader *r, size_t n)
     if (left(r) >= n)
         return 0;
     if (r->key)
-        return set_err(r->err, r->errlen, "payload ends inside \"%s\"", r->key);
-    return set_err(r->err, r->errlen, "payload ends inside the map");
+        return mesh_errf(r->err, r->errlen, "payload ends inside \"%s\"", r->key);
+    return mesh_errf(r->err, r->errlen, "payload ends inside the map");
 }
 
 static uint64_t be(const uint8_t *p, int n)
@@ -376,7 +374,7 @@ static const char *kind_name(uint8_t b)
 
 static int wrong_kind(reader *r, const char *want, uint8_t b)
 {
-    return set_err(r->err, r->errlen, "\"%s\" must be %s, got %s", r->key, want,
+    return mesh_errf(r->err, r->errlen, "\"%s\" must be %s, got %s", r->key, want,
                    kind_name(b));
 }
 
@@ -439,9 +437,9 @@ static int read_count(reader *r, uint64_t max, uint64_t *out)
     if (read_int(r, &v))
         return -1;
     if (v.neg)
-        return set_err(r->err, r->errlen, "\"%s\" is negative (%" PRId64 ")", r->key, v.i);
+        return mesh_errf(r->err, r->errlen, "\"%s\" is negative (%" PRId64 ")", r->key, v.i);
     if (v.u > max)
-        return set_err(r->err, r->errlen, "\"%s\" is %" PRIu64 ", at most %" PRIu64, r->key,
+        return mesh_errf(r->err, r->errlen, "\"%s\" is %" PRIu64 ", at most %" PRIu64, r->key,
                        v.u, max);
     *out = v.u;
     return 0;
@@ -494,14 +492,14 @@ static int read_str(reader *r, char *dst, size_t cap)
     if (read_str_len(r, &n))
         return -1;
     if (n > cap - 1)
-        return set_err(r->err, r->errlen, "\"%s\" is %" PRIu64 " bytes, at most %zu", r->key,
+        return mesh_errf(r->err, r->errlen, "\"%s\" is %" PRIu64 " bytes, at most %zu", r->key,
                        n, cap - 1);
     if (need(r, (size_t)n))
         return -1;
     /* C strings end at the first NUL: a name with one inside would be read
      * as another name. */
     if (memchr(r->p, 0, (size_t)n))
-        return set_err(r->err, r->errlen, "\"%s\" contains a NUL byte", r->key);
+        return mesh_errf(r->err, r->errlen, "\"%s\" contains a NUL byte", r->key);
     memcpy(dst, r->p, (size_t)n);
     dst[n] = 0;
     r->p += n;
@@ -557,7 +555,7 @@ static int read_map_len(reader *r, uint64_t *len)
         r->p++;
         return read_len(r, b == 0xde ? 2 : 4, len);
     }
-    return set_err(r->err, r->errlen, "payload must be a msgpack map, got %s", kind_name(b));
+    return mesh_errf(r->err, r->errlen, "payload must be a msgpack map, got %s", kind_name(b));
 }
 
 /* Skips one value of any msgpack kind, for the version pre-scan only. Work is
@@ -662,7 +660,7 @@ static int read_key(reader *r, int *k)
     if (need(r, 1))
         return -1;
     if (r->p[0] < 0xa0 || (r->p[0] > 0xbf && (r->p[0] < 0xd9 || r->p[0] > 0xdb)))
-        return set_err(r->err, r->errlen, "map keys must be strings, got %s",
+        return mesh_errf(r->err, r->errlen, "map keys must be strings, got %s",
                        kind_name(r->p[0]));
     if (read_str_len(r, &n) || need(r, (size_t)n))
         return -1;
@@ -676,7 +674,7 @@ static int read_key(reader *r, int *k)
     }
     char q[40];
     quote_key(r->p, (size_t)n, q, sizeof q);
-    return set_err(r->err, r->errlen, "unknown key \"%s\"", q);
+    return mesh_errf(r->err, r->errlen, "unknown key \"%s\"", q);
 }
 
 static int read_shape(reader *r, mesh_msg *m)
@@ -685,7 +683,7 @@ static int read_shape(reader *r, mesh_msg *m)
     if (read_array_len(r, &n))
         return -1;
     if (n > MESH_MAX_DIMS)
-        return set_err(r->err, r->errlen, "\"shape\" has %" PRIu64 " dims, at most %d", n,
+        return mesh_errf(r->err, r->errlen, "\"shape\" has %" PRIu64 " dims, at most %d", n,
                        MESH_MAX_DIMS);
     char name[16];
     for (uint64_t i = 0; i < n; i++) {
@@ -708,7 +706,7 @@ static int read_value(reader *r, int k, mesh_msg *m)
         if (read_count(r, UINT64_MAX, &u))
             return -1;
         if (u != MESH_PROTOCOL_VERSION)
-            return set_err(r->err, r->errlen, "protocol version %" PRIu64 ", this node speaks %d",
+            return mesh_errf(r->err, r->errlen, "protocol version %" PRIu64 ", this node speaks %d",
                            u, MESH_PROTOCOL_VERSION);
         m->version = (uint32_t)u;
         return 0;
@@ -716,7 +714,7 @@ static int read_value(reader *r, int k, mesh_msg *m)
         if (read_count(r, UINT64_MAX, &u))
             return -1;
         if (!known_type(u))
-            return set_err(r->err, r->errlen, "\"t\" is %" PRIu64 ", not a message type", u);
+            return mesh_errf(r->err, r->errlen, "\"t\" is %" PRIu64 ", not a message type", u);
         m->type = (mesh_msg_type)u;
         return 0;
     case K_RUN: return read_count(r, UINT64_MAX, &m->run_id);
@@ -753,7 +751,7 @@ static int read_value(reader *r, int k, mesh_msg *m)
         if (read_count(r, UINT64_MAX, &u))
             return -1;
         if (u > MESH_I32)
-            return set_err(r->err, r->errlen,
+            return mesh_errf(r->err, r->errlen,
                            "\"dt\" is %" PRIu64 ", not a dtype (0 f32, 1 bf16, 2 i32)", u);
         m->dtype = (mesh_dtype)u;
         return 0;
@@ -763,7 +761,7 @@ static int read_value(reader *r, int k, mesh_msg *m)
         if (read_bin(r, &m->labels, &n))
             return -1;
         if (n % 4)
-            return set_err(r->err, r->errlen, "\"lab\" has %zu bytes, not a multiple of 4", n);
+            return mesh_errf(r->err, r->errlen, "\"lab\" has %zu bytes, not a multiple of 4", n);
         m->nlabels = n / 4;
         return 0;
     }
@@ -775,10 +773,10 @@ static int read_value(reader *r, int k, mesh_msg *m)
 static int decode(const uint8_t *p, size_t len, mesh_msg *m, char *err, size_t errlen)
 {
     if (len == 0)
-        return set_err(err, errlen, "empty payload");
+        return mesh_errf(err, errlen, "empty payload");
     uint64_t version = 0;
     if (peek_version(p, len, &version) && version != MESH_PROTOCOL_VERSION)
-        return set_err(err, errlen, "protocol version %" PRIu64 ", this node speaks %d",
+        return mesh_errf(err, errlen, "protocol version %" PRIu64 ", this node speaks %d",
                        version, MESH_PROTOCOL_VERSION);
 
     reader r = {.p = p, .end = p + len, .err = err, .errlen = errlen};
@@ -786,7 +784,7 @@ static int decode(const uint8_t *p, size_t len, mesh_msg *m, char *err, size_t e
     if (read_map_len(&r, &n))
         return -1;
     if (n > K_COUNT)
-        return set_err(err, errlen, "map has %" PRIu64 " keys, no message has more than %d", n,
+        return mesh_errf(err, errlen, "map has %" PRIu64 " keys, no message has more than %d", n,
                        K_COUNT);
     uint32_t seen = 0;
     for (uint64_t i = 0; i < n; i++) {
@@ -794,34 +792,34 @@ static int decode(const uint8_t *p, size_t len, mesh_msg *m, char *err, size_t e
         if (read_key(&r, &k))
             return -1;
         if (seen & KEY(k))
-            return set_err(err, errlen, "duplicate key \"%s\"", key_names[k]);
+            return mesh_errf(err, errlen, "duplicate key \"%s\"", key_names[k]);
         seen |= KEY(k);
         if (read_value(&r, k, m))
             return -1;
     }
     if (r.p != r.end)
-        return set_err(err, errlen, "%zu trailing byte%s after the map", left(&r),
+        return mesh_errf(err, errlen, "%zu trailing byte%s after the map", left(&r),
                        left(&r) == 1 ? "" : "s");
     if (!(seen & KEY(K_V)))
-        return set_err(err, errlen, "missing key \"v\"");
+        return mesh_errf(err, errlen, "missing key \"v\"");
     if (!(seen & KEY(K_T)))
-        return set_err(err, errlen, "missing key \"t\"");
+        return mesh_errf(err, errlen, "missing key \"t\"");
 
     uint32_t allowed = msg_types[m->type].keys;
     const char *tname = msg_types[m->type].name;
     for (int k = 0; k < K_COUNT; k++) {
         if ((seen & KEY(k)) && !(allowed & KEY(k)))
-            return set_err(err, errlen, "key \"%s\" is not allowed in %s", key_names[k],
+            return mesh_errf(err, errlen, "key \"%s\" is not allowed in %s", key_names[k],
                            tname);
         if (!(seen & KEY(k)) && (allowed & KEY(k)))
-            return set_err(err, errlen, "%s is missing key \"%s\"", tname, key_names[k]);
+            return mesh_errf(err, errlen, "%s is missing key \"%s\"", tname, key_names[k]);
     }
     if ((allowed & KEY(K_DT)) &&
         tensor_check(m->dtype, m->ndim, m->shape, m->nbytes, err, errlen))
         return -1;
     /* Raw bytes (PROBE): bounded on their own. */
     if ((allowed & KEY(K_DATA)) && !(allowed & KEY(K_DT)) && m->nbytes > MESH_PROBE_MAX)
-        return set_err(err, errlen, "%s: \"data\" has %zu bytes, at most %zu", tname,
+        return mesh_errf(err, errlen, "%s: \"data\" has %zu bytes, at most %zu", tname,
                        m->nbytes, MESH_PROBE_MAX);
     return 0;
 }

@@ -7,6 +7,7 @@
  * the caches are [max_len, KVD], KVD = NKV * HD. Everything is carved from
  * one allocation made by generator_create; a push allocates nothing. */
 #include "model.h"
+#include "model_util.h"
 
 #include "kernels.h"
 
@@ -41,15 +42,6 @@ struct generator {
     float rstd;               /* rmsnorm_forward writes one; nothing reads it */
 };
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* The parameter `name` of the stage, checked to have numel floats, so a
  * stage built from another config is refused instead of read out of bounds. */
 static const stage_param *find_param(stage *s, const char *name, size_t numel, char *err,
@@ -59,13 +51,13 @@ static const stage_param *find_param(stage *s, const char *name, size_t numel, c
         const stage_param *p = stage_param_at(s, i);
         if (strcmp(p->name, name) != 0) continue;
         if (p->numel != numel) {
-            fail(err, errlen, "generator: stage tensor %s has %zu values, the config says %zu",
+            model_errf(err, errlen, "generator: stage tensor %s has %zu values, the config says %zu",
                  name, p->numel, numel);
             return NULL;
         }
         return p;
     }
-    fail(err, errlen, "generator: the stage has no tensor %s (it must hold the whole model)",
+    model_errf(err, errlen, "generator: the stage has no tensor %s (it must hold the whole model)",
          name);
     return NULL;
 }
@@ -82,7 +74,7 @@ static const float *fused_param(stage *s, int layer, const char *const *parts, i
         const stage_param *p = find_param(s, name, numel[i], err, errlen);
         if (!p) return NULL;
         if (prev && prev->offset + prev->numel != p->offset) {
-            fail(err, errlen, "generator: stage tensor %s does not follow %s in the buffer",
+            model_errf(err, errlen, "generator: stage tensor %s does not follow %s in the buffer",
                  name, prev->name);
             return NULL;
         }
@@ -150,15 +142,15 @@ int generator_create(generator **out, const llama_config *cfg, stage *s, int max
     if (llama_config_validate(&checked, "generator", err, errlen)) return -1;
     cfg = &checked;
     if (!stage_is_first(s) || !stage_is_last(s))
-        return fail(err, errlen, "generator: the stage must hold the whole model "
+        return model_errf(err, errlen, "generator: the stage must hold the whole model "
                                  "(embedding, every layer and the head)");
     if (max_len < 1 || max_len > cfg->max_position_embeddings)
-        return fail(err, errlen, "generator: max_len %d is outside [1, %d] "
+        return model_errf(err, errlen, "generator: max_len %d is outside [1, %d] "
                                  "(max_position_embeddings)",
                     max_len, cfg->max_position_embeddings);
 
     generator *g = calloc(1, sizeof *g);
-    if (!g) return fail(err, errlen, "generator: out of memory");
+    if (!g) return model_errf(err, errlen, "generator: out of memory");
     g->cfg = *cfg;
     g->C = cfg->hidden_size;
     g->F = cfg->intermediate_size;
@@ -178,7 +170,7 @@ int generator_create(generator **out, const llama_config *cfg, stage *s, int max
     size_t C = (size_t)g->C, F = (size_t)g->F, V = (size_t)g->V, KVD = (size_t)g->KVD;
     int expected = 9 * g->L + 2 + (cfg->tie_word_embeddings ? 0 : 1);
     if (stage_param_count(s) != expected) {
-        fail(err, errlen, "generator: the stage has %d tensors, a whole model of this config "
+        model_errf(err, errlen, "generator: the stage has %d tensors, a whole model of this config "
                           "has %d", stage_param_count(s), expected);
         goto out_err;
     }
@@ -213,7 +205,7 @@ int generator_create(generator **out, const llama_config *cfg, stage *s, int max
     *out = g;
     return 0;
 oom:
-    fail(err, errlen, "generator: out of memory for a KV cache of %d positions", max_len);
+    model_errf(err, errlen, "generator: out of memory for a KV cache of %d positions", max_len);
 out_err:
     generator_free(g);
     return -1;
@@ -274,10 +266,10 @@ int generator_push(generator *g, int32_t token, const float **logits, char *err,
                    size_t errlen)
 {
     if (token < 0 || token >= g->V)
-        return fail(err, errlen, "generator: token %d is outside the vocabulary [0, %d)", token,
+        return model_errf(err, errlen, "generator: token %d is outside the vocabulary [0, %d)", token,
                     g->V);
     if (g->pos >= g->max_len)
-        return fail(err, errlen, "generator: the sequence is full (%d tokens, its max_len)",
+        return model_errf(err, errlen, "generator: the sequence is full (%d tokens, its max_len)",
                     g->max_len);
     int C = g->C, F = g->F, NH = g->NH, NKV = g->NKV, HD = g->HD, KVD = g->KVD, QKV = g->QKV;
     int pos = g->pos;

@@ -7,6 +7,7 @@
  * q/k/v and gate/up are adjacent there, so each pair or triple is one GEMM.
  * Activations live in one arena carved once by stage_layout. */
 #include "model.h"
+#include "model_util.h"
 
 #include "kernels.h"
 
@@ -69,15 +70,6 @@ struct stage {
     int nscratch;
     float *rope_cos, *rope_sin;        /* [T, HD/2] */
 };
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* ---- parameter table ------------------------------------------------------ */
 
@@ -221,25 +213,25 @@ int stage_create(stage **out, const llama_config *cfg, int layer_begin, int laye
     *out = NULL;
     int L = cfg->num_hidden_layers;
     if (layer_begin < 0 || layer_end > L || layer_begin > layer_end)
-        return fail(err, errlen, "stage layers [%d, %d) are not inside the model's %d layers",
+        return model_errf(err, errlen, "stage layers [%d, %d) are not inside the model's %d layers",
                     layer_begin, layer_end, L);
     if ((first && layer_begin != 0) || (last && layer_end != L))
-        return fail(err, errlen, "stage layers [%d, %d) cannot hold the %s", layer_begin,
+        return model_errf(err, errlen, "stage layers [%d, %d) cannot hold the %s", layer_begin,
                     layer_end, first && layer_begin != 0 ? "embedding" : "head");
     if (!first && !last && layer_begin == layer_end)
-        return fail(err, errlen, "stage layers [%d, %d) hold nothing", layer_begin, layer_end);
+        return model_errf(err, errlen, "stage layers [%d, %d) hold nothing", layer_begin, layer_end);
     if (slots < 1 || slots > 1024)
-        return fail(err, errlen, "a stage needs 1 to 1024 micro-batch slots, not %d", slots);
+        return model_errf(err, errlen, "a stage needs 1 to 1024 micro-batch slots, not %d", slots);
     if (B < 1 || T < 1)
-        return fail(err, errlen, "micro-batch shape [%d, %d] must be positive", B, T);
+        return model_errf(err, errlen, "micro-batch shape [%d, %d] must be positive", B, T);
     if (T > cfg->max_position_embeddings)
-        return fail(err, errlen, "sequence length %d exceeds max_position_embeddings %d", T,
+        return model_errf(err, errlen, "sequence length %d exceeds max_position_embeddings %d", T,
                     cfg->max_position_embeddings);
     if ((double)B * T > 1e9 || (double)B * T * cfg->vocab_size > 4e12)
-        return fail(err, errlen, "micro-batch [%d, %d] is too large", B, T);
+        return model_errf(err, errlen, "micro-batch [%d, %d] is too large", B, T);
 
     stage *s = calloc(1, sizeof *s);
-    if (!s) return fail(err, errlen, "out of memory for the stage");
+    if (!s) return model_errf(err, errlen, "out of memory for the stage");
     s->cfg = *cfg;
     s->l0 = layer_begin;
     s->l1 = layer_end;
@@ -286,7 +278,7 @@ int stage_create(stage **out, const llama_config *cfg, int layer_begin, int laye
     return 0;
 oom:
     stage_free(s);
-    return fail(err, errlen, "out of memory for a stage of layers [%d, %d) at micro-batch [%d, %d]",
+    return model_errf(err, errlen, "out of memory for a stage of layers [%d, %d) at micro-batch [%d, %d]",
                 layer_begin, layer_end, B, T);
 }
 
@@ -426,7 +418,7 @@ static int check_tokens(const int32_t *x, const char *what, bool allow_ignore, i
 {
     for (int n = 0; n < B * T; n++) {
         if ((x[n] >= 0 && x[n] < V) || (allow_ignore && x[n] == KERNELS_IGNORE_INDEX)) continue;
-        return fail(err, errlen, "%s[%d,%d] = %d is outside the vocabulary [0, %d)%s", what,
+        return model_errf(err, errlen, "%s[%d,%d] = %d is outside the vocabulary [0, %d)%s", what,
                     n / T, n % T, x[n], V, allow_ignore ? " and is not -100" : "");
     }
     return 0;

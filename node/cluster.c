@@ -9,51 +9,42 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 static int parse_node(cluster_spec *c, int i, json_t *v, const char *path, char *err,
                       size_t errlen)
 {
     cluster_node *n = &c->nodes[i];
     const char *key;
     json_t *x;
-    if (!json_is_object(v)) return fail(err, errlen, "%s: nodes[%d] must be an object", path, i);
+    if (!json_is_object(v)) return node_errf(err, errlen, "%s: nodes[%d] must be an object", path, i);
     json_object_foreach(v, key, x) {
         if (strcmp(key, "name") && strcmp(key, "host") && strcmp(key, "port") &&
             strcmp(key, "layers"))
-            return fail(err, errlen, "%s: nodes[%d]: \"%s\" is not a known key", path, i, key);
+            return node_errf(err, errlen, "%s: nodes[%d]: \"%s\" is not a known key", path, i, key);
     }
     json_t *name = json_object_get(v, "name"), *host = json_object_get(v, "host");
     json_t *port = json_object_get(v, "port"), *layers = json_object_get(v, "layers");
     if (!json_is_string(name) || !*json_string_value(name) ||
         strlen(json_string_value(name)) >= sizeof n->name)
-        return fail(err, errlen, "%s: nodes[%d]: \"name\" must be a string of 1 to %zu bytes",
+        return node_errf(err, errlen, "%s: nodes[%d]: \"name\" must be a string of 1 to %zu bytes",
                     path, i, sizeof n->name - 1);
     snprintf(n->name, sizeof n->name, "%s", json_string_value(name));
     if (!json_is_string(host) || strlen(json_string_value(host)) >= sizeof n->host)
-        return fail(err, errlen, "%s: node %s: \"host\" must be a string", path, n->name);
+        return node_errf(err, errlen, "%s: node %s: \"host\" must be a string", path, n->name);
     snprintf(n->host, sizeof n->host, "%s", json_string_value(host));
     if (!json_is_integer(port) || json_integer_value(port) < 1 ||
         json_integer_value(port) > 65535)
-        return fail(err, errlen, "%s: node %s: \"port\" must be an integer in [1, 65535]", path,
+        return node_errf(err, errlen, "%s: node %s: \"port\" must be an integer in [1, 65535]", path,
                     n->name);
     n->port = (int)json_integer_value(port);
     if (!json_is_array(layers) || json_array_size(layers) != 2 ||
         !json_is_integer(json_array_get(layers, 0)) || !json_is_integer(json_array_get(layers, 1)))
-        return fail(err, errlen, "%s: node %s: \"layers\" must be [first, end) as two integers",
+        return node_errf(err, errlen, "%s: node %s: \"layers\" must be [first, end) as two integers",
                     path, n->name);
     n->begin = (int)json_integer_value(json_array_get(layers, 0));
     n->end = (int)json_integer_value(json_array_get(layers, 1));
     for (int k = 0; k < i; k++)
         if (strcmp(c->nodes[k].name, n->name) == 0)
-            return fail(err, errlen, "%s: node name %s appears twice", path, n->name);
+            return node_errf(err, errlen, "%s: node name %s appears twice", path, n->name);
     return 0;
 }
 
@@ -62,7 +53,7 @@ int cluster_load(cluster_spec *c, const char *path, int num_layers, char *err, s
     memset(c, 0, sizeof *c);
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) return fail(err, errlen, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
+    if (!root) return node_errf(err, errlen, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
     int rc = -1;
     const char *key;
     json_t *v;
@@ -70,7 +61,7 @@ int cluster_load(cluster_spec *c, const char *path, int num_layers, char *err, s
     c->policy = SCHED_1F1B;
     c->wire = MESH_F32;
     if (!json_is_object(root)) {
-        fail(err, errlen, "%s: a cluster file is a JSON object", path);
+        node_errf(err, errlen, "%s: a cluster file is a JSON object", path);
         goto out;
     }
     json_object_foreach(root, key, v) {
@@ -89,7 +80,7 @@ int cluster_load(cluster_spec *c, const char *path, int num_layers, char *err, s
                    json_integer_value(v) >= 100 && json_integer_value(v) <= 86400000) {
             c->timeout_ms = (int)json_integer_value(v);
         } else {
-            fail(err, errlen, "%s: \"%s\" is not a known key or has a wrong value (known: nodes, "
+            node_errf(err, errlen, "%s: \"%s\" is not a known key or has a wrong value (known: nodes, "
                  "run, schedule \"1f1b\"|\"gpipe\", wire_dtype \"f32\"|\"bf16\", timeout_ms)",
                  path, key);
             goto out;
@@ -98,7 +89,7 @@ int cluster_load(cluster_spec *c, const char *path, int num_layers, char *err, s
     json_t *nodes = json_object_get(root, "nodes");
     if (!json_is_array(nodes) || json_array_size(nodes) < 1 ||
         json_array_size(nodes) > SPLIT_MAX_STAGES) {
-        fail(err, errlen, "%s: \"nodes\" must be a list of 1 to %d nodes", path, SPLIT_MAX_STAGES);
+        node_errf(err, errlen, "%s: \"nodes\" must be a list of 1 to %d nodes", path, SPLIT_MAX_STAGES);
         goto out;
     }
     c->nnodes = (int)json_array_size(nodes);
@@ -111,7 +102,7 @@ int cluster_load(cluster_spec *c, const char *path, int num_layers, char *err, s
         bool ends = i == 0 || i == c->nnodes - 1;
         if (n->begin != expect || n->end < n->begin || n->end > num_layers ||
             (n->begin == n->end && !ends)) {
-            fail(err, errlen, "%s: node %s holds layers [%d, %d); stages must be contiguous in "
+            node_errf(err, errlen, "%s: node %s holds layers [%d, %d); stages must be contiguous in "
                  "list order, start at %d and stay within the model's %d layers", path, n->name,
                  n->begin, n->end, expect, num_layers);
             goto out;
@@ -119,7 +110,7 @@ int cluster_load(cluster_spec *c, const char *path, int num_layers, char *err, s
         expect = n->end;
     }
     if (expect != num_layers) {
-        fail(err, errlen, "%s: the stages end at layer %d, the model has %d", path, expect,
+        node_errf(err, errlen, "%s: the stages end at layer %d, the model has %d", path, expect,
              num_layers);
         goto out;
     }

@@ -13,17 +13,6 @@
 #include <string.h>
 #include <strings.h>
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 cost_shape fleet_shape(const llama_config *cfg, int64_t seq)
 {
     return (cost_shape){cfg->num_hidden_layers,   cfg->hidden_size,
@@ -42,7 +31,7 @@ static int known_keys(json_t *obj, const char *const *keys, const char *where, c
     json_object_foreach(obj, key, v) {
         const char *const *k = keys;
         while (*k && strcmp(*k, key)) k++;
-        if (!*k) return fail(err, errlen, "%s: \"%s\" is not a known key", where, key);
+        if (!*k) return node_errf(err, errlen, "%s: \"%s\" is not a known key", where, key);
     }
     return 0;
 }
@@ -53,11 +42,11 @@ static int get_scaled(json_t *obj, const char *key, bool required, double min, d
                       double scale, int64_t *out, const char *where, char *err, size_t errlen)
 {
     json_t *v = json_object_get(obj, key);
-    if (!v) return required ? fail(err, errlen, "%s: \"%s\" is required", where, key) : 0;
-    if (!json_is_number(v)) return fail(err, errlen, "%s: \"%s\" must be a number", where, key);
+    if (!v) return required ? node_errf(err, errlen, "%s: \"%s\" is required", where, key) : 0;
+    if (!json_is_number(v)) return node_errf(err, errlen, "%s: \"%s\" must be a number", where, key);
     double x = json_number_value(v);
     if (!isfinite(x) || x < min || x > max)
-        return fail(err, errlen, "%s: \"%s\" is %g, must be in [%g, %g]", where, key, x, min, max);
+        return node_errf(err, errlen, "%s: \"%s\" is %g, must be in [%g, %g]", where, key, x, min, max);
     *out = llround(x * scale);
     return 0;
 }
@@ -67,7 +56,7 @@ static int get_positive(json_t *obj, const char *key, double max, double scale, 
 {
     json_t *v = json_object_get(obj, key);
     if (v && json_is_number(v) && json_number_value(v) <= 0)
-        return fail(err, errlen, "%s: \"%s\" is %g, must be positive", where, key,
+        return node_errf(err, errlen, "%s: \"%s\" is %g, must be positive", where, key,
                     json_number_value(v));
     return get_scaled(obj, key, v != NULL, 0, max, scale, out, where, err, errlen);
 }
@@ -79,13 +68,13 @@ static int parse_link(json_t *obj, cost_link *l, const char *where, const char *
     const char *keys[8] = {"latency_ms", "bandwidth_mbps", "bandwidth_gbps"};
     int nk = 3;
     for (; extra && *extra && nk < 7; extra++) keys[nk++] = *extra;
-    if (!json_is_object(obj)) return fail(err, errlen, "%s: must be an object", where);
+    if (!json_is_object(obj)) return node_errf(err, errlen, "%s: must be an object", where);
     if (known_keys(obj, keys, where, err, errlen)) return -1;
     if (get_scaled(obj, "latency_ms", true, 0, 1e7, 1e6, &l->latency_ns, where, err, errlen))
         return -1;
     bool mb = json_object_get(obj, "bandwidth_mbps"), gb = json_object_get(obj, "bandwidth_gbps");
     if (mb == gb)
-        return fail(err, errlen, "%s: needs one of \"bandwidth_mbps\" or \"bandwidth_gbps\"", where);
+        return node_errf(err, errlen, "%s: needs one of \"bandwidth_mbps\" or \"bandwidth_gbps\"", where);
     /* bits per second to bytes per second */
     if (mb) return get_positive(obj, "bandwidth_mbps", 1e9, 125000.0, &l->bandwidth, where, err, errlen);
     return get_positive(obj, "bandwidth_gbps", 1e6, 125000000.0, &l->bandwidth, where, err, errlen);
@@ -115,7 +104,7 @@ static int device_spec(json_t *table, const char *table_path, const char *name, 
         json_t *v;
         json_object_foreach(devices, key, v) if (used + strlen(key) + 4 < sizeof known)
             used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", used ? ", " : "", key);
-        return fail(err, errlen, "%s: unknown device \"%s\" (%s knows: %s)", where, name,
+        return node_errf(err, errlen, "%s: unknown device \"%s\" (%s knows: %s)", where, name,
                     table_path, known);
     }
     char dwhere[300];
@@ -166,18 +155,18 @@ static int profile_parse(json_t *pj, const cost_shape *shape, cost_profile *pf, 
     json_t *model = json_object_get(pj, "model");
     const char *format = json_string_value(json_object_get(pj, "format"));
     if (!json_is_object(pj) || !format || strcmp(format, "shardnode-profile") || !json_is_object(model))
-        return fail(err, errlen, "%s: not a profile written by shardnode profile", where);
+        return node_errf(err, errlen, "%s: not a profile written by shardnode profile", where);
     for (size_t i = 0; i < sizeof model_keys / sizeof model_keys[0]; i++) {
         int64_t want = *(const int64_t *)((const char *)shape + model_keys[i].off);
         json_t *v = json_object_get(model, model_keys[i].key);
         if (!json_is_integer(v) || json_integer_value(v) != want)
-            return fail(err, errlen, "%s: the profile was measured for another model (%s %lld, "
+            return node_errf(err, errlen, "%s: the profile was measured for another model (%s %lld, "
                         "the model has %lld)", where, model_keys[i].key,
                         v ? (long long)json_integer_value(v) : -1LL, (long long)want);
     }
     json_t *seq = json_object_get(pj, "seq");
     if (!json_is_integer(seq) || json_integer_value(seq) != shape->seq)
-        return fail(err, errlen, "%s: the profile was measured at sequence length %lld, the plan "
+        return node_errf(err, errlen, "%s: the profile was measured at sequence length %lld, the plan "
                     "uses %lld", where, seq ? (long long)json_integer_value(seq) : -1LL,
                     (long long)shape->seq);
     int64_t slots = 1;
@@ -191,7 +180,7 @@ static int profile_parse(json_t *pj, const cost_shape *shape, cost_profile *pf, 
         json_t *o = json_object_get(pj, units[u]);
         char uw[340];
         snprintf(uw, sizeof uw, "%s: \"%s\"", where, units[u]);
-        if (!json_is_object(o)) return fail(err, errlen, "%s is missing", uw);
+        if (!json_is_object(o)) return node_errf(err, errlen, "%s is missing", uw);
         if (get_scaled(o, "forward_ns", true, 0, 7e13, 1, &pf->fwd_ns[u], uw, err, errlen) ||
             get_scaled(o, "backward_ns", true, 0, 7e13, 1, &pf->bwd_ns[u], uw, err, errlen) ||
             get_scaled(o, "optimizer_ns", true, 0, 7e13, 1, &pf->opt_ns[u], uw, err, errlen))
@@ -243,14 +232,14 @@ static int load_devices(loader *ld, const char *given)
     if (ld->devices) return 0;
     const char *rel = json_string_value(json_object_get(ld->root, "devices"));
     ld->devices_path = given ? strdup(given) : beside(ld->path, rel ? rel : "../devices.json");
-    if (!ld->devices_path) return fail(ld->err, ld->errlen, "out of memory");
+    if (!ld->devices_path) return node_errf(ld->err, ld->errlen, "out of memory");
     json_error_t je;
     ld->devices = json_load_file(ld->devices_path, JSON_REJECT_DUPLICATES, &je);
     if (!ld->devices)
-        return fail(ld->err, ld->errlen, "%s:%d:%d: %s (the devices table; pass --devices FILE)",
+        return node_errf(ld->err, ld->errlen, "%s:%d:%d: %s (the devices table; pass --devices FILE)",
                     ld->devices_path, je.line, je.column, je.text);
     if (!json_is_object(json_object_get(ld->devices, "devices")))
-        return fail(ld->err, ld->errlen, "%s: \"devices\" must be an object of device names",
+        return node_errf(ld->err, ld->errlen, "%s: \"devices\" must be an object of device names",
                     ld->devices_path);
     return 0;
 }
@@ -266,7 +255,7 @@ static int parse_node(loader *ld, json_t *nj, int entry, int *at, const char *de
              name ? name : "", name ? ")" : "");
     if (!json_is_object(nj) || known_keys(nj, keys, where, ld->err, ld->errlen)) return -1;
     if (!name || !*name || strlen(name) >= PLAN_NAME_MAX - 8)
-        return fail(ld->err, ld->errlen, "%s: \"name\" must be a string of 1 to %d bytes", where,
+        return node_errf(ld->err, ld->errlen, "%s: \"name\" must be a string of 1 to %d bytes", where,
                     PLAN_NAME_MAX - 9);
     int64_t count = 1;
     if (get_scaled(nj, "count", false, 1, PLAN_MAX_NODES, 1, &count, where, ld->err, ld->errlen))
@@ -274,15 +263,15 @@ static int parse_node(loader *ld, json_t *nj, int entry, int *at, const char *de
     json_t *device = json_object_get(nj, "device"), *prof = json_object_get(nj, "profile");
     const char *site = json_string_value(json_object_get(nj, "site"));
     if (!device == !prof)
-        return fail(ld->err, ld->errlen, "%s: needs one of \"device\" (a name in devices.json) "
+        return node_errf(ld->err, ld->errlen, "%s: needs one of \"device\" (a name in devices.json) "
                     "or \"profile\" (from shardnode profile)", where);
     if (json_object_get(nj, "site") && (!site || site_index(ld, site) < 0))
-        return fail(ld->err, ld->errlen, "%s: \"site\" must name an entry of \"sites\"", where);
+        return node_errf(ld->err, ld->errlen, "%s: \"site\" must name an entry of \"sites\"", where);
     plan_node proto;
     memset(&proto, 0, sizeof proto);
     if (device) {
         if (!json_is_string(device))
-            return fail(ld->err, ld->errlen, "%s: \"device\" must be a string", where);
+            return node_errf(ld->err, ld->errlen, "%s: \"device\" must be a string", where);
         cost_spec sp;
         int64_t memory = 0;
         if (load_devices(ld, devices_arg) ||
@@ -291,20 +280,20 @@ static int parse_node(loader *ld, json_t *nj, int entry, int *at, const char *de
             return -1;
         char why[256];
         if (cost_profile_from_spec(&proto.prof, &sp, shape, micro_batch, why, sizeof why))
-            return fail(ld->err, ld->errlen, "%s: %s", where, why);
+            return node_errf(ld->err, ld->errlen, "%s: %s", where, why);
         snprintf(proto.device, sizeof proto.device, "%s", json_string_value(device));
     } else {
         if (json_object_get(nj, "mfu"))
-            return fail(ld->err, ld->errlen, "%s: \"mfu\" applies to spec-sheet devices; a "
+            return node_errf(ld->err, ld->errlen, "%s: \"mfu\" applies to spec-sheet devices; a "
                         "profile is measured", where);
         json_t *pj = prof;
         char *ppath = NULL;
         if (json_is_string(prof)) {
             json_error_t je;
             if (!(ppath = beside(ld->path, json_string_value(prof))))
-                return fail(ld->err, ld->errlen, "out of memory");
+                return node_errf(ld->err, ld->errlen, "out of memory");
             if (!(pj = json_load_file(ppath, JSON_REJECT_DUPLICATES, &je))) {
-                int rc = fail(ld->err, ld->errlen, "%s: profile %s:%d:%d: %s", where, ppath,
+                int rc = node_errf(ld->err, ld->errlen, "%s: profile %s:%d:%d: %s", where, ppath,
                               je.line, je.column, je.text);
                 free(ppath);
                 return rc;
@@ -322,7 +311,7 @@ static int parse_node(loader *ld, json_t *nj, int entry, int *at, const char *de
         if (memory) proto.prof.memory_bytes = memory;
     }
     if (*at + count > PLAN_MAX_NODES)
-        return fail(ld->err, ld->errlen, "%s: more than %d nodes", where, PLAN_MAX_NODES);
+        return node_errf(ld->err, ld->errlen, "%s: more than %d nodes", where, PLAN_MAX_NODES);
     int width = count >= 100 ? 3 : count >= 10 ? 2 : 1;
     for (int64_t c = 0; c < count; c++) {
         plan_node *nd = &ld->ff->fleet.nodes[*at];
@@ -333,7 +322,7 @@ static int parse_node(loader *ld, json_t *nj, int entry, int *at, const char *de
             snprintf(nd->name, sizeof nd->name, "%s-%0*lld", name, width, (long long)c + 1);
         for (int j = 0; j < *at; j++)
             if (strcmp(ld->ff->fleet.nodes[j].name, nd->name) == 0)
-                return fail(ld->err, ld->errlen, "%s: node name \"%s\" appears twice", where,
+                return node_errf(ld->err, ld->errlen, "%s: node name \"%s\" appears twice", where,
                             nd->name);
         snprintf(ld->ff->site[*at], PLAN_NAME_MAX, "%s", site ? site : "");
         (*at)++;
@@ -346,9 +335,9 @@ static int parse_sites(loader *ld)
     json_t *sites = json_object_get(ld->root, "sites");
     if (!sites) return 0;
     if (!json_is_object(sites))
-        return fail(ld->err, ld->errlen, "%s: \"sites\" must be an object of site names", ld->path);
+        return node_errf(ld->err, ld->errlen, "%s: \"sites\" must be an object of site names", ld->path);
     ld->sites = calloc(json_object_size(sites) + 1, sizeof *ld->sites);
-    if (!ld->sites) return fail(ld->err, ld->errlen, "out of memory");
+    if (!ld->sites) return node_errf(ld->err, ld->errlen, "out of memory");
     const char *key;
     json_t *v;
     json_object_foreach(sites, key, v) {
@@ -356,11 +345,11 @@ static int parse_sites(loader *ld)
         char where[300];
         snprintf(where, sizeof where, "%s: sites.%s", ld->path, key);
         if (!*key || strlen(key) >= PLAN_NAME_MAX)
-            return fail(ld->err, ld->errlen, "%s: site names are 1 to %d bytes", where,
+            return node_errf(ld->err, ld->errlen, "%s: site names are 1 to %d bytes", where,
                         PLAN_NAME_MAX - 1);
         snprintf(s->name, sizeof s->name, "%s", key);
         static const char *const extra[] = {"wan", NULL};
-        if (!json_is_object(v)) return fail(ld->err, ld->errlen, "%s: must be an object", where);
+        if (!json_is_object(v)) return node_errf(ld->err, ld->errlen, "%s: must be an object", where);
         json_t *wan = json_object_get(v, "wan");
         if (json_object_get(v, "latency_ms") || json_object_size(v) > (wan ? 1u : 0u)) {
             if (parse_link(v, &s->lan, where, extra, ld->err, ld->errlen)) return -1;
@@ -397,13 +386,13 @@ static int resolve_links(loader *ld)
     snprintf(dwhere, sizeof dwhere, "%s: default_link", ld->path);
     if (deflt && parse_link(deflt, &dl, dwhere, NULL, ld->err, ld->errlen)) return -1;
     if (links && !json_is_array(links))
-        return fail(ld->err, ld->errlen, "%s: \"links\" must be a list", ld->path);
+        return node_errf(ld->err, ld->errlen, "%s: \"links\" must be a list", ld->path);
     size_t nl = links ? json_array_size(links) : 0;
     cost_link *lv = calloc(nl + 1, sizeof *lv);
     int *is_node_pair = calloc(nl + 1, sizeof *is_node_pair);
     int rc = -1;
     if (!lv || !is_node_pair) {
-        fail(ld->err, ld->errlen, "out of memory");
+        node_errf(ld->err, ld->errlen, "out of memory");
         goto out;
     }
     for (size_t k = 0; k < nl; k++) {
@@ -414,7 +403,7 @@ static int resolve_links(loader *ld)
         if (parse_link(e, &lv[k], where, extra, ld->err, ld->errlen)) goto out;
         if (!json_is_array(btw) || json_array_size(btw) != 2 ||
             !json_is_string(json_array_get(btw, 0)) || !json_is_string(json_array_get(btw, 1))) {
-            fail(ld->err, ld->errlen, "%s: \"between\" must be two node or site names", where);
+            node_errf(ld->err, ld->errlen, "%s: \"between\" must be two node or site names", where);
             goto out;
         }
         int node_ends = 0;
@@ -423,7 +412,7 @@ static int resolve_links(loader *ld)
             bool node = false;
             for (int i = 0; i < n && !node; i++) node = strcmp(f->nodes[i].name, end) == 0;
             if (!node && site_index(ld, end) < 0) {
-                fail(ld->err, ld->errlen, "%s: \"%s\" is neither a node nor a site", where, end);
+                node_errf(ld->err, ld->errlen, "%s: \"%s\" is neither a node nor a site", where, end);
                 goto out;
             }
             node_ends += node;
@@ -457,7 +446,7 @@ static int resolve_links(loader *ld)
             }
             if (!found && deflt) found = &dl;
             if (!found) {
-                fail(ld->err, ld->errlen, "%s: no link between nodes %s and %s: add a \"links\" "
+                node_errf(ld->err, ld->errlen, "%s: no link between nodes %s and %s: add a \"links\" "
                      "entry, \"wan\" figures for their sites, or a \"default_link\"", ld->path,
                      f->nodes[i].name, f->nodes[j].name);
                 goto out;
@@ -479,13 +468,13 @@ int fleet_load(fleet_file *ff, const char *path, const char *devices, const cost
     json_error_t je;
     int rc = -1;
     ld.root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (!ld.root) return fail(err, errlen, "%s:%d:%d: %s", path, je.line, je.column, je.text);
+    if (!ld.root) return node_errf(err, errlen, "%s:%d:%d: %s", path, je.line, je.column, je.text);
     static const char *const keys[] = {"name", "devices", "memory_margin", "nodes", "sites",
                                        "links", "default_link", "notes", NULL};
     json_t *nodes = json_object_get(ld.root, "nodes");
     int64_t margin = 50;
     if (!json_is_object(ld.root)) {
-        fail(err, errlen, "%s: a fleet file is a JSON object", path);
+        node_errf(err, errlen, "%s: a fleet file is a JSON object", path);
         goto out;
     }
     if (known_keys(ld.root, keys, path, err, errlen) ||
@@ -493,7 +482,7 @@ int fleet_load(fleet_file *ff, const char *path, const char *devices, const cost
         parse_sites(&ld))
         goto out;
     if (!json_is_array(nodes) || json_array_size(nodes) < 1) {
-        fail(err, errlen, "%s: \"nodes\" must be a non-empty list", path);
+        node_errf(err, errlen, "%s: \"nodes\" must be a non-empty list", path);
         goto out;
     }
     const char *name = json_string_value(json_object_get(ld.root, "name"));
@@ -503,7 +492,7 @@ int fleet_load(fleet_file *ff, const char *path, const char *devices, const cost
     ff->fleet.nodes = calloc(PLAN_MAX_NODES, sizeof *ff->fleet.nodes);
     ff->site = calloc(PLAN_MAX_NODES, sizeof *ff->site);
     if (!ff->fleet.nodes || !ff->site) {
-        fail(err, errlen, "out of memory");
+        node_errf(err, errlen, "out of memory");
         goto out;
     }
     int at = 0;
@@ -513,12 +502,12 @@ int fleet_load(fleet_file *ff, const char *path, const char *devices, const cost
     ff->fleet.nnodes = at;
     for (int i = 0; i < at; i++)
         if (site_index(&ld, ff->fleet.nodes[i].name) >= 0) {
-            fail(err, errlen, "%s: \"%s\" names both a node and a site", path, ff->fleet.nodes[i].name);
+            node_errf(err, errlen, "%s: \"%s\" names both a node and a site", path, ff->fleet.nodes[i].name);
             goto out;
         }
     ff->fleet.links = calloc((size_t)at * at, sizeof *ff->fleet.links);
     if (!ff->fleet.links) {
-        fail(err, errlen, "out of memory for %d x %d links", at, at);
+        node_errf(err, errlen, "out of memory for %d x %d links", at, at);
         goto out;
     }
     if (resolve_links(&ld) || plan_fleet_check(&ff->fleet, err, errlen)) goto out;

@@ -20,14 +20,6 @@
 
 /* Truncates long messages (paths) instead of failing; gcc cannot see
  * through va_list, so -Wformat-truncation leaves it alone. */
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* Length of the longest prefix of s that does not end inside a UTF-8
  * character: a token may end in the middle of one, and printing half of it
  * would put two broken characters on a terminal instead of one whole one.
@@ -49,7 +41,7 @@ static int parse_temperature(const char *text, float *out, char *err, size_t err
     char *end;
     double v = strtod(text, &end);
     if (end == text || *end || !isfinite(v) || v < 0 || v > 1e6) {
-        set_err(err, errlen, "--temperature \"%s\": expected a number in [0, 1e6] "
+        node_errf(err, errlen, "--temperature \"%s\": expected a number in [0, 1e6] "
                  "(0 picks the most likely token)", text);
         return -1;
     }
@@ -63,7 +55,7 @@ static void prefix_err(char *err, size_t errlen, const char *prefix)
 {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", err);
-    set_err(err, errlen, "%s: %s", prefix, msg);
+    node_errf(err, errlen, "%s: %s", prefix, msg);
 }
 
 static int join_path(char *out, size_t outlen, const char *dir, const char *name, char *err,
@@ -72,7 +64,7 @@ static int join_path(char *out, size_t outlen, const char *dir, const char *name
     size_t n = strlen(dir);
     const char *sep = n && dir[n - 1] == '/' ? "" : "/";
     if ((size_t)snprintf(out, outlen, "%s%s%s", dir, sep, name) >= outlen) {
-        set_err(err, errlen, "--model \"%s\": path too long", dir);
+        node_errf(err, errlen, "--model \"%s\": path too long", dir);
         return -1;
     }
     return 0;
@@ -148,7 +140,7 @@ int cmd_generate(int argc, char **argv)
     if (tokenizer_load(&tok, tok_path, err, sizeof err)) goto done;
     Vtok = tokenizer_vocab_size(tok);
     if (Vtok > cfg.vocab_size) {
-        set_err(err, sizeof err, "%s: tokenizer has %d tokens, more than vocab_size %d of %s",
+        node_errf(err, sizeof err, "%s: tokenizer has %d tokens, more than vocab_size %d of %s",
                  tok_path, Vtok, cfg.vocab_size, config_path);
         goto done;
     }
@@ -166,21 +158,21 @@ int cmd_generate(int argc, char **argv)
         /* Logits need a context. Training joins documents with EOS, so EOS
          * is how the model has seen "a document begins here". */
         if (eos < 0) {
-            set_err(err, sizeof err, "--prompt: empty, and %s has no end-of-text token to "
+            node_errf(err, sizeof err, "--prompt: empty, and %s has no end-of-text token to "
                      "start a text from", tok_path);
             goto done;
         }
         free(prompt_ids);
         prompt_ids = malloc(sizeof *prompt_ids);
         if (!prompt_ids) {
-            set_err(err, sizeof err, "--prompt: out of memory");
+            node_errf(err, sizeof err, "--prompt: out of memory");
             goto done;
         }
         prompt_ids[0] = eos;
         nprompt = 1;
     }
     if (nprompt > (size_t)cfg.max_position_embeddings) {
-        set_err(err, sizeof err, "--prompt: %zu tokens, more than the model's context of %d "
+        node_errf(err, sizeof err, "--prompt: %zu tokens, more than the model's context of %d "
                  "(max_position_embeddings in %s)", nprompt, cfg.max_position_embeddings,
                  config_path);
         goto done;
@@ -206,7 +198,7 @@ int cmd_generate(int argc, char **argv)
     }
     gen = malloc(((size_t)ntokens + 1) * sizeof *gen);
     if (!gen) {
-        set_err(err, sizeof err, "--tokens %ld: out of memory", ntokens);
+        node_errf(err, sizeof err, "--tokens %ld: out of memory", ntokens);
         goto done;
     }
 
@@ -238,7 +230,7 @@ int cmd_generate(int argc, char **argv)
     if (print_new_text(tok, tok_path, gen, ngen, &printed, true, err, sizeof err)) goto done;
     fputc('\n', stdout);
     if (fflush(stdout) != 0 || ferror(stdout)) {
-        set_err(err, sizeof err, "stdout: write failed");
+        node_errf(err, sizeof err, "stdout: write failed");
         started_output = false;   /* nothing more to finish on a broken stdout */
         goto done;
     }

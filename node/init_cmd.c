@@ -13,7 +13,6 @@
 
 #include "keys.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -88,42 +87,6 @@ static int valid_name(const char *s)
         if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
               *s == '.' || *s == '_' || *s == '-'))
             return 0;
-    return 1;
-}
-
-/* The endpoint rule token_decode applies (keys/token.c): "host:port" with a
- * host name or IPv4 address, or "[IPv6]:port", port 1..65535, at most
- * TOKEN_STR_MAX bytes. Checked at init so that an endpoint init accepts can
- * always go into a token. */
-static int valid_endpoint(const char *e)
-{
-    if (strlen(e) > TOKEN_STR_MAX) return 0;
-    const char *colon = strrchr(e, ':');
-    if (!colon || colon == e) return 0;
-    const char *port = colon + 1;
-    size_t plen = strlen(port);
-    if (plen == 0 || plen > 5 || port[0] == '0') return 0;
-    long v = 0;
-    for (const char *c = port; *c; c++) {
-        if (*c < '0' || *c > '9') return 0;
-        v = v * 10 + (*c - '0');
-    }
-    if (v > 65535) return 0;
-    size_t hlen = (size_t)(colon - e);
-    if (e[0] == '[') {
-        if (hlen < 3 || e[hlen - 1] != ']' || hlen - 2 > 45) return 0;
-        char addr[46];
-        unsigned char raw[16];
-        memcpy(addr, e + 1, hlen - 2);
-        addr[hlen - 2] = '\0';
-        return inet_pton(AF_INET6, addr, raw) == 1;
-    }
-    for (size_t i = 0; i < hlen; i++) {
-        char c = e[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '-'))
-            return 0;
-    }
     return 1;
 }
 
@@ -215,7 +178,7 @@ int cmd_init(int argc, char **argv)
         fprintf(stderr, "shardnode init: %s\n", err);
         return 2;
     }
-    if (endpoint && !valid_endpoint(endpoint)) {
+    if (endpoint && !token_endpoint_valid(endpoint)) {
         fprintf(stderr, "shardnode init: --endpoint \"%s\": expected HOST:PORT or "
                         "[IPv6]:PORT, port 1-65535, at most %d characters\n", endpoint,
                 TOKEN_STR_MAX);
@@ -449,7 +412,7 @@ int cmd_invite(int argc, char **argv)
                  "this node: add \"endpoint\": \"HOST:PORT\" to it", node_path);
         goto fail;
     }
-    if (!valid_endpoint(endpoint)) {
+    if (!token_endpoint_valid(endpoint)) {
         snprintf(err, sizeof err, "%s: endpoint \"%.80s\" is not HOST:PORT or [IPv6]:PORT",
                  node_path, endpoint);
         goto fail;

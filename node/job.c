@@ -12,15 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* Line and column of the first `"key"` followed by ':' in the text: jansson
  * keeps no positions for parsed keys. */
 static void key_position(const char *text, const char *key, int *line, int *col)
@@ -63,8 +54,8 @@ static int key_error(ctx *c, const char *key, const char *fmt, ...)
     int line, col;
     key_position(c->job->text, key, &line, &col);
     if (line)
-        return fail(c->err, c->errlen, "%s:%d:%d: \"%s\" %s", c->job->path, line, col, key, what);
-    return fail(c->err, c->errlen, "%s: \"%s\" %s", c->job->path, key, what);
+        return node_errf(c->err, c->errlen, "%s:%d:%d: \"%s\" %s", c->job->path, line, col, key, what);
+    return node_errf(c->err, c->errlen, "%s: \"%s\" %s", c->job->path, key, what);
 }
 
 static int check_keys(ctx *c, json_t *obj, const char *const *known)
@@ -97,14 +88,14 @@ static int get_string(ctx *c, json_t *obj, const char *key, bool required, bool 
 {
     json_t *v = json_object_get(obj, key);
     *out = NULL;
-    if (!v || json_is_null(v)) return required ? fail(c->err, c->errlen, "%s: \"%s\" is required",
+    if (!v || json_is_null(v)) return required ? node_errf(c->err, c->errlen, "%s: \"%s\" is required",
                                                       c->job->path, key)
                                                : 0;
     if (!json_is_string(v)) return key_error(c, key, "must be a string");
     const char *s = json_string_value(v);
     if (is_path && !*s) return key_error(c, key, "must not be empty");
     *out = is_path ? resolve(c->job, s) : strdup(s);
-    return *out ? 0 : fail(c->err, c->errlen, "out of memory");
+    return *out ? 0 : node_errf(c->err, c->errlen, "out of memory");
 }
 
 static int get_int(ctx *c, json_t *obj, const char *key, bool required, long min, long max,
@@ -112,7 +103,7 @@ static int get_int(ctx *c, json_t *obj, const char *key, bool required, long min
 {
     json_t *v = json_object_get(obj, key);
     if (!v || json_is_null(v))
-        return required ? fail(c->err, c->errlen, "%s: \"%s\" is required", c->job->path, key)
+        return required ? node_errf(c->err, c->errlen, "%s: \"%s\" is required", c->job->path, key)
                         : 0;
     if (!json_is_integer(v)) return key_error(c, key, "must be an integer");
     json_int_t x = json_integer_value(v);
@@ -138,7 +129,7 @@ static int parse_data(ctx *c, job_spec *j, json_t *data)
 {
     static const char *const known[] = {"files", "format", "separator", "prompt_template",
                                         "val_fraction", NULL};
-    if (!data) return fail(c->err, c->errlen, "%s: \"data\" is required", j->path);
+    if (!data) return node_errf(c->err, c->errlen, "%s: \"data\" is required", j->path);
     if (!json_is_object(data)) return key_error(c, "data", "must be an object");
     if (check_keys(c, data, known)) return -1;
     json_t *files = json_object_get(data, "files");
@@ -147,13 +138,13 @@ static int parse_data(ctx *c, job_spec *j, json_t *data)
         return key_error(c, "files", "must be a non-empty list of file names");
     j->ndata = (int)json_array_size(files);
     j->data_files = calloc((size_t)j->ndata, sizeof *j->data_files);
-    if (!j->data_files) return fail(c->err, c->errlen, "out of memory");
+    if (!j->data_files) return node_errf(c->err, c->errlen, "out of memory");
     for (int i = 0; i < j->ndata; i++) {
         json_t *f = json_array_get(files, (size_t)i);
         if (!json_is_string(f) || !*json_string_value(f))
             return key_error(c, "files", "entry %d must be a file name", i);
         if (!(j->data_files[i] = resolve(j, json_string_value(f))))
-            return fail(c->err, c->errlen, "out of memory");
+            return node_errf(c->err, c->errlen, "out of memory");
     }
     char *format = NULL;
     if (get_string(c, data, "format", false, false, &format)) return -1;
@@ -238,18 +229,18 @@ int job_parse(job_spec *j, const char *path, const char *text, char *err, size_t
     j->path = strdup(path);
     if (!j->text || !j->path) {
         job_free(j);
-        return fail(err, errlen, "%s: out of memory", path);
+        return node_errf(err, errlen, "%s: out of memory", path);
     }
     json_error_t jerr;
     json_t *root = json_loadb(text, strlen(text), JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
-        fail(err, errlen, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
+        node_errf(err, errlen, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
         job_free(j);
         return -1;
     }
     ctx c = {j, err, errlen};
     int rc = json_is_object(root) ? parse_job(&c, j, root)
-                                  : fail(err, errlen, "%s: a job is a JSON object", path);
+                                  : node_errf(err, errlen, "%s: a job is a JSON object", path);
     json_decref(root);
     if (rc) job_free(j);
     return rc;
@@ -259,7 +250,7 @@ int job_load(job_spec *j, const char *path, char *err, size_t errlen)
 {
     memset(j, 0, sizeof *j);
     FILE *f = fopen(path, "rb");
-    if (!f) return fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    if (!f) return node_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     char *text = NULL;
     size_t len = 0, cap = 0, got;
     char buf[65536];
@@ -277,12 +268,12 @@ int job_load(job_spec *j, const char *path, char *err, size_t errlen)
     fclose(f);
     if (bad) {
         free(text);
-        return fail(err, errlen, "%s: cannot read (empty or unreadable)", path);
+        return node_errf(err, errlen, "%s: cannot read (empty or unreadable)", path);
     }
     text[len] = '\0';
     if (strlen(text) != len) {
         free(text);
-        return fail(err, errlen, "%s: contains a NUL byte; a job is JSON text", path);
+        return node_errf(err, errlen, "%s: contains a NUL byte; a job is JSON text", path);
     }
     int rc = job_parse(j, path, text, err, errlen);
     free(text);

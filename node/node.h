@@ -173,6 +173,10 @@ int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
                  size_t errlen);
 
 /* ---- args.c: "--name value" and "--flag" options ---------------------- */
+/* Formats a message into err (NUL-terminated, truncated to errlen); returns
+ * -1 so a failing function can `return node_errf(...)`. */
+int node_errf(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 typedef struct {
     const char *name;      /* "--config" */
     const char **value;    /* set for options that take a value */

@@ -2,23 +2,13 @@
  * a device from its spec sheet, transfers over a link, and the predicted
  * step of a plan under 1F1B. Integers throughout (see scheduler.h). */
 #include "scheduler.h"
+#include "sched_util.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #define COST_INF INT64_MAX
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 /* ---- exact integer helpers ------------------------------------------------ */
 
@@ -105,12 +95,12 @@ int cost_bytes_compute(cost_bytes *out, const cost_shape *s, int64_t b, int wire
         s->intermediate < 1 || s->intermediate > lim || s->heads < 1 || s->heads > lim ||
         s->kv_heads < 1 || s->kv_heads > s->heads || s->vocab < 1 || s->vocab > lim ||
         s->seq < 1 || s->seq > lim || s->hidden % s->heads)
-        return fail(err, errlen, "model shape: sizes must be positive, at most 2^24, "
+        return sched_errf(err, errlen, "model shape: sizes must be positive, at most 2^24, "
                     "heads must divide the hidden size and KV heads at most the heads");
     if (b < 1 || b > lim)
-        return fail(err, errlen, "micro-batch %lld: must be in [1, 2^24]", (long long)b);
+        return sched_errf(err, errlen, "micro-batch %lld: must be in [1, 2^24]", (long long)b);
     if (wire_bytes != 2 && wire_bytes != 4)
-        return fail(err, errlen, "wire dtype of %d bytes: must be 2 (bf16) or 4 (fp32)",
+        return sched_errf(err, errlen, "wire dtype of %d bytes: must be 2 (bf16) or 4 (fp32)",
                     wire_bytes);
     int64_t C = s->hidden, F = s->intermediate, V = s->vocab, T = s->seq;
     int64_t HD = C / s->heads, KVD = s->kv_heads * HD, QKV = (s->heads + 2 * s->kv_heads) * HD;
@@ -148,7 +138,7 @@ int cost_bytes_compute(cost_bytes *out, const cost_shape *s, int64_t b, int wire
     const int64_t big = (int64_t)1 << 52;
     if (out->act[COST_LAYER] > big || out->act[COST_HEAD] > big || out->boundary > big ||
         out->params[COST_HEAD] > big / 16)
-        return fail(err, errlen, "model shape at micro-batch %lld x %lld tokens: more than "
+        return sched_errf(err, errlen, "model shape at micro-batch %lld x %lld tokens: more than "
                     "4 PiB per stage, beyond the cost model's range", (long long)b,
                     (long long)T);
     return 0;
@@ -192,7 +182,7 @@ int cost_profile_from_spec(cost_profile *out, const cost_spec *sp, const cost_sh
     if (sp->gflops < 1 || sp->mfu_permille < 1 || sp->mfu_permille > 1000 ||
         sp->mem_bandwidth < 1 || sp->memory_bytes < 0 ||
         (sp->weight_bytes != 2 && sp->weight_bytes != 4) || sp->scratch_slots < 1)
-        return fail(err, errlen, "device spec: peak, efficiency in (0, 1], bandwidth and "
+        return sched_errf(err, errlen, "device spec: peak, efficiency in (0, 1], bandwidth and "
                     "scratch slots must be positive, memory not negative");
     cost_bytes cb;
     if (cost_bytes_compute(&cb, shape, b, 4, err, errlen)) return -1;
@@ -242,21 +232,21 @@ static int64_t median_rtt(const cost_probe *pr, int n, int64_t bytes, int *count
 
 int cost_link_estimate(cost_link *out, const cost_probe *pr, int n, char *err, size_t errlen)
 {
-    if (n < 2) return fail(err, errlen, "link probes: need probes of two sizes");
+    if (n < 2) return sched_errf(err, errlen, "link probes: need probes of two sizes");
     int64_t small = COST_INF, large = 0;
     for (int i = 0; i < n; i++) {
         if (pr[i].bytes < 0 || pr[i].rtt_ns <= 0)
-            return fail(err, errlen, "link probe %d: bytes %lld, round trip %lld ns", i,
+            return sched_errf(err, errlen, "link probe %d: bytes %lld, round trip %lld ns", i,
                         (long long)pr[i].bytes, (long long)pr[i].rtt_ns);
         if (pr[i].bytes < small) small = pr[i].bytes;
         if (pr[i].bytes > large) large = pr[i].bytes;
     }
-    if (large == small) return fail(err, errlen, "link probes: need probes of two sizes");
+    if (large == small) return sched_errf(err, errlen, "link probes: need probes of two sizes");
     int ns, nl;
     int64_t rs = median_rtt(pr, n, small, &ns), rl = median_rtt(pr, n, large, &nl);
     /* an echo carries the payload both ways: rtt = 2 latency + 2 bytes / bandwidth */
     if (rl <= rs)
-        return fail(err, errlen, "link probes: %lld-byte round trips (%lld ns) are not slower "
+        return sched_errf(err, errlen, "link probes: %lld-byte round trips (%lld ns) are not slower "
                     "than %lld-byte ones (%lld ns); send larger probes", (long long)large,
                     (long long)rl, (long long)small, (long long)rs);
     out->bandwidth = muldiv(2 * (large - small), 1000000000, rl - rs, false);
@@ -285,11 +275,11 @@ int cost_evaluate(plan *p, const plan_fleet *f, const plan_job *job, char *err, 
 {
     int n = p->nstages, L = job->shape.layers;
     if (n < 1 || n > PLAN_MAX_STAGES)
-        return fail(err, errlen, "plan: %d stages, must be 1 to %d", n, PLAN_MAX_STAGES);
+        return sched_errf(err, errlen, "plan: %d stages, must be 1 to %d", n, PLAN_MAX_STAGES);
     if (p->micro_batch < 1 || p->micro_batches < 1 ||
         p->micro_batches > job->batch / p->micro_batch ||
         p->micro_batches * p->micro_batch != job->batch)
-        return fail(err, errlen, "plan: %lld micro-batches of %lld do not make the batch of %lld",
+        return sched_errf(err, errlen, "plan: %lld micro-batches of %lld do not make the batch of %lld",
                     (long long)p->micro_batches, (long long)p->micro_batch,
                     (long long)job->batch);
     cost_bytes cb;
@@ -299,19 +289,19 @@ int cost_evaluate(plan *p, const plan_fleet *f, const plan_job *job, char *err, 
     for (int s = 0; s < n; s++) {
         plan_stage *st = &p->stage[s];
         if (st->ndevices != 1)
-            return fail(err, errlen, "plan: stage %d has %d devices; stages shared by several "
+            return sched_errf(err, errlen, "plan: stage %d has %d devices; stages shared by several "
                         "devices (data parallel) are not modelled yet", s, st->ndevices);
         int i = st->node[0];
-        if (i < 0 || i >= f->nnodes) return fail(err, errlen, "plan: stage %d: no node %d", s, i);
+        if (i < 0 || i >= f->nnodes) return sched_errf(err, errlen, "plan: stage %d: no node %d", s, i);
         for (int r = 0; r < s; r++)
             if (p->stage[r].node[0] == i)
-                return fail(err, errlen, "plan: node %s holds stages %d and %d",
+                return sched_errf(err, errlen, "plan: node %s holds stages %d and %d",
                             f->nodes[i].name, r, s);
         int a = st->layer_begin, e = st->layer_end;
         if (st->embed != (s == 0) || st->head != (s == n - 1) || a != (s ? p->stage[s - 1].layer_end : 0) ||
             e < a || e > L || (s == n - 1 && e != L) || (s > 0 && s < n - 1 && e == a) ||
             (n == 1 && e == a))
-            return fail(err, errlen, "plan: stage %d (layers [%d, %d)) does not continue a "
+            return sched_errf(err, errlen, "plan: stage %d (layers [%d, %d)) does not continue a "
                         "chain over %d layers with the embedding first and the head last",
                         s, a, e, L);
         const cost_profile *pf = &f->nodes[i].prof;
@@ -352,7 +342,7 @@ int cost_evaluate(plan *p, const plan_fleet *f, const plan_job *job, char *err, 
             cost_format_bytes(need, sizeof need, st->memory_bytes);
             cost_format_bytes(have, sizeof have, st->memory_limit);
             cost_format_bytes(miss, sizeof miss, st->memory_bytes - st->memory_limit);
-            return fail(err, errlen, "node %s (stage %d: %slayers [%d, %d)%s, %lld micro-batches "
+            return sched_errf(err, errlen, "node %s (stage %d: %slayers [%d, %d)%s, %lld micro-batches "
                         "in flight) needs %s, has %s after the %d.%d%% margin: %s missing",
                         f->nodes[i].name, s, st->embed ? "embedding, " : "", a, e,
                         st->head ? ", head" : "", (long long)st->in_flight, need, have,
@@ -372,6 +362,6 @@ int cost_evaluate(plan *p, const plan_fleet *f, const plan_job *job, char *err, 
     int64_t total = sat_mul(n, p->pipeline_ns), busy = sat_mul(m, sum);
     p->bubble_ppm = total > 0 && total < COST_INF ? muldiv(total - busy, 1000000, total, false) : 0;
     if (p->step_ns >= COST_INF / 4)
-        return fail(err, errlen, "plan: step time beyond the cost model's range");
+        return sched_errf(err, errlen, "plan: step time beyond the cost model's range");
     return 0;
 }

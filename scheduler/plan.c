@@ -4,22 +4,12 @@
  * uniform baseline; the plan hash; and, when nothing fits, what is missing
  * and where. */
 #include "plan_internal.h"
+#include "sched_util.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 
 /* Bounds that keep every product of the search inside int64: a unit takes
@@ -30,32 +20,32 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
 int plan_fleet_check(const plan_fleet *f, char *err, size_t errlen)
 {
     if (f->nnodes < 1 || f->nnodes > PLAN_MAX_NODES)
-        return fail(err, errlen, "fleet: %d nodes, must be 1 to %d", f->nnodes, PLAN_MAX_NODES);
+        return sched_errf(err, errlen, "fleet: %d nodes, must be 1 to %d", f->nnodes, PLAN_MAX_NODES);
     for (int i = 0; i < f->nnodes; i++) {
         const plan_node *nd = &f->nodes[i];
         const cost_profile *pf = &nd->prof;
         if (!nd->name[0] || !memchr(nd->name, 0, sizeof nd->name))
-            return fail(err, errlen, "fleet: node %d has no name", i);
+            return sched_errf(err, errlen, "fleet: node %d has no name", i);
         for (int j = 0; j < i; j++)
             if (strcmp(f->nodes[j].name, nd->name) == 0)
-                return fail(err, errlen, "fleet: node name \"%s\" appears twice (entries %d and %d)",
+                return sched_errf(err, errlen, "fleet: node name \"%s\" appears twice (entries %d and %d)",
                             nd->name, j, i);
         if (pf->micro_batch < 1 || pf->micro_batch > ((int64_t)1 << 24) ||
             pf->scratch_slots < 1 || pf->memory_bytes < 0 || pf->memory_bytes > MAX_MEMORY)
-            return fail(err, errlen, "node %s: profile needs a micro-batch in [1, 2^24], "
+            return sched_errf(err, errlen, "node %s: profile needs a micro-batch in [1, 2^24], "
                         "scratch slots >= 1 and memory in [0, 1 PiB]", nd->name);
         for (int u = 0; u < COST_UNITS; u++)
             if (pf->fwd_ns[u] < 0 || pf->bwd_ns[u] < 0 || pf->opt_ns[u] < 0 ||
                 pf->fwd_ns[u] > MAX_UNIT_NS || pf->bwd_ns[u] > MAX_UNIT_NS ||
                 pf->opt_ns[u] > MAX_UNIT_NS)
-                return fail(err, errlen, "node %s: profile times must be in [0, 2^46] ns",
+                return sched_errf(err, errlen, "node %s: profile times must be in [0, 2^46] ns",
                             nd->name);
     }
     for (int i = 0; i < f->nnodes; i++)
         for (int j = 0; j < f->nnodes; j++) {
             const cost_link *l = &f->links[(size_t)i * f->nnodes + j];
             if (i != j && (l->bandwidth < 1 || l->latency_ns < 0 || l->latency_ns > MAX_UNIT_NS))
-                return fail(err, errlen, "link %s -> %s: bandwidth must be positive and latency "
+                return sched_errf(err, errlen, "link %s -> %s: bandwidth must be positive and latency "
                             "in [0, 2^46] ns (have %lld B/s, %lld ns)", f->nodes[i].name,
                             f->nodes[j].name, (long long)l->bandwidth,
                             (long long)l->latency_ns);
@@ -67,10 +57,10 @@ static int job_check(const plan_job *job, char *err, size_t errlen)
 {
     cost_bytes cb;
     if (job->batch < 1 || job->batch > ((int64_t)1 << 24) || job->max_micro_batch < 1)
-        return fail(err, errlen, "batch %lld and micro-batch %lld must be in [1, 2^24]",
+        return sched_errf(err, errlen, "batch %lld and micro-batch %lld must be in [1, 2^24]",
                     (long long)job->batch, (long long)job->max_micro_batch);
     if (job->margin_permille < 0 || job->margin_permille > 999)
-        return fail(err, errlen, "memory margin %d per mille: must be in [0, 999]",
+        return sched_errf(err, errlen, "memory margin %d per mille: must be in [0, 999]",
                     job->margin_permille);
     return cost_bytes_compute(&cb, &job->shape, 1, job->wire_bytes, err, errlen);
 }
@@ -171,14 +161,14 @@ static plan_problem *problem_build(const plan_fleet *f, const plan_job *job, con
     /* (m - 1) * max t + sum t + max o must stay far below INT64_MAX */
     if (worst > 0 && (pr->m + maxp) > (INT64_MAX / 8) / worst) {
         problem_free(pr);
-        fail(err, errlen, "fleet: stage times of up to %lld ns over %lld micro-batches are "
+        sched_errf(err, errlen, "fleet: stage times of up to %lld ns over %lld micro-batches are "
              "beyond the cost model's range", (long long)worst, (long long)(job->batch / b));
         return NULL;
     }
     return pr;
 oom:
     problem_free(pr);
-    fail(err, errlen, "out of memory for the planner's tables (%d nodes)", n);
+    sched_errf(err, errlen, "out of memory for the planner's tables (%d nodes)", n);
     return NULL;
 }
 
@@ -221,13 +211,13 @@ int plan_uniform(plan *out, const plan_fleet *f, const plan_job *job, const int 
     int L = job->shape.layers;
     if (plan_fleet_check(f, err, errlen) || job_check(job, err, errlen)) return -1;
     if (n < 1 || n > f->nnodes || n > PLAN_MAX_STAGES)
-        return fail(err, errlen, "uniform split: %d nodes", n);
+        return sched_errf(err, errlen, "uniform split: %d nodes", n);
     if (n > L)
-        return fail(err, errlen, "uniform split: %d nodes for %d layers leaves stages empty", n, L);
+        return sched_errf(err, errlen, "uniform split: %d nodes for %d layers leaves stages empty", n, L);
     int64_t sizes[MAX_SIZES];
     int nsizes = micro_sizes(job, sizes, MAX_SIZES);
     plan *tmp = malloc(sizeof *tmp);
-    if (!tmp) return fail(err, errlen, "out of memory");
+    if (!tmp) return sched_errf(err, errlen, "out of memory");
     int64_t best = INT64_MAX;
     char first_err[512] = "";
     for (int r = 0; r < nsizes; r++) {
@@ -251,7 +241,7 @@ int plan_uniform(plan *out, const plan_fleet *f, const plan_job *job, const int 
     }
     free(tmp);
     if (best == INT64_MAX)
-        return fail(err, errlen, "uniform split over %d nodes does not fit: %s", n, first_err);
+        return sched_errf(err, errlen, "uniform split over %d nodes does not fit: %s", n, first_err);
     return 0;
 }
 
@@ -305,7 +295,7 @@ static int diagnose(const plan_fleet *f, const plan_job *job, const int *canon, 
         {false, 1, false, "one decoder layer"},
     };
     int64_t *limit = malloc((size_t)n * sizeof *limit);
-    if (!limit) return fail(err, errlen, "out of memory");
+    if (!limit) return sched_errf(err, errlen, "out of memory");
     int largest = canon[0];
     for (int c = 0; c < n; c++) {
         int i = canon[c];
@@ -330,7 +320,7 @@ static int diagnose(const plan_fleet *f, const plan_job *job, const int *canon, 
             cost_format_bytes(b, sizeof b, limit[at]);
             cost_format_bytes(c, sizeof c, best_gap);
             free(limit);
-            return fail(err, errlen, "the fleet cannot hold the model: %s needs %s with a "
+            return sched_errf(err, errlen, "the fleet cannot hold the model: %s needs %s with a "
                         "micro-batch of 1; the closest node, %s, has %s after the margin: "
                         "%s missing there", parts[u].what, a, f->nodes[at].name, b, c);
         }
@@ -359,7 +349,7 @@ static int diagnose(const plan_fleet *f, const plan_job *job, const int *canon, 
     cost_format_bytes(a, sizeof a, (L - total) * per_layer);
     cost_format_bytes(b, sizeof b, per_layer);
     if (total < L)
-        return fail(err, errlen, "the fleet cannot hold the model: its %d nodes hold at most "
+        return sched_errf(err, errlen, "the fleet cannot hold the model: its %d nodes hold at most "
                     "%lld of the %d decoder layers even with one micro-batch in flight (%s); the "
                     "other %lld are missing: about %s more memory (%s per layer: weights, gradients, "
                     "AdamW moments, activations)", n, (long long)total, L, list,
@@ -386,7 +376,7 @@ static int diagnose(const plan_fleet *f, const plan_job *job, const int *canon, 
     }
     free(order);
     free(tmp);
-    return fail(err, errlen, "the fleet cannot hold the model with 1F1B's in-flight micro-batches "
+    return sched_errf(err, errlen, "the fleet cannot hold the model with 1F1B's in-flight micro-batches "
                 "(stage s keeps min(p - s, m) of them): the nodes hold %lld layers with one in "
                 "flight, but %s", (long long)total, why);
 }
@@ -400,7 +390,7 @@ int plan_compute(plan *out, const plan_fleet *f, const plan_job *job, plan_metho
     int n = f->nnodes;
     if (method == PLAN_AUTO) method = n <= PLAN_EXACT_MAX_NODES ? PLAN_EXACT : PLAN_HEURISTIC;
     if ((method == PLAN_EXACT || method == PLAN_EXHAUSTIVE) && n > PLAN_EXHAUSTIVE_MAX_NODES)
-        return fail(err, errlen, "an exhaustive search over %d nodes is out of reach (the limit "
+        return sched_errf(err, errlen, "an exhaustive search over %d nodes is out of reach (the limit "
                     "is %d nodes: %d nodes already have millions of orders)", n,
                     PLAN_EXHAUSTIVE_MAX_NODES, PLAN_EXHAUSTIVE_MAX_NODES);
     int *canon = malloc((size_t)n * sizeof *canon);
@@ -409,7 +399,7 @@ int plan_compute(plan *out, const plan_fleet *f, const plan_job *job, plan_metho
     int nsizes = micro_sizes(job, sizes, MAX_SIZES), built = 0, rc = -1;
     plan_best *best = malloc(sizeof *best);
     if (!canon || !best) {
-        fail(err, errlen, "out of memory");
+        sched_errf(err, errlen, "out of memory");
         goto out;
     }
     canonical(f, canon);
@@ -436,7 +426,7 @@ int plan_compute(plan *out, const plan_fleet *f, const plan_job *job, plan_metho
     fill_stages(out, best, canon, job->batch);
     if (cost_evaluate(out, f, job, err, errlen)) goto out;
     if (out->step_ns != best->cost) {
-        fail(err, errlen, "internal: the planner predicted %lld ns, the cost model says %lld ns",
+        sched_errf(err, errlen, "internal: the planner predicted %lld ns, the cost model says %lld ns",
              (long long)best->cost, (long long)out->step_ns);
         goto out;
     }

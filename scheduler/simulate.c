@@ -9,28 +9,18 @@
  * activations, a blocking receive of the gradient), exactly the per-stage
  * times t_s the cost model uses; only the formula is not shared. */
 #include "scheduler.h"
+#include "sched_util.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 int sim_run(sim_result *out, const plan *p, char *err, size_t errlen)
 {
     int n = p->nstages;
     int64_t m = p->micro_batches;
     if (n < 1 || n > PLAN_MAX_STAGES || m < 1 || m > (1 << 24) || (int64_t)n * m > (1 << 26))
-        return fail(err, errlen, "simulator: %d stages x %lld micro-batches is out of range",
+        return sched_errf(err, errlen, "simulator: %d stages x %lld micro-batches is out of range",
                     n, (long long)m);
     size_t nm = (size_t)n * (size_t)m;
     sched_op *ops = malloc(2 * nm * sizeof *ops);
@@ -39,12 +29,12 @@ int sim_run(sim_result *out, const plan *p, char *err, size_t errlen)
     int64_t *free_at = calloc((size_t)n, sizeof *free_at);
     int rc = -1;
     if (!ops || !fwd_end || !bwd_end || !cursor || !free_at) {
-        fail(err, errlen, "simulator: out of memory for %zu ops", 2 * nm);
+        sched_errf(err, errlen, "simulator: out of memory for %zu ops", 2 * nm);
         goto out;
     }
     for (int s = 0; s < n; s++)
         if (sched_build(SCHED_1F1B, n, s, (int)m, ops + (size_t)s * 2 * m) != 2 * m) {
-            fail(err, errlen, "simulator: no 1F1B schedule for stage %d of %d", s, n);
+            sched_errf(err, errlen, "simulator: no 1F1B schedule for stage %d of %d", s, n);
             goto out;
         }
     for (size_t i = 0; i < nm; i++) fwd_end[i] = bwd_end[i] = -1;
@@ -80,7 +70,7 @@ int sim_run(sim_result *out, const plan *p, char *err, size_t errlen)
             }
         }
         if (!moved) {
-            fail(err, errlen, "simulator: the schedule deadlocks after %lld of %lld ops",
+            sched_errf(err, errlen, "simulator: the schedule deadlocks after %lld of %lld ops",
                  (long long)done, (long long)total);
             goto out;
         }

@@ -1,9 +1,22 @@
 /* split.c — cut points to a chain of stages. */
 #include "scheduler.h"
+#include "sched_util.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+int sched_errf(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
 
 int split_parse(split_plan *plan, const char *spec, int num_layers, const char *flag,
                 char *err, size_t errlen)

@@ -165,4 +165,33 @@ static inline int free_port(void)
     return ntohs(sa.sin_port);
 }
 
+/* Runs the named tests (all without arguments) and reports: the main() of
+ * both transport test programs. */
+typedef struct {
+    const char *name;
+    void (*fn)(void);
+} net_test;
+
+static inline int run_net_tests(const net_test *tests, size_t n, int argc, char **argv,
+                                const char *what)
+{
+    /* The raw sockets of the bad-peer tests write to connections the node has
+     * closed. */
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    for (size_t i = 0; i < n; i++) {
+        bool run = argc < 2;
+        for (int a = 1; a < argc; a++)
+            run |= strcmp(argv[a], tests[i].name) == 0;
+        if (run)
+            tests[i].fn();
+    }
+    if (failures) {
+        printf("%d failure(s)\n", failures);
+        return 1;
+    }
+    printf("all %s tests passed\n", what);
+    return 0;
+}
+
 #endif

@@ -532,10 +532,7 @@ static void test_sigkill(void)
 
 int main(int argc, char **argv)
 {
-    static const struct {
-        const char *name;
-        void (*fn)(void);
-    } tests[] = {
+    static const net_test tests[] = {
         {"sigkill", test_sigkill},
         {"exchange", test_exchange},
         {"zero_copy", test_zero_copy},
@@ -544,21 +541,5 @@ int main(int argc, char **argv)
         {"timeouts", test_timeouts},
         {"peer_closes", test_peer_closes},
     };
-    /* The raw sockets of test_bad_peers write to connections the node has
-     * closed. */
-    signal(SIGPIPE, SIG_IGN);
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
-        bool run = argc < 2;
-        for (int a = 1; a < argc; a++)
-            run |= strcmp(argv[a], tests[i].name) == 0;
-        if (run)
-            tests[i].fn();
-    }
-    if (failures) {
-        printf("%d failure(s)\n", failures);
-        return 1;
-    }
-    printf("all net tests passed\n");
-    return 0;
+    return run_net_tests(tests, sizeof tests / sizeof tests[0], argc, argv, "net");
 }

@@ -435,29 +435,10 @@ static void test_probe(void)
 /* With arguments, runs only the named tests (for debugging one). */
 int main(int argc, char **argv)
 {
-    static const struct {
-        const char *name;
-        void (*fn)(void);
-    } tests[] = {
+    static const net_test tests[] = {
         {"limits", test_limits},
         {"bad_peers", test_bad_peers},
         {"probe", test_probe},
     };
-    /* The raw sockets of test_bad_peers write to connections the node has
-     * closed. */
-    signal(SIGPIPE, SIG_IGN);
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
-        bool run = argc < 2;
-        for (int a = 1; a < argc; a++)
-            run |= strcmp(argv[a], tests[i].name) == 0;
-        if (run)
-            tests[i].fn();
-    }
-    if (failures) {
-        printf("%d failure(s)\n", failures);
-        return 1;
-    }
-    printf("all net peer tests passed\n");
-    return 0;
+    return run_net_tests(tests, sizeof tests / sizeof tests[0], argc, argv, "net peer");
 }
