@@ -59,15 +59,23 @@ static void out_path(const trainer *t, const char *name, char *buf, size_t len)
     snprintf(buf, len, "%s/%s", t->job.out_dir, name);
 }
 
-static int trainer_open(trainer *t, const char *job_path, long threads, bool with_model,
-                        bool with_data, char *err, size_t errlen)
+/* The job, the model config and the output dir: what every node needs. */
+static int trainer_open(trainer *t, const char *job_path, long threads, char *err,
+                        size_t errlen)
 {
     if (job_load(&t->job, job_path, err, errlen)) return -1;
     const job_spec *j = &t->job;
     if (threads || j->threads) kernels_set_threads(threads ? (int)threads : j->threads);
     if (llama_config_load(&t->cfg, j->config, err, errlen)) return -1;
-    if (make_dir(j->out_dir, err, errlen)) return -1;
-    if (!with_data) return 0; /* a pipeline stage that gets its tokens from its neighbour */
+    return make_dir(j->out_dir, err, errlen);
+}
+
+/* The tokenizer, the data and the batch buffers (and, with_model, the
+ * model): what a node that reads data needs; a pipeline stage other than
+ * the first gets its tokens from its neighbour. */
+static int trainer_open_data(trainer *t, bool with_model, char *err, size_t errlen)
+{
+    const job_spec *j = &t->job;
     if (tokenizer_load(&t->tok, j->tokenizer, err, errlen)) return -1;
     if (tokenizer_vocab_size(t->tok) > t->cfg.vocab_size) {
         snprintf(err, errlen, "%s: tokenizer has %d tokens, more than vocab_size %d of %s",
@@ -302,20 +310,14 @@ static int run_cluster(trainer *t, const char *job, const char *cluster_path, co
         goto out;
     }
     /* only the first stage reads data; find out which stage this is first */
-    if (trainer_open(t, job, threads, false, false, err, errlen) ||
+    if (trainer_open(t, job, threads, err, errlen) ||
         cluster_load(cl, cluster_path, t->cfg.num_hidden_layers, err, errlen))
         goto out;
     if ((self = cluster_find(cl, node)) < 0) {
         snprintf(err, errlen, "%.900s: no node named \"%s\"", cluster_path, node);
         goto out;
     }
-    if (self == 0) {
-        job_free(&t->job);
-        free(t->ids);
-        free(t->labels);
-        t->ids = t->labels = NULL;
-        if (trainer_open(t, job, threads, false, true, err, errlen)) goto out;
-    }
+    if (self == 0 && trainer_open_data(t, false, err, errlen)) goto out;
     if (stop > t->job.steps) {
         snprintf(err, errlen, "--steps %ld is past the job's last step (%ld)", stop, t->job.steps);
         goto out;
@@ -355,7 +357,8 @@ int cmd_train(int argc, char **argv)
         (threads && args_int(threads, "--threads", 1, 1024, &nthreads, err, sizeof err)) ||
         (cluster ? run_cluster(&t, job, cluster, node, nthreads, stop, resume, metrics, err,
                               sizeof err)
-                 : trainer_open(&t, job, nthreads, true, true, err, sizeof err)) ||
+                 : trainer_open(&t, job, nthreads, err, sizeof err) ||
+                   trainer_open_data(&t, true, err, sizeof err)) ||
         (!cluster && run(&t, stop, resume, metrics, err, sizeof err)))
         goto done;
     rc = 0;
@@ -387,7 +390,8 @@ int cmd_batches(int argc, char **argv)
     if (args_parse(argc, argv, 2, opts, 3, err, sizeof err) ||
         args_require(opts, 3, required, err, sizeof err) ||
         (steps && args_int(steps, "--steps", 1, 1L << 30, &nsteps, err, sizeof err)) ||
-        trainer_open(&t, job, 0, false, true, err, sizeof err))
+        trainer_open(&t, job, 0, err, sizeof err) ||
+        trainer_open_data(&t, false, err, sizeof err))
         goto done;
     const job_spec *j = &t.job;
     if (nsteps > j->steps) {
