@@ -78,6 +78,28 @@ int keys_x25519_generate(uint8_t priv[KEYS_LEN], uint8_t pub[KEYS_LEN], char *er
     return keys_x25519_public(priv, pub, err, errlen);
 }
 
+int keys_invite_key(const uint8_t *secret, size_t len, uint8_t priv[KEYS_LEN],
+                    uint8_t pub[KEYS_LEN], char *err, size_t errlen)
+{
+    /* A label in front keeps this key apart from any other use of the
+     * secret; SHA-256 of it is as good as random to anyone without it. */
+    static const char label[] = "shardnode invite wireguard key v1";
+    unsigned int n = 0;
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    int ok = c && EVP_DigestInit_ex(c, EVP_sha256(), NULL) == 1 &&
+             EVP_DigestUpdate(c, label, sizeof label - 1) == 1 &&
+             EVP_DigestUpdate(c, secret, len) == 1 && EVP_DigestFinal_ex(c, priv, &n) == 1 &&
+             n == KEYS_LEN;
+    EVP_MD_CTX_free(c);
+    if (!ok) {
+        snprintf(err, errlen, "SHA-256 failed");
+        return -1;
+    }
+    priv[0] &= 248;
+    priv[31] = (uint8_t)((priv[31] & 127) | 64);
+    return keys_x25519_public(priv, pub, err, errlen);
+}
+
 int keys_ed25519_public(const uint8_t priv[KEYS_LEN], uint8_t pub[KEYS_LEN], char *err,
                         size_t errlen)
 {

@@ -24,6 +24,14 @@ int keys_x25519_generate(uint8_t priv[KEYS_LEN], uint8_t pub[KEYS_LEN], char *er
 int keys_x25519_public(const uint8_t priv[KEYS_LEN], uint8_t pub[KEYS_LEN], char *err,
                        size_t errlen);
 
+/* The WireGuard key pair an invite's secret stands for: a joiner holding
+ * the token brings its interface up with this key, and the issuer, which
+ * added the public key as a peer when it issued the invite, lets it in just
+ * far enough to present the secret and its real key (PROTOCOL.md,
+ * "Joining"). Deterministic: SHA-256 of a label and the secret, clamped. */
+int keys_invite_key(const uint8_t *secret, size_t len, uint8_t priv[KEYS_LEN],
+                    uint8_t pub[KEYS_LEN], char *err, size_t errlen);
+
 /* ---- Ed25519 (identity) ---- */
 
 int keys_ed25519_generate(uint8_t priv[KEYS_LEN], uint8_t pub[KEYS_LEN], char *err,

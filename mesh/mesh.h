@@ -245,4 +245,225 @@ int mesh_wg_uapi_parse(const char *reply, size_t len, const char *ifname, int *u
                        mesh_wg_peer_info **peers, size_t *npeers, char *err, size_t errlen);
 /* END wireguard section */
 
+/* BEGIN gossip codec section */
+/* ====================== gossip codec (gossip_wire.c) ===================== */
+/* Membership gossip (SWIM) travels inside the overlay: UDP datagrams for
+ * probes and piggybacked updates, TCP for full-state sync and for joining.
+ * A message is one msgpack map; over TCP it is framed like the data plane
+ * (a 4-byte little-endian length, then the map). docs/PROTOCOL.md,
+ * "Gossip", is the reference. */
+
+#define GOSSIP_DEFAULT_PORT 7946      /* UDP and TCP, on the overlay address only */
+#define GOSSIP_UDP_MAX 1200           /* one datagram fits an overlay packet at MTU 1320 */
+#define GOSSIP_TCP_MAX ((size_t)1 << 20) /* one TCP frame's payload */
+#define GOSSIP_MESH_ID_LEN 16
+#define GOSSIP_ADDR_MAX 48            /* an overlay address, IPv4 or IPv6, with the NUL */
+#define GOSSIP_MAX_ENDPOINTS 4
+#define GOSSIP_SOFTWARE_MAX 32
+#define GOSSIP_DEVICES_MAX 1024       /* the devices record: JSON text, with the NUL */
+#define GOSSIP_RECORD_MAX 2048        /* an encoded record's bytes */
+#define GOSSIP_MAX_UPDATES 512        /* updates in one message (a sync carries all) */
+#define GOSSIP_SIG_LEN 64
+#define GOSSIP_KEY_LEN 32
+#define GOSSIP_SECRET_LEN 16
+
+typedef enum {
+    GOSSIP_ALIVE = 0,
+    GOSSIP_SUSPECT = 1,
+    GOSSIP_DEAD = 2,
+    GOSSIP_LEFT = 3,
+} gossip_state;
+
+/* What a node says about itself. Signed by its identity key; others relay
+ * it byte for byte and refuse it when the signature does not verify. */
+typedef struct {
+    uint8_t mesh_id[GOSSIP_MESH_ID_LEN];
+    char name[MESH_NAME_MAX];
+    uint8_t wg_pub[GOSSIP_KEY_LEN];     /* X25519: WireGuard */
+    uint8_t id_pub[GOSSIP_KEY_LEN];     /* Ed25519: the key that signs this record */
+    char address[GOSSIP_ADDR_MAX];      /* overlay address (derived from wg_pub) */
+    uint16_t port;                      /* gossip port on the overlay address */
+    uint64_t incarnation;               /* raised by the owner to refute suspicion */
+    uint8_t left;                       /* 1: the owner left the mesh for good */
+    int nendpoints;                     /* 0..GOSSIP_MAX_ENDPOINTS */
+    char endpoints[GOSSIP_MAX_ENDPOINTS][MESH_WG_ENDPOINT_MAX]; /* configured first, then
+                                                                  * as observed by peers */
+    char software[GOSSIP_SOFTWARE_MAX]; /* "shardnode 0.1.0" */
+    uint32_t protocol;                  /* MESH_PROTOCOL_VERSION of the owner */
+    uint64_t mem_free;                  /* bytes */
+    char devices[GOSSIP_DEVICES_MAX];   /* JSON text of the devices record ("" none) */
+    int64_t signed_ms;                  /* Unix time in ms when the owner signed it */
+} gossip_record;
+
+/* A record as it travels: its encoded bytes (a msgpack map) and the owner's
+ * Ed25519 signature over exactly those bytes. */
+typedef struct {
+    uint8_t bytes[GOSSIP_RECORD_MAX];
+    size_t len;
+    uint8_t sig[GOSSIP_SIG_LEN];
+} gossip_signed;
+
+/* Encodes r and signs the bytes with id_priv (whose public key must be
+ * r->id_pub). Refuses a record the decoder would refuse. */
+int gossip_record_sign(const gossip_record *r, const uint8_t id_priv[GOSSIP_KEY_LEN],
+                       gossip_signed *out, char *err, size_t errlen);
+/* Decodes s->bytes strictly into *r and verifies s->sig with r->id_pub.
+ * Refuses (naming the record's name when it got that far) a malformed
+ * record and one whose signature does not verify. */
+int gossip_record_open(const gossip_signed *s, gossip_record *r, char *err, size_t errlen);
+
+typedef enum {
+    GOSSIP_MSG_PING = 1,       /* seq; updates piggybacked */
+    GOSSIP_MSG_ACK = 2,        /* seq; observed; updates */
+    GOSSIP_MSG_PING_REQ = 3,   /* seq; target, target_port: probe it for me */
+    GOSSIP_MSG_SYNC = 4,       /* TCP: every record and state the sender knows;
+                                * the receiver answers with its own SYNC (flags bit 0) */
+    GOSSIP_MSG_JOIN = 5,       /* TCP: secret; updates[0] = the joiner's ALIVE record */
+    GOSSIP_MSG_JOIN_REPLY = 6, /* TCP: ok, reason; updates = the whole view when ok */
+    GOSSIP_MSG_UPDATE = 7,     /* UDP: updates only (a state change sent to everyone) */
+} gossip_msg_type;
+
+#define GOSSIP_SYNC_REPLY 1u
+
+/* One state claim. ALIVE and LEFT carry the owner's signed record (its
+ * incarnation and left flag inside); SUSPECT and DEAD name a member by its
+ * WireGuard key and incarnation and are claimed by `from`. */
+typedef struct {
+    gossip_state state;
+    gossip_signed rec;                  /* ALIVE, LEFT */
+    uint8_t wg_pub[GOSSIP_KEY_LEN];     /* SUSPECT, DEAD */
+    uint64_t incarnation;               /* SUSPECT, DEAD */
+    char from[MESH_NAME_MAX];           /* SUSPECT, DEAD: who claims it */
+} gossip_update;
+
+typedef struct {
+    gossip_msg_type type;
+    uint32_t version;                   /* MESH_PROTOCOL_VERSION */
+    uint8_t mesh_id[GOSSIP_MESH_ID_LEN];
+    char from[MESH_NAME_MAX];           /* the sender's name */
+    uint32_t seq;                       /* PING, ACK, PING_REQ */
+    uint32_t flags;                     /* SYNC: GOSSIP_SYNC_REPLY */
+    char target[GOSSIP_ADDR_MAX];       /* PING_REQ: overlay address to probe */
+    uint16_t target_port;               /* PING_REQ */
+    char observed[MESH_WG_ENDPOINT_MAX]; /* ACK: the receiver's WireGuard endpoint as
+                                           * the sender sees it ("" unknown) */
+    uint8_t secret[GOSSIP_SECRET_LEN];  /* JOIN: the invite token's secret */
+    uint8_t ok;                         /* JOIN_REPLY */
+    char reason[MESH_TEXT_MAX];         /* JOIN_REPLY when refused */
+    int nupdates;                       /* 0..GOSSIP_MAX_UPDATES */
+    gossip_update *updates;             /* malloc'ed by the decoder; the encoder reads it */
+} gossip_msg;
+
+/* Encodes m (without a length prefix) into buf[0..cap); *len gets the size.
+ * Fails with "does not fit in N bytes" when cap is too small (the caller
+ * then sends fewer updates), and for a message the decoder would refuse. */
+int gossip_encode(const gossip_msg *m, uint8_t *buf, size_t cap, size_t *len, char *err,
+                  size_t errlen);
+/* Decodes one message strictly (known keys per type, exact lengths, bounds,
+ * nothing after the map; records inside are only copied, not opened: call
+ * gossip_record_open on each). Never reads outside buf[0..len). On success
+ * out->updates is malloc'ed (free with gossip_msg_free); on failure *out is
+ * all zero. */
+int gossip_decode(const void *buf, size_t len, gossip_msg *out, char *err, size_t errlen);
+void gossip_msg_free(gossip_msg *m);
+/* END gossip codec section */
+
+/* ================= membership: the SWIM state machine (gossip.c) ========= */
+/* Pure logic driven by the caller's clock: the daemon hands it datagrams and
+ * ticks, and it answers through hooks (send a datagram, sync over TCP, a
+ * member changed). No sockets and no threads here, so a test can run many
+ * nodes in one process. Rules and defaults: docs/PROTOCOL.md, "Gossip". */
+
+typedef struct {
+    int probe_interval_ms;  /* 1000: one member probed per interval */
+    int probe_timeout_ms;   /* 500: then PING_REQ through indirect_k others */
+    int indirect_k;         /* 3 */
+    int suspicion_min_ms;   /* 2500: suspect -> dead with K confirmations */
+    int suspicion_max_ms;   /* 5000: ... with none (Lifeguard) */
+    int sync_interval_ms;   /* 15000: full push-pull with one member */
+    int retransmit_mult;    /* 4: an update rides mult * ceil(log10(n + 1)) messages */
+} gossip_timing;
+
+/* The defaults above (a crashed node is dead everywhere in < 10 s on a LAN). */
+void gossip_timing_default(gossip_timing *t);
+
+typedef struct {
+    gossip_record rec;      /* the owner's latest record */
+    gossip_signed sig;      /* ... as signed, for relaying */
+    gossip_state state;
+    uint64_t state_inc;     /* incarnation the state refers to */
+    int64_t state_ms;       /* when this node adopted the state */
+    int64_t heard_ms;       /* last message received from it directly (0: never) */
+    int64_t acked_ms;       /* last direct ACK to one of our PINGs (0: never) */
+    int64_t suspect_ms;     /* SUSPECT: when the suspicion started */
+    int confirmations;      /* SUSPECT: independent others that suspect it too */
+    char suspectors[4][MESH_NAME_MAX];
+    bool self;
+} gossip_member;
+
+typedef struct gossip gossip;
+
+typedef struct {
+    void *ctx;
+    /* A datagram to addr:port on the overlay. */
+    void (*send)(void *ctx, const char *addr, int port, const uint8_t *buf, size_t len);
+    /* Please push-pull the whole state with this member over TCP
+     * (gossip_sync_message out, gossip_merge what comes back). */
+    void (*sync)(void *ctx, const gossip_member *m);
+    /* m was added (before == -1) or its state or record changed. */
+    void (*changed)(void *ctx, const gossip_member *m, int before);
+    /* Where this node sees the member at addr (its WireGuard endpoint), for
+     * the ACK's "observed" field; writes "" when unknown. May be NULL. */
+    void (*observe)(void *ctx, const char *addr, char *out, size_t outlen);
+    /* One line for the log (no newline). May be NULL. */
+    void (*log)(void *ctx, const char *line);
+} gossip_hooks;
+
+typedef struct {
+    const char *prefix;                 /* the mesh prefix: records are refused unless
+                                         * their address derives from their key in it */
+    gossip_record self;                 /* this node's record (incarnation: the start value) */
+    uint8_t id_priv[GOSSIP_KEY_LEN];    /* signs self */
+    gossip_timing timing;               /* zero fields take the defaults */
+    gossip_hooks hooks;
+    uint64_t seed;                      /* probe order and indirect choices */
+} gossip_config;
+
+int gossip_create(gossip **out, const gossip_config *cfg, int64_t now_ms, char *err,
+                  size_t errlen);
+void gossip_destroy(gossip *g);
+/* Adds a member known from before (the state dir's saved view) as ALIVE
+ * without announcing it: it is probed like any other, and declared dead if
+ * it does not answer. Refuses what gossip_merge would refuse. */
+int gossip_add_known(gossip *g, const gossip_signed *s, int64_t now_ms, char *err,
+                     size_t errlen);
+/* Admits a joiner's record (JOIN) and announces it to every member; err
+ * says why when refused (bad signature, address, name taken). */
+int gossip_admit(gossip *g, const gossip_signed *s, int64_t now_ms, char *err, size_t errlen);
+/* Timers: probes, indirect probes, suspicion timeouts, periodic sync. Call
+ * it at least every 100 ms. */
+void gossip_tick(gossip *g, int64_t now_ms);
+/* A datagram from addr:port (the overlay source, which WireGuard has
+ * authenticated). Datagrams from an address that is not a member's are
+ * dropped, as are malformed ones (logged). */
+void gossip_receive(gossip *g, const char *addr, int port, const void *buf, size_t len,
+                    int64_t now_ms);
+/* Applies every update of a SYNC or JOIN_REPLY (or a JOIN's record) that
+ * came over TCP. Returns the number of updates refused (each logged). */
+int gossip_merge(gossip *g, const gossip_msg *m, int64_t now_ms);
+/* Fills *m with a SYNC (or, with reply, a SYNC reply) carrying every
+ * member's state; free with gossip_msg_free. */
+int gossip_sync_message(gossip *g, gossip_msg *m, bool reply, char *err, size_t errlen);
+/* Adds an endpoint others observed for this node (NAT): re-signs the record
+ * with a higher incarnation when it is new. */
+void gossip_add_observed(gossip *g, const char *endpoint, int64_t now_ms);
+/* Signs this node's record as LEFT and sends it to every member (call
+ * again to repeat the datagrams). */
+int gossip_leave(gossip *g, int64_t now_ms, char *err, size_t errlen);
+/* The view, self included; pointers stay valid until the next call into g. */
+size_t gossip_members(const gossip *g, const gossip_member *const **list);
+const gossip_member *gossip_find_addr(const gossip *g, const char *addr);
+const gossip_member *gossip_self(const gossip *g);
+const char *gossip_state_name(gossip_state s);
+
 #endif

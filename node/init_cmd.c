@@ -47,7 +47,7 @@ static void wipe(void *p, size_t n)
     while (n--) *v++ = 0;
 }
 
-static void to_hex(const uint8_t *b, size_t n, char *out)
+void node_hex_encode(const uint8_t *b, size_t n, char *out)
 {
     static const char digits[] = "0123456789abcdef";
     for (size_t i = 0; i < n; i++) {
@@ -57,7 +57,7 @@ static void to_hex(const uint8_t *b, size_t n, char *out)
     out[2 * n] = '\0';
 }
 
-static int from_hex(const char *s, uint8_t *b, size_t n)
+int node_hex_decode(const char *s, uint8_t *b, size_t n)
 {
     if (strlen(s) != 2 * n) return -1;
     for (size_t i = 0; i < 2 * n; i++) {
@@ -79,7 +79,7 @@ static int state_path(char *out, const char *dir, const char *name)
 
 /* Node names go into file names, logs and gossip: keep them to a set that
  * needs no quoting anywhere. */
-static int valid_name(const char *s)
+int node_name_valid(const char *s)
 {
     size_t n = strlen(s);
     if (n < 1 || n > MESH_NAME_MAX - 1) return 0;
@@ -109,7 +109,7 @@ static int parse_duration(const char *s, long *out)
 
 /* Writes j (and a newline) to path through atomic_file with the given mode,
  * set on the temporary file before anything is written to it. */
-static int write_json(const char *path, json_t *j, mode_t mode, char *err, size_t errlen)
+int node_write_json(const char *path, json_t *j, unsigned mode, char *err, size_t errlen)
 {
     char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     if (!text) {
@@ -168,7 +168,7 @@ int cmd_init(int argc, char **argv)
         return 2;
     }
     /* Every flag is checked before anything touches the disk. */
-    if (!valid_name(name)) {
+    if (!node_name_valid(name)) {
         fprintf(stderr, "shardnode init: --name \"%s\": expected 1 to %d characters of "
                         "A-Z a-z 0-9 . _ -\n", name, MESH_NAME_MAX - 1);
         return 2;
@@ -204,49 +204,63 @@ int cmd_init(int argc, char **argv)
         fprintf(stderr, "shardnode init: --state \"%.80s...\": path too long\n", state);
         return 2;
     }
+    char mesh_hex[2 * TOKEN_MESH_ID_LEN + 1];
+    if (state_create(state, name, port, endpoint, prefix, NULL, overlay, sizeof overlay,
+                     mesh_hex, err, sizeof err) != 0) {
+        fprintf(stderr, "shardnode init: %s\n", err);
+        return 1;
+    }
+    printf("node %s in %s: overlay address %s, new mesh %s (%s)\n", name, state, overlay,
+           mesh_hex, prefix);
+    return 0;
+}
+
+int state_create(const char *state, const char *name, long port, const char *endpoint,
+                 const char *prefix, const uint8_t *join_mesh_id, char *overlay,
+                 size_t overlay_len, char mesh_hex[33], char *err, size_t errlen)
+{
+    char path[STATE_PATH_MAX];
+    if (state_path(path, state, "node.json") != 0)
+        return node_errf(err, errlen, "--state \"%.80s...\": path too long", state);
 
     bool created_dir = false;
     struct stat st;
     if (mkdir(state, 0700) == 0) {
         created_dir = true;
     } else if (errno != EEXIST) {
-        fprintf(stderr, "shardnode init: %s: cannot create: %s\n", state, strerror(errno));
-        return 1;
+        return node_errf(err, errlen, "%s: cannot create: %s", state, strerror(errno));
     } else if (stat(state, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "shardnode init: %s exists and is not a directory\n", state);
-        return 1;
+        return node_errf(err, errlen, "%s exists and is not a directory", state);
     }
     for (size_t i = 0; !created_dir && i < sizeof state_files / sizeof *state_files; i++) {
         state_path(path, state, state_files[i]);
         if (lstat(path, &st) == 0 || errno != ENOENT) {
-            fprintf(stderr, "shardnode init: %s already holds a node (%s); remove it or use "
-                            "another --state\n", state, state_files[i]);
-            return 1;
+            return node_errf(err, errlen, "%s already holds a node (%s); remove it or use "
+                             "another --state", state, state_files[i]);
         }
     }
     /* Exactly 0700 whatever the umask, and also for a directory that
      * existed: it holds private keys and invite secrets. */
     if (chmod(state, 0700) != 0) {
-        fprintf(stderr, "shardnode init: %s: cannot set mode 0700: %s\n", state,
-                strerror(errno));
+        node_errf(err, errlen, "%s: cannot set mode 0700: %s", state, strerror(errno));
         if (created_dir) rmdir(state);
-        return 1;
+        return -1;
     }
 
     uint8_t wg_priv[KEYS_LEN], wg_pub[KEYS_LEN], id_priv[KEYS_LEN], id_pub[KEYS_LEN];
     uint8_t mesh_id[TOKEN_MESH_ID_LEN];
     char wg_b64[KEYS_BASE64_LEN + 1], id_b64[KEYS_BASE64_LEN + 1];
-    char mesh_hex[2 * TOKEN_MESH_ID_LEN + 1];
     json_t *node = NULL, *mesh = NULL;
-    int rc = 1;
-    if (keys_x25519_generate(wg_priv, wg_pub, err, sizeof err) != 0 ||
-        keys_ed25519_generate(id_priv, id_pub, err, sizeof err) != 0 ||
-        keys_random(mesh_id, sizeof mesh_id, err, sizeof err) != 0 ||
-        mesh_overlay_address(prefix, wg_pub, overlay, sizeof overlay, err, sizeof err) != 0)
+    int rc = -1;
+    if (join_mesh_id) memcpy(mesh_id, join_mesh_id, sizeof mesh_id);
+    if (keys_x25519_generate(wg_priv, wg_pub, err, errlen) != 0 ||
+        keys_ed25519_generate(id_priv, id_pub, err, errlen) != 0 ||
+        (!join_mesh_id && keys_random(mesh_id, sizeof mesh_id, err, errlen) != 0) ||
+        mesh_overlay_address(prefix, wg_pub, overlay, overlay_len, err, errlen) != 0)
         goto fail;
     keys_to_base64(wg_pub, wg_b64);
     keys_to_base64(id_pub, id_b64);
-    to_hex(mesh_id, sizeof mesh_id, mesh_hex);
+    node_hex_encode(mesh_id, sizeof mesh_id, mesh_hex);
 
     devices_info dev;
     devices_detect(&dev);
@@ -259,32 +273,37 @@ int cmd_init(int argc, char **argv)
                                "protocol_version", MESH_PROTOCOL_VERSION, "software_version",
                                SHARDNODE_VERSION, "devices", devices)
                    : NULL;
-    mesh = json_pack("{s:s, s:s, s:I, s:[{s:s, s:s, s:s, s:s, s:s?}]}", "mesh_id", mesh_hex,
-                     "prefix", prefix, "created", (json_int_t)time(NULL), "members", "name",
-                     name, "wg_public_key", wg_b64, "id_public_key", id_b64, "overlay_address",
-                     overlay, "endpoint", endpoint);
+    /* A joiner's mesh.json lists no members until the join is accepted
+     * ("joined": false); the daemon fills in the signed records. */
+    mesh = join_mesh_id
+               ? json_pack("{s:s, s:s, s:I, s:i, s:b, s:[]}", "mesh_id", mesh_hex, "prefix",
+                           prefix, "created", (json_int_t)time(NULL), "gossip_port",
+                           GOSSIP_DEFAULT_PORT, "joined", 0, "members")
+               : json_pack("{s:s, s:s, s:I, s:i, s:b, s:[{s:s, s:s, s:s, s:s, s:s?}]}",
+                           "mesh_id", mesh_hex, "prefix", prefix, "created",
+                           (json_int_t)time(NULL), "gossip_port", GOSSIP_DEFAULT_PORT,
+                           "joined", 1, "members", "name", name, "wg_public_key", wg_b64,
+                           "id_public_key", id_b64, "overlay_address", overlay, "endpoint",
+                           endpoint);
     if (!node || !mesh) {
-        snprintf(err, sizeof err, "cannot build node.json (out of memory, or a CPU model "
+        snprintf(err, errlen, "cannot build node.json (out of memory, or a CPU model "
                                   "name that is not UTF-8)");
         goto fail;
     }
     /* The identity key first and node.json last: a directory with node.json
      * is complete. */
     if (state_path(path, state, "id.key") != 0 ||
-        keys_file_write(path, id_priv, err, sizeof err) != 0 ||
+        keys_file_write(path, id_priv, err, errlen) != 0 ||
         state_path(path, state, "wg.key") != 0 ||
-        keys_file_write(path, wg_priv, err, sizeof err) != 0 ||
+        keys_file_write(path, wg_priv, err, errlen) != 0 ||
         state_path(path, state, "mesh.json") != 0 ||
-        write_json(path, mesh, 0644, err, sizeof err) != 0 ||
+        node_write_json(path, mesh, 0644, err, errlen) != 0 ||
         state_path(path, state, "node.json") != 0 ||
-        write_json(path, node, 0644, err, sizeof err) != 0)
+        node_write_json(path, node, 0644, err, errlen) != 0)
         goto fail;
-    printf("node %s in %s: overlay address %s, WireGuard public key %s, new mesh %s (%s)\n",
-           name, state, overlay, wg_b64, mesh_hex, prefix);
     rc = 0;
     goto out;
 fail:
-    fprintf(stderr, "shardnode init: %s\n", err);
     init_undo(state, created_dir);
 out:
     wipe(wg_priv, sizeof wg_priv);
@@ -296,7 +315,7 @@ out:
 
 /* ---- invite ---- */
 
-static json_t *load_json(const char *path, char *err, size_t errlen)
+json_t *node_load_json(const char *path, char *err, size_t errlen)
 {
     /* Opened here so a missing file reads "no such file" once, not inside
      * jansson's message that repeats the path. */
@@ -334,7 +353,7 @@ static int record_invite(const char *state, const uint8_t secret[TOKEN_SECRET_LE
     json_t *root;
     if (access(path, F_OK) != 0 && errno == ENOENT) {
         root = json_pack("{s:[]}", "invites");
-    } else if (!(root = load_json(path, err, errlen))) {
+    } else if (!(root = node_load_json(path, err, errlen))) {
         return -1;
     }
     json_t *list = root ? json_object_get(root, "invites") : NULL;
@@ -348,19 +367,19 @@ static int record_invite(const char *state, const uint8_t secret[TOKEN_SECRET_LE
         if (json_is_integer(e) && json_integer_value(e) <= now) json_array_remove(list, i);
     }
     char hex[2 * TOKEN_SECRET_LEN + 1];
-    to_hex(secret, TOKEN_SECRET_LEN, hex);
+    node_hex_encode(secret, TOKEN_SECRET_LEN, hex);
     int rc = json_array_append_new(list, json_pack("{s:s, s:I, s:I}", "secret", hex, "expires",
                                                    (json_int_t)expires, "issued",
                                                    (json_int_t)now));
     if (rc != 0)
         snprintf(err, errlen, "%s: out of memory", path);
     else
-        rc = write_json(path, root, 0600, err, errlen); /* the secrets admit nodes */
+        rc = node_write_json(path, root, 0600, err, errlen); /* the secrets admit nodes */
     json_decref(root);
     return rc;
 }
 
-static const char *json_str(json_t *obj, const char *key)
+const char *node_json_str(json_t *obj, const char *key)
 {
     json_t *v = json_object_get(obj, key);
     return json_is_string(v) ? json_string_value(v) : NULL;
@@ -403,10 +422,10 @@ int cmd_invite(int argc, char **argv)
     json_t *node = NULL, *mesh = NULL;
     int lock_fd = -1, rc = 1;
     const char *endpoint, *mesh_hex, *prefix, *wg_b64;
-    if (!(node = load_json(node_path, err, sizeof err)) ||
-        !(mesh = load_json(mesh_path, err, sizeof err)))
+    if (!(node = node_load_json(node_path, err, sizeof err)) ||
+        !(mesh = node_load_json(mesh_path, err, sizeof err)))
         goto fail;
-    endpoint = json_str(node, "endpoint");
+    endpoint = node_json_str(node, "endpoint");
     if (!endpoint || !*endpoint) {
         snprintf(err, sizeof err, "%s has no endpoint, and a joiner must be able to reach "
                  "this node: add \"endpoint\": \"HOST:PORT\" to it", node_path);
@@ -417,9 +436,9 @@ int cmd_invite(int argc, char **argv)
                  node_path, endpoint);
         goto fail;
     }
-    mesh_hex = json_str(mesh, "mesh_id");
-    prefix = json_str(mesh, "prefix");
-    if (!mesh_hex || from_hex(mesh_hex, t.mesh_id, sizeof t.mesh_id) != 0) {
+    mesh_hex = node_json_str(mesh, "mesh_id");
+    prefix = node_json_str(mesh, "prefix");
+    if (!mesh_hex || node_hex_decode(mesh_hex, t.mesh_id, sizeof t.mesh_id) != 0) {
         snprintf(err, sizeof err, "%s: \"mesh_id\" must be %d hex digits", mesh_path,
                  2 * TOKEN_MESH_ID_LEN);
         goto fail;
@@ -429,7 +448,7 @@ int cmd_invite(int argc, char **argv)
                  mesh_path, TOKEN_STR_MAX);
         goto fail;
     }
-    wg_b64 = json_str(node, "wg_public_key");
+    wg_b64 = node_json_str(node, "wg_public_key");
     if (!wg_b64 || keys_from_base64(wg_b64, t.members[0].wg_pub, err, sizeof err) != 0) {
         snprintf(err, sizeof err, "%s: \"wg_public_key\" is not a base64 key", node_path);
         goto fail;

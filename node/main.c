@@ -47,7 +47,15 @@ static void usage(FILE *out)
             "       [--prefix CIDR]\n"
             "      make this node's state directory (keys, node.json) and a new mesh\n"
             "  invite --state DIR [--ttl DURATION]\n"
-            "      print a single-use invite token to this node's mesh (30m, 24h, 7d)\n");
+            "      print a single-use invite token to this node's mesh (30m, 24h, 7d)\n"
+            "  up --state DIR\n"
+            "      run this node in the foreground: WireGuard, gossip, the control socket\n"
+            "  join TOKEN --state DIR [--name NAME] [--listen-port P] [--endpoint HOST:PORT]\n"
+            "      join a mesh through an invite token, then run like up\n"
+            "  status --state DIR [--json]\n"
+            "      the members as the running node sees them\n"
+            "  leave --state DIR\n"
+            "      leave the mesh for good (the others list this node as left)\n");
 }
 
 /* OpenBLAS reads OPENBLAS_CORETYPE only when it loads, so a weak automatic
@@ -81,6 +89,10 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "link") == 0) return cmd_link(argc, argv);
     if (strcmp(argv[1], "init") == 0) return cmd_init(argc, argv);
     if (strcmp(argv[1], "invite") == 0) return cmd_invite(argc, argv);
+    if (strcmp(argv[1], "up") == 0) return cmd_up(argc, argv);
+    if (strcmp(argv[1], "join") == 0) return cmd_join(argc, argv);
+    if (strcmp(argv[1], "status") == 0) return cmd_status(argc, argv);
+    if (strcmp(argv[1], "leave") == 0) return cmd_leave(argc, argv);
     if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
         strcmp(argv[1], "-h") == 0) {
         usage(stdout);

@@ -27,6 +27,43 @@ int cmd_profile(int argc, char **argv);     /* profile_cmd.c */
 int cmd_link(int argc, char **argv);        /* link_cmd.c */
 int cmd_init(int argc, char **argv);        /* init_cmd.c */
 int cmd_invite(int argc, char **argv);      /* init_cmd.c */
+int cmd_up(int argc, char **argv);          /* mesh_cmd.c */
+int cmd_join(int argc, char **argv);        /* mesh_cmd.c */
+int cmd_status(int argc, char **argv);      /* mesh_cmd.c */
+int cmd_leave(int argc, char **argv);       /* mesh_cmd.c */
+
+/* ---- init_cmd.c: the state directory ---- */
+/* Makes a node's state directory: keys (0600), node.json and mesh.json.
+ * With join_mesh_id NULL the node founds a new mesh with the given prefix;
+ * otherwise it is a joiner of that mesh ("joined": false, no members yet).
+ * Fills the overlay address and the mesh id in hex. On failure nothing is
+ * left behind. */
+int state_create(const char *state, const char *name, long port, const char *endpoint,
+                 const char *prefix, const uint8_t *join_mesh_id, char *overlay,
+                 size_t overlay_len, char mesh_hex[33], char *err, size_t errlen);
+/* Lowercase hex of b[0..n) into out (2n + 1 bytes); the strict reverse
+ * (exactly 2n hex digits) returns -1 on anything else. */
+void node_hex_encode(const uint8_t *b, size_t n, char *out);
+int node_hex_decode(const char *s, uint8_t *b, size_t n);
+/* JSON files of the state directory: written through atomic_file with the
+ * mode set before any byte (0600 for secrets); read as one object, errors
+ * naming file and line. node_json_str: the string at key, or NULL. */
+struct json_t;
+int node_write_json(const char *path, struct json_t *j, unsigned mode, char *err,
+                    size_t errlen);
+struct json_t *node_load_json(const char *path, char *err, size_t errlen);
+const char *node_json_str(struct json_t *obj, const char *key);
+/* The node's name rule: 1..63 of A-Z a-z 0-9 . _ - */
+int node_name_valid(const char *s);
+
+/* ---- daemon.c: the running node ---- */
+typedef struct {
+    const char *token_text;   /* join: the invite token; NULL: `up` */
+} daemon_options;
+/* Runs the node of DIR in the foreground until SIGINT/SIGTERM or `leave`;
+ * with a token, first joins the mesh through it. Returns 0, or 1 with the
+ * reason printed. */
+int daemon_run(const char *state, const daemon_options *opt);
 
 /* ---- devices.c: what this build can compute on (node.json "devices") ----
  * The CPU always; GPUs only in a build with CUDA or HIP (none yet). */

@@ -1,0 +1,759 @@
+/* gossip.c — SWIM membership with Lifeguard's suspicion timeouts, as a pure
+ * state machine: datagrams and ticks in, datagrams and hooks out. The
+ * daemon (node/) owns the sockets, WireGuard and the clock.
+ *
+ * Every ALIVE or LEFT claim is a record its owner signed; SUSPECT and DEAD
+ * are claims about a member's incarnation, made by whoever probed it. The
+ * owner refutes suspicion by signing its record again with a higher
+ * incarnation. State changes are sent to every member at once (small
+ * meshes lose updates to gossip alone, see notes/wireguard.md) and ride on
+ * the next probes; a periodic TCP push-pull heals whatever was missed. */
+#include "mesh.h"
+
+#include "keys.h"
+#include "mesh_internal.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GOSSIP_MAX_MEMBERS GOSSIP_MAX_UPDATES
+#define GOSSIP_MAX_FORWARDS 64
+
+typedef struct {
+    gossip_update u;
+    uint8_t key[GOSSIP_KEY_LEN]; /* whose state: one queued update per member */
+    int sent;                    /* times piggybacked */
+} gossip_queued;
+
+typedef struct {
+    uint32_t seq;          /* the PING we sent to the target */
+    uint32_t orig_seq;     /* the requester's PING_REQ seq */
+    char addr[GOSSIP_ADDR_MAX];
+    int port;
+    int64_t expires_ms;
+} gossip_forward;
+
+struct gossip {
+    char prefix[64];
+    gossip_timing t;
+    gossip_hooks h;
+    uint8_t id_priv[GOSSIP_KEY_LEN];
+    uint64_t rng;
+    gossip_member *m[GOSSIP_MAX_MEMBERS]; /* m[0] is self */
+    size_t n;
+    gossip_queued *queue;
+    size_t nqueue;
+    gossip_forward fwd[GOSSIP_MAX_FORWARDS];
+    uint32_t seq;
+    /* The probe in flight. */
+    int probe_target;      /* index into m, -1: none */
+    uint32_t probe_seq;
+    int64_t probe_start_ms;
+    bool probe_acked, probe_indirect;
+    int64_t next_probe_ms, next_sync_ms;
+    bool announced; /* this node's record sent to everyone once */
+    /* Round-robin order of the members to probe. */
+    int order[GOSSIP_MAX_MEMBERS];
+    size_t norder, order_pos;
+};
+
+void gossip_timing_default(gossip_timing *t)
+{
+    t->probe_interval_ms = 1000;
+    t->probe_timeout_ms = 500;
+    t->indirect_k = 3;
+    t->suspicion_min_ms = 2500;
+    t->suspicion_max_ms = 5000;
+    t->sync_interval_ms = 15000;
+    t->retransmit_mult = 4;
+}
+
+const char *gossip_state_name(gossip_state s)
+{
+    switch (s) {
+    case GOSSIP_ALIVE: return "alive";
+    case GOSSIP_SUSPECT: return "suspect";
+    case GOSSIP_DEAD: return "dead";
+    case GOSSIP_LEFT: return "left";
+    }
+    return "?";
+}
+
+static void glog(gossip *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void glog(gossip *g, const char *fmt, ...)
+{
+    if (!g->h.log) return;
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    g->h.log(g->h.ctx, line);
+}
+
+static uint64_t rng_next(gossip *g)
+{
+    /* splitmix64: the order only needs to differ between nodes. */
+    uint64_t z = (g->rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static gossip_member *self_of(gossip *g) { return g->m[0]; }
+
+static int find_key(const gossip *g, const uint8_t key[GOSSIP_KEY_LEN])
+{
+    for (size_t i = 0; i < g->n; i++)
+        if (memcmp(g->m[i]->rec.wg_pub, key, GOSSIP_KEY_LEN) == 0) return (int)i;
+    return -1;
+}
+
+const gossip_member *gossip_find_addr(const gossip *g, const char *addr)
+{
+    for (size_t i = 0; i < g->n; i++)
+        if (strcmp(g->m[i]->rec.address, addr) == 0) return g->m[i];
+    return NULL;
+}
+
+const gossip_member *gossip_self(const gossip *g) { return g->m[0]; }
+
+size_t gossip_members(const gossip *g, const gossip_member *const **list)
+{
+    *list = (const gossip_member *const *)g->m;
+    return g->n;
+}
+
+/* Members that count for the suspicion formula and probing. */
+static size_t live_count(const gossip *g)
+{
+    size_t c = 0;
+    for (size_t i = 0; i < g->n; i++)
+        if (g->m[i]->state == GOSSIP_ALIVE || g->m[i]->state == GOSSIP_SUSPECT) c++;
+    return c;
+}
+
+static void notify(gossip *g, const gossip_member *m, int before)
+{
+    if (g->h.changed) g->h.changed(g->h.ctx, m, before);
+}
+
+/* ---- the update queue ---- */
+
+static void queue_update(gossip *g, const gossip_update *u, const uint8_t key[GOSSIP_KEY_LEN])
+{
+    for (size_t i = 0; i < g->nqueue; i++)
+        if (memcmp(g->queue[i].key, key, GOSSIP_KEY_LEN) == 0) {
+            g->queue[i].u = *u; /* the newest claim about a member replaces the older */
+            g->queue[i].sent = 0;
+            return;
+        }
+    gossip_queued *q = realloc(g->queue, (g->nqueue + 1) * sizeof *q);
+    if (!q) return; /* the periodic sync carries it anyway */
+    g->queue = q;
+    g->queue[g->nqueue].u = *u;
+    memcpy(g->queue[g->nqueue].key, key, GOSSIP_KEY_LEN);
+    g->queue[g->nqueue].sent = 0;
+    g->nqueue++;
+}
+
+static int retransmit_limit(const gossip *g)
+{
+    double n = (double)g->n;
+    int l = g->t.retransmit_mult * (int)ceil(log10(n + 1.0));
+    return l < 1 ? 1 : l;
+}
+
+static void update_of(const gossip *g, const gossip_member *m, gossip_update *u)
+{
+    (void)g;
+    memset(u, 0, sizeof *u);
+    u->state = m->state;
+    if (m->state == GOSSIP_ALIVE || m->state == GOSSIP_LEFT) {
+        u->rec = m->sig;
+    } else {
+        memcpy(u->wg_pub, m->rec.wg_pub, GOSSIP_KEY_LEN);
+        u->incarnation = m->state_inc;
+        snprintf(u->from, sizeof u->from, "%s", self_of((gossip *)g)->rec.name);
+    }
+}
+
+static void send_msg(gossip *g, const char *addr, int port, gossip_msg *m, bool piggyback)
+{
+    uint8_t buf[GOSSIP_UDP_MAX];
+    size_t len = 0;
+    char err[256];
+    gossip_update ups[8];
+    int idx[8];
+    int nup = 0;
+    m->version = MESH_PROTOCOL_VERSION;
+    memcpy(m->mesh_id, self_of(g)->rec.mesh_id, GOSSIP_MESH_ID_LEN);
+    snprintf(m->from, sizeof m->from, "%s", self_of(g)->rec.name);
+    if (piggyback && m->nupdates == 0) {
+        /* Least-sent first, as many as fit. */
+        int limit = retransmit_limit(g);
+        for (int round = 0; round < limit && nup < 8; round++)
+            for (size_t i = 0; i < g->nqueue && nup < 8; i++) {
+                if (g->queue[i].sent != round) continue;
+                ups[nup] = g->queue[i].u;
+                m->updates = ups;
+                m->nupdates = nup + 1;
+                if (gossip_encode(m, buf, sizeof buf, &len, err, sizeof err) != 0) break;
+                idx[nup++] = (int)i;
+            }
+        m->nupdates = nup;
+        m->updates = nup ? ups : NULL;
+    }
+    if (gossip_encode(m, buf, sizeof buf, &len, err, sizeof err) != 0) {
+        glog(g, "gossip: cannot encode a message to %s: %s", addr, err);
+        return;
+    }
+    g->h.send(g->h.ctx, addr, port, buf, len);
+    if (piggyback) {
+        for (int k = 0; k < nup; k++) g->queue[idx[k]].sent++;
+        /* Drop what has been sent often enough. */
+        int limit = retransmit_limit(g);
+        size_t w = 0;
+        for (size_t i = 0; i < g->nqueue; i++)
+            if (g->queue[i].sent < limit) g->queue[w++] = g->queue[i];
+        g->nqueue = w;
+    }
+}
+
+/* A state change goes to every member now (and rides later probes). */
+static void broadcast(gossip *g, const gossip_member *about)
+{
+    gossip_update u;
+    update_of(g, about, &u);
+    queue_update(g, &u, about->rec.wg_pub);
+    for (size_t i = 1; i < g->n; i++) {
+        const gossip_member *m = g->m[i];
+        if (m->state != GOSSIP_ALIVE && m->state != GOSSIP_SUSPECT) continue;
+        gossip_msg msg = {.type = GOSSIP_MSG_UPDATE, .nupdates = 1, .updates = &u};
+        send_msg(g, m->rec.address, m->rec.port, &msg, false);
+    }
+}
+
+/* ---- self ---- */
+
+static int resign_self(gossip *g, int64_t now_ms, char *err, size_t errlen)
+{
+    gossip_member *s = self_of(g);
+    s->rec.signed_ms = now_ms;
+    if (gossip_record_sign(&s->rec, g->id_priv, &s->sig, err, errlen) != 0) return -1;
+    s->state_inc = s->rec.incarnation;
+    return 0;
+}
+
+static void refute(gossip *g, uint64_t inc, int64_t now_ms, const char *what, const char *by)
+{
+    gossip_member *s = self_of(g);
+    if (s->rec.left) return;
+    if (inc < s->rec.incarnation) return; /* about an older incarnation: already refuted */
+    s->rec.incarnation = inc + 1;
+    char err[256];
+    if (resign_self(g, now_ms, err, sizeof err) != 0) {
+        glog(g, "gossip: cannot sign this node's record: %s", err);
+        return;
+    }
+    glog(g, "gossip: %s says this node is %s; refuting with incarnation %llu", by, what,
+         (unsigned long long)s->rec.incarnation);
+    broadcast(g, s);
+}
+
+void gossip_add_observed(gossip *g, const char *endpoint, int64_t now_ms)
+{
+    gossip_member *s = self_of(g);
+    if (!endpoint || !*endpoint || s->rec.left) return;
+    for (int i = 0; i < s->rec.nendpoints; i++)
+        if (strcmp(s->rec.endpoints[i], endpoint) == 0) return;
+    if (strlen(endpoint) >= MESH_WG_ENDPOINT_MAX) return;
+    gossip_record before = s->rec;
+    if (s->rec.nendpoints < GOSSIP_MAX_ENDPOINTS) {
+        s->rec.nendpoints++;
+    } else {
+        /* Keep the first (configured or first observed); the newest
+         * observation replaces the oldest of the rest. */
+        memmove(s->rec.endpoints[1], s->rec.endpoints[2],
+                (GOSSIP_MAX_ENDPOINTS - 2) * sizeof s->rec.endpoints[0]);
+    }
+    snprintf(s->rec.endpoints[s->rec.nendpoints - 1], MESH_WG_ENDPOINT_MAX, "%s", endpoint);
+    s->rec.incarnation++;
+    char err[256];
+    if (resign_self(g, now_ms, err, sizeof err) != 0) {
+        s->rec = before;
+        glog(g, "gossip: cannot sign this node's record: %s", err);
+        return;
+    }
+    glog(g, "gossip: peers see this node at %s", endpoint);
+    notify(g, s, GOSSIP_ALIVE);
+    broadcast(g, s);
+}
+
+int gossip_leave(gossip *g, int64_t now_ms, char *err, size_t errlen)
+{
+    gossip_member *s = self_of(g);
+    if (!s->rec.left) {
+        s->rec.left = 1;
+        s->rec.incarnation++;
+        if (resign_self(g, now_ms, err, errlen) != 0) return -1;
+        s->state = GOSSIP_LEFT;
+        s->state_ms = now_ms;
+    }
+    broadcast(g, s);
+    return 0;
+}
+
+/* ---- applying claims ---- */
+
+static void set_state(gossip *g, gossip_member *m, gossip_state st, uint64_t inc, int64_t now_ms)
+{
+    int before = (int)m->state;
+    m->state = st;
+    m->state_inc = inc;
+    m->state_ms = now_ms;
+    if (st == GOSSIP_SUSPECT) {
+        m->suspect_ms = now_ms;
+        m->confirmations = 0;
+        memset(m->suspectors, 0, sizeof m->suspectors);
+    }
+    if (before != (int)st)
+        glog(g, "gossip: %s (%s) is %s (incarnation %llu)", m->rec.name, m->rec.address,
+             gossip_state_name(st), (unsigned long long)inc);
+    notify(g, m, before);
+}
+
+/* A signed record (ALIVE or LEFT). Returns 0 when accepted or stale, -1
+ * when refused. */
+static int apply_record(gossip *g, const gossip_signed *sig, int64_t now_ms, bool announce,
+                        char *err, size_t errlen)
+{
+    gossip_record r;
+    if (gossip_record_open(sig, &r, err, errlen) != 0) return -1;
+    const gossip_member *s = self_of(g);
+    if (memcmp(r.mesh_id, s->rec.mesh_id, GOSSIP_MESH_ID_LEN) != 0)
+        return mesh_errf(err, errlen, "record of %s belongs to another mesh", r.name);
+    char want[GOSSIP_ADDR_MAX];
+    if (mesh_overlay_address(g->prefix, r.wg_pub, want, sizeof want, err, errlen) != 0)
+        return -1;
+    if (strcmp(want, r.address) != 0)
+        return mesh_errf(err, errlen, "record of %s claims overlay address %s, but its key "
+                         "gives %s", r.name, r.address, want);
+    int i = find_key(g, r.wg_pub);
+    if (i == 0) return 0; /* our own record relayed back: only we sign it */
+    for (size_t j = 0; j < g->n; j++) {
+        const gossip_member *o = g->m[j];
+        if ((int)j == i || memcmp(o->rec.wg_pub, r.wg_pub, GOSSIP_KEY_LEN) == 0) continue;
+        if (strcmp(o->rec.address, r.address) == 0)
+            return mesh_errf(err, errlen, "record of %s: overlay address %s collides with "
+                             "member %s's; one of them needs a new key", r.name, r.address,
+                             o->rec.name);
+        if (strcmp(o->rec.name, r.name) == 0 && o->state != GOSSIP_LEFT &&
+            o->state != GOSSIP_DEAD)
+            return mesh_errf(err, errlen, "record of %s: the name is taken by another "
+                             "member (%s)", r.name, o->rec.address);
+    }
+    if (i < 0) {
+        if (g->n >= GOSSIP_MAX_MEMBERS)
+            return mesh_errf(err, errlen, "record of %s: the view is full (%d members)",
+                             r.name, GOSSIP_MAX_MEMBERS);
+        gossip_member *m = calloc(1, sizeof *m);
+        if (!m) return mesh_errf(err, errlen, "record of %s: out of memory", r.name);
+        m->rec = r;
+        m->sig = *sig;
+        m->state = r.left ? GOSSIP_LEFT : GOSSIP_ALIVE;
+        m->state_inc = r.incarnation;
+        m->state_ms = now_ms;
+        g->m[g->n++] = m;
+        glog(g, "gossip: new member %s (%s), %s", r.name, r.address,
+             gossip_state_name(m->state));
+        notify(g, m, -1);
+        if (announce) broadcast(g, m);
+        return 0;
+    }
+    gossip_member *m = g->m[i];
+    if (memcmp(m->rec.id_pub, r.id_pub, GOSSIP_KEY_LEN) != 0)
+        return mesh_errf(err, errlen, "record of %s is signed by another identity than the "
+                         "member with its WireGuard key", r.name);
+    if (m->state == GOSSIP_LEFT) return 0; /* leaving is for good */
+    bool newer = r.incarnation > m->rec.incarnation;
+    /* The same incarnation may still turn ALIVE into LEFT? No: leaving raises
+     * the incarnation, so only newer records count. */
+    if (!newer) return 0;
+    m->rec = r;
+    m->sig = *sig;
+    gossip_state st = r.left ? GOSSIP_LEFT : GOSSIP_ALIVE;
+    bool state_changes = st != m->state;
+    if (state_changes || st == GOSSIP_ALIVE) {
+        /* A newer record beats suspicion and death of older incarnations. */
+        set_state(g, m, st, r.incarnation, now_ms);
+    }
+    if (announce) broadcast(g, m);
+    return 0;
+}
+
+static double suspicion_timeout_ms(const gossip *g, const gossip_member *m)
+{
+    double lo = g->t.suspicion_min_ms, hi = g->t.suspicion_max_ms;
+    size_t n = live_count(g);
+    int k = n >= 2 ? (int)n - 2 : 0;
+    if (k > 3) k = 3;
+    if (k < 1 || hi <= lo) return lo;
+    int c = m->confirmations < k ? m->confirmations : k;
+    double t = hi - (hi - lo) * log((double)c + 1.0) / log((double)k + 1.0);
+    return t < lo ? lo : t;
+}
+
+static void apply_claim(gossip *g, const gossip_update *u, int64_t now_ms)
+{
+    int i = find_key(g, u->wg_pub);
+    if (i < 0) return; /* about someone we do not know: the sync brings the record */
+    gossip_member *m = g->m[i];
+    const char *what = u->state == GOSSIP_SUSPECT ? "suspect" : "dead";
+    if (i == 0) {
+        refute(g, u->incarnation, now_ms, what, u->from);
+        return;
+    }
+    if (m->state == GOSSIP_LEFT || u->incarnation < m->rec.incarnation) return;
+    if (u->state == GOSSIP_SUSPECT) {
+        if (m->state == GOSSIP_ALIVE) {
+            set_state(g, m, GOSSIP_SUSPECT, u->incarnation, now_ms);
+            snprintf(m->suspectors[0], MESH_NAME_MAX, "%s", u->from);
+            broadcast(g, m);
+        } else if (m->state == GOSSIP_SUSPECT && m->state_inc == u->incarnation) {
+            for (int k = 0; k < 4; k++) {
+                if (strcmp(m->suspectors[k], u->from) == 0) return;
+                if (!m->suspectors[k][0]) {
+                    snprintf(m->suspectors[k], MESH_NAME_MAX, "%s", u->from);
+                    if (k > 0) m->confirmations++;
+                    return;
+                }
+            }
+        }
+    } else if (u->state == GOSSIP_DEAD && m->state != GOSSIP_DEAD) {
+        set_state(g, m, GOSSIP_DEAD, u->incarnation, now_ms);
+        broadcast(g, m);
+    }
+}
+
+/* Returns -1 with err when the update was refused. */
+static int apply_update(gossip *g, const gossip_update *u, int64_t now_ms, char *err,
+                        size_t errlen)
+{
+    if (u->state == GOSSIP_ALIVE || u->state == GOSSIP_LEFT)
+        return apply_record(g, &u->rec, now_ms, true, err, errlen);
+    apply_claim(g, u, now_ms);
+    return 0;
+}
+
+int gossip_merge(gossip *g, const gossip_msg *m, int64_t now_ms)
+{
+    int refused = 0;
+    char err[512];
+    for (int i = 0; i < m->nupdates; i++)
+        if (apply_update(g, &m->updates[i], now_ms, err, sizeof err) != 0) {
+            glog(g, "gossip: from %s: %s", m->from, err);
+            refused++;
+        }
+    return refused;
+}
+
+int gossip_add_known(gossip *g, const gossip_signed *s, int64_t now_ms, char *err,
+                     size_t errlen)
+{
+    return apply_record(g, s, now_ms, false, err, errlen);
+}
+
+int gossip_admit(gossip *g, const gossip_signed *s, int64_t now_ms, char *err, size_t errlen)
+{
+    return apply_record(g, s, now_ms, true, err, errlen);
+}
+
+int gossip_sync_message(gossip *g, gossip_msg *m, bool reply, char *err, size_t errlen)
+{
+    memset(m, 0, sizeof *m);
+    m->type = GOSSIP_MSG_SYNC;
+    m->version = MESH_PROTOCOL_VERSION;
+    m->flags = reply ? GOSSIP_SYNC_REPLY : 0;
+    memcpy(m->mesh_id, self_of(g)->rec.mesh_id, GOSSIP_MESH_ID_LEN);
+    snprintf(m->from, sizeof m->from, "%s", self_of(g)->rec.name);
+    m->updates = calloc(g->n ? g->n * 2 : 1, sizeof *m->updates);
+    if (!m->updates) return mesh_errf(err, errlen, "gossip sync: out of memory");
+    /* Every record, and after it the claim that overrides it (SUSPECT or
+     * DEAD), so a receiver that lacks the record learns both. */
+    for (size_t i = 0; i < g->n; i++) {
+        const gossip_member *mm = g->m[i];
+        gossip_update *u = &m->updates[m->nupdates++];
+        memset(u, 0, sizeof *u);
+        u->state = mm->rec.left ? GOSSIP_LEFT : GOSSIP_ALIVE;
+        u->rec = mm->sig;
+        if (mm->state == GOSSIP_SUSPECT || mm->state == GOSSIP_DEAD)
+            update_of(g, mm, &m->updates[m->nupdates++]);
+    }
+    return 0;
+}
+
+/* ---- probing ---- */
+
+static void reshuffle(gossip *g)
+{
+    g->norder = 0;
+    for (size_t i = 1; i < g->n; i++)
+        if (g->m[i]->state == GOSSIP_ALIVE || g->m[i]->state == GOSSIP_SUSPECT)
+            g->order[g->norder++] = (int)i;
+    for (size_t i = g->norder; i > 1; i--) {
+        size_t j = rng_next(g) % i;
+        int t = g->order[i - 1];
+        g->order[i - 1] = g->order[j];
+        g->order[j] = t;
+    }
+    g->order_pos = 0;
+}
+
+static int next_target(gossip *g)
+{
+    for (int tries = 0; tries < 2; tries++) {
+        while (g->order_pos < g->norder) {
+            int i = g->order[g->order_pos++];
+            if ((size_t)i < g->n &&
+                (g->m[i]->state == GOSSIP_ALIVE || g->m[i]->state == GOSSIP_SUSPECT))
+                return i;
+        }
+        reshuffle(g);
+    }
+    return -1;
+}
+
+static void ping(gossip *g, const char *addr, int port, uint32_t seq)
+{
+    gossip_msg m = {.type = GOSSIP_MSG_PING, .seq = seq};
+    send_msg(g, addr, port, &m, true);
+}
+
+static void probe_failed(gossip *g, int64_t now_ms)
+{
+    gossip_member *m = g->m[g->probe_target];
+    if (m->state != GOSSIP_ALIVE) return;
+    set_state(g, m, GOSSIP_SUSPECT, m->rec.incarnation, now_ms);
+    snprintf(m->suspectors[0], MESH_NAME_MAX, "%s", self_of(g)->rec.name);
+    broadcast(g, m);
+}
+
+void gossip_tick(gossip *g, int64_t now_ms)
+{
+    const gossip_timing *t = &g->t;
+    if (!g->announced) {
+        /* A restarted node's new incarnation, or a joiner's first record. */
+        g->announced = true;
+        broadcast(g, self_of(g));
+    }
+    /* The probe in flight. */
+    if (g->probe_target >= 0 && !g->probe_acked) {
+        gossip_member *tm = g->m[g->probe_target];
+        if (!g->probe_indirect && now_ms >= g->probe_start_ms + t->probe_timeout_ms) {
+            g->probe_indirect = true;
+            int cand[GOSSIP_MAX_MEMBERS], nc = 0;
+            for (size_t i = 1; i < g->n; i++)
+                if ((int)i != g->probe_target && g->m[i]->state == GOSSIP_ALIVE)
+                    cand[nc++] = (int)i;
+            for (int k = 0; k < t->indirect_k && nc > 0; k++) {
+                int j = (int)(rng_next(g) % (uint64_t)nc);
+                gossip_member *via = g->m[cand[j]];
+                cand[j] = cand[--nc];
+                gossip_msg m = {.type = GOSSIP_MSG_PING_REQ, .seq = g->probe_seq,
+                                .target_port = tm->rec.port};
+                snprintf(m.target, sizeof m.target, "%s", tm->rec.address);
+                send_msg(g, via->rec.address, via->rec.port, &m, false);
+            }
+        }
+        if (now_ms >= g->probe_start_ms + t->probe_interval_ms) {
+            probe_failed(g, now_ms);
+            g->probe_target = -1;
+        }
+    }
+    /* A new probe each interval. */
+    if (now_ms >= g->next_probe_ms) {
+        if (g->probe_target >= 0 && !g->probe_acked) probe_failed(g, now_ms);
+        g->next_probe_ms = now_ms + t->probe_interval_ms;
+        g->probe_target = next_target(g);
+        if (g->probe_target >= 0) {
+            g->probe_seq = ++g->seq;
+            g->probe_start_ms = now_ms;
+            g->probe_acked = false;
+            g->probe_indirect = false;
+            gossip_member *tm = g->m[g->probe_target];
+            ping(g, tm->rec.address, tm->rec.port, g->probe_seq);
+        }
+    }
+    /* Suspicions that ran out. */
+    for (size_t i = 1; i < g->n; i++) {
+        gossip_member *m = g->m[i];
+        if (m->state == GOSSIP_SUSPECT &&
+            now_ms >= m->suspect_ms + (int64_t)suspicion_timeout_ms(g, m)) {
+            set_state(g, m, GOSSIP_DEAD, m->state_inc, now_ms);
+            broadcast(g, m);
+        }
+    }
+    /* Forwarded probes that got no answer. */
+    for (int i = 0; i < GOSSIP_MAX_FORWARDS; i++)
+        if (g->fwd[i].seq && now_ms >= g->fwd[i].expires_ms) g->fwd[i].seq = 0;
+    /* Push-pull with one member now and then. */
+    if (now_ms >= g->next_sync_ms && g->h.sync) {
+        g->next_sync_ms = now_ms + t->sync_interval_ms;
+        int cand[GOSSIP_MAX_MEMBERS], nc = 0;
+        for (size_t i = 1; i < g->n; i++)
+            if (g->m[i]->state == GOSSIP_ALIVE) cand[nc++] = (int)i;
+        if (nc) g->h.sync(g->h.ctx, g->m[cand[rng_next(g) % (uint64_t)nc]]);
+    }
+}
+
+static void ack(gossip *g, const char *addr, int port, uint32_t seq)
+{
+    gossip_msg m = {.type = GOSSIP_MSG_ACK, .seq = seq};
+    if (g->h.observe) g->h.observe(g->h.ctx, addr, m.observed, sizeof m.observed);
+    send_msg(g, addr, port, &m, true);
+}
+
+void gossip_receive(gossip *g, const char *addr, int port, const void *buf, size_t len,
+                    int64_t now_ms)
+{
+    int idx = -1;
+    for (size_t i = 1; i < g->n; i++)
+        if (strcmp(g->m[i]->rec.address, addr) == 0) idx = (int)i;
+    if (idx < 0) {
+        glog(g, "gossip: dropped a datagram from %s:%d, not a member's address", addr, port);
+        return;
+    }
+    gossip_member *from = g->m[idx];
+    gossip_msg m;
+    char err[512];
+    if (gossip_decode(buf, len, &m, err, sizeof err) != 0) {
+        glog(g, "gossip: dropped a datagram from %s (%s): %s", from->rec.name, addr, err);
+        return;
+    }
+    if (memcmp(m.mesh_id, self_of(g)->rec.mesh_id, GOSSIP_MESH_ID_LEN) != 0 ||
+        strcmp(m.from, from->rec.name) != 0) {
+        glog(g, "gossip: dropped a datagram from %s: it says it is %s%s", addr, m.from,
+             memcmp(m.mesh_id, self_of(g)->rec.mesh_id, GOSSIP_MESH_ID_LEN) ? " of another mesh"
+                                                                           : "");
+        gossip_msg_free(&m);
+        return;
+    }
+    from->heard_ms = now_ms;
+    if (from->state == GOSSIP_DEAD && m.type != GOSSIP_MSG_UPDATE) {
+        /* It is back (a restart): tell it what we believe, so it refutes
+         * with a newer record, and pull its state. */
+        gossip_update u;
+        update_of(g, from, &u);
+        gossip_msg um = {.type = GOSSIP_MSG_UPDATE, .nupdates = 1, .updates = &u};
+        send_msg(g, addr, port, &um, false);
+    }
+    for (int i = 0; i < m.nupdates; i++)
+        if (apply_update(g, &m.updates[i], now_ms, err, sizeof err) != 0)
+            glog(g, "gossip: from %s: %s", from->rec.name, err);
+    switch (m.type) {
+    case GOSSIP_MSG_PING:
+        ack(g, addr, port, m.seq);
+        break;
+    case GOSSIP_MSG_ACK:
+        if (m.observed[0]) gossip_add_observed(g, m.observed, now_ms);
+        if (g->probe_target >= 0 && m.seq == g->probe_seq) {
+            gossip_member *tm = g->m[g->probe_target];
+            if (tm == from) tm->acked_ms = now_ms;
+            g->probe_acked = true;
+        }
+        for (int i = 0; i < GOSSIP_MAX_FORWARDS; i++)
+            if (g->fwd[i].seq && g->fwd[i].seq == m.seq) {
+                gossip_msg a = {.type = GOSSIP_MSG_ACK, .seq = g->fwd[i].orig_seq};
+                send_msg(g, g->fwd[i].addr, g->fwd[i].port, &a, true);
+                g->fwd[i].seq = 0;
+            }
+        break;
+    case GOSSIP_MSG_PING_REQ: {
+        int slot = -1;
+        for (int i = 0; i < GOSSIP_MAX_FORWARDS && slot < 0; i++)
+            if (!g->fwd[i].seq) slot = i;
+        if (slot < 0 || !gossip_find_addr(g, m.target)) break;
+        gossip_forward *f = &g->fwd[slot];
+        f->seq = ++g->seq;
+        f->orig_seq = m.seq;
+        snprintf(f->addr, sizeof f->addr, "%s", addr);
+        f->port = port;
+        f->expires_ms = now_ms + g->t.probe_interval_ms;
+        ping(g, m.target, m.target_port, f->seq);
+        break;
+    }
+    case GOSSIP_MSG_UPDATE:
+        break;
+    default:
+        glog(g, "gossip: dropped a %d message from %s: not for UDP", (int)m.type,
+             from->rec.name);
+    }
+    gossip_msg_free(&m);
+}
+
+/* ---- life ---- */
+
+int gossip_create(gossip **out, const gossip_config *cfg, int64_t now_ms, char *err,
+                  size_t errlen)
+{
+    *out = NULL;
+    if (!cfg->hooks.send)
+        return mesh_errf(err, errlen, "gossip: the send hook is required");
+    gossip *g = calloc(1, sizeof *g);
+    gossip_member *s = calloc(1, sizeof *s);
+    if (!g || !s) {
+        free(g);
+        free(s);
+        return mesh_errf(err, errlen, "gossip: out of memory");
+    }
+    snprintf(g->prefix, sizeof g->prefix, "%s", cfg->prefix ? cfg->prefix : "");
+    gossip_timing_default(&g->t);
+    const gossip_timing *c = &cfg->timing;
+    if (c->probe_interval_ms > 0) g->t.probe_interval_ms = c->probe_interval_ms;
+    if (c->probe_timeout_ms > 0) g->t.probe_timeout_ms = c->probe_timeout_ms;
+    if (c->indirect_k > 0) g->t.indirect_k = c->indirect_k;
+    if (c->suspicion_min_ms > 0) g->t.suspicion_min_ms = c->suspicion_min_ms;
+    if (c->suspicion_max_ms > 0) g->t.suspicion_max_ms = c->suspicion_max_ms;
+    if (c->sync_interval_ms > 0) g->t.sync_interval_ms = c->sync_interval_ms;
+    if (c->retransmit_mult > 0) g->t.retransmit_mult = c->retransmit_mult;
+    g->h = cfg->hooks;
+    memcpy(g->id_priv, cfg->id_priv, GOSSIP_KEY_LEN);
+    g->rng = cfg->seed ^ 0x5eedull;
+    s->self = true;
+    s->rec = cfg->self;
+    s->state = s->rec.left ? GOSSIP_LEFT : GOSSIP_ALIVE;
+    s->state_ms = now_ms;
+    g->m[0] = s;
+    g->n = 1;
+    g->probe_target = -1;
+    g->next_probe_ms = now_ms;
+    g->next_sync_ms = now_ms + g->t.sync_interval_ms;
+    char want[GOSSIP_ADDR_MAX];
+    if (mesh_overlay_address(g->prefix, s->rec.wg_pub, want, sizeof want, err, errlen) != 0 ||
+        resign_self(g, now_ms, err, errlen) != 0) {
+        gossip_destroy(g);
+        return -1;
+    }
+    if (strcmp(want, s->rec.address) != 0) {
+        mesh_errf(err, errlen, "this node's address %s is not the one its key gives in %s (%s)",
+                  s->rec.address, g->prefix, want);
+        gossip_destroy(g);
+        return -1;
+    }
+    *out = g;
+    return 0;
+}
+
+void gossip_destroy(gossip *g)
+{
+    if (!g) return;
+    for (size_t i = 0; i < g->n; i++) free(g->m[i]);
+    free(g->queue);
+    volatile uint8_t *p = g->id_priv;
+    for (size_t i = 0; i < GOSSIP_KEY_LEN; i++) p[i] = 0;
+    free(g);
+}

@@ -1,0 +1,132 @@
+/* daemon_internal.h — what the daemon's files share (daemon.c: the loop,
+ * WireGuard peers, UDP; daemon_state.c: the state directory and invites;
+ * daemon_tcp.c: sync, joins and the control socket; daemon_join.c: the
+ * joiner's side). Private to node/. */
+#ifndef SHARDNODE_DAEMON_INTERNAL_H
+#define SHARDNODE_DAEMON_INTERNAL_H
+
+#include "keys.h"
+#include "mesh.h"
+#include "node.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/socket.h>
+
+#ifndef SHARDNODE_VERSION
+#define SHARDNODE_VERSION "0.1.0"
+#endif
+
+#define DAEMON_PATH_MAX 4096
+#define DAEMON_MAX_PEERS 1024
+#define DAEMON_MAX_INVITES 64
+
+struct event_base;
+struct event;
+struct evconnlistener;
+
+/* What this node knows of a WireGuard peer (members and invites alike). */
+typedef struct {
+    uint8_t key[GOSSIP_KEY_LEN];
+    char endpoint[MESH_WG_ENDPOINT_MAX]; /* as WireGuard last saw it */
+    int64_t handshake_s;                 /* last handshake, Unix seconds; 0: never */
+    int64_t dead_since_s;                /* when we declared it dead */
+    bool knocked;                        /* let back in after a handshake while dead */
+} daemon_peer;
+
+typedef struct {
+    uint8_t secret[GOSSIP_SECRET_LEN];
+    uint8_t pub[GOSSIP_KEY_LEN];         /* the key the secret stands for */
+    char address[GOSSIP_ADDR_MAX];       /* the one address it may use */
+    int64_t expires;
+    bool used;
+} daemon_invite;
+
+typedef struct daemon_conn daemon_conn;
+
+typedef struct daemon_t {
+    char state[DAEMON_PATH_MAX - 64]; /* room for "/invites.json" and the like */
+    char ctl_path[DAEMON_PATH_MAX];
+    json_t *node, *mesh;
+    char name[MESH_NAME_MAX];
+    char prefix[64];
+    char overlay[GOSSIP_ADDR_MAX];
+    char endpoint[MESH_WG_ENDPOINT_MAX]; /* configured ("" none: behind NAT, say) */
+    char ifname[MESH_WG_IFNAME_MAX];
+    char devices_json[GOSSIP_DEVICES_MAX];
+    uint8_t wg_priv[GOSSIP_KEY_LEN], wg_pub[GOSSIP_KEY_LEN];
+    uint8_t id_priv[GOSSIP_KEY_LEN], id_pub[GOSSIP_KEY_LEN];
+    uint8_t mesh_id[GOSSIP_MESH_ID_LEN];
+    int listen_port, gossip_port, prefix_len;
+    uint64_t incarnation;
+    bool joined, left;
+    int lock_fd;
+    FILE *logf;
+
+    mesh_wg *wg;
+    gossip *g;
+    struct event_base *base;
+    int udp_fd;
+    struct event *udp_ev, *timer, *sigint, *sigterm;
+    struct evconnlistener *tcp, *ctl;
+    daemon_conn *conns; /* open TCP and control connections */
+
+    daemon_peer peers[DAEMON_MAX_PEERS];
+    size_t npeers;
+    daemon_invite invites[DAEMON_MAX_INVITES];
+    size_t ninvites;
+    int64_t invites_mtime_ns;
+
+    bool dirty, leaving;
+    int leave_sends;
+    int64_t next_poll_ms, next_save_ms, leave_done_ms;
+} daemon_t;
+
+/* daemon.c */
+int64_t daemon_now_ms(void);
+void daemon_log(daemon_t *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int daemon_sockaddr(const char *addr, int port, struct sockaddr_storage *ss, socklen_t *len);
+void daemon_addr_string(const struct sockaddr *sa, char *out, size_t outlen, int *port);
+void daemon_host_cidr(const char *addr, char *out, size_t outlen);
+daemon_peer *daemon_peer_of(daemon_t *d, const uint8_t key[GOSSIP_KEY_LEN]);
+int daemon_set_member_peer(daemon_t *d, const gossip_member *m, const char *endpoint);
+void daemon_leave(daemon_t *d);
+/* This node's record as it stands (incarnation d->incarnation). */
+void daemon_self_record(daemon_t *d, gossip_record *r);
+int daemon_open_wireguard(daemon_t *d, const uint8_t priv[GOSSIP_KEY_LEN], const char *address,
+                          char *err, size_t errlen);
+void daemon_free(daemon_t *d);
+
+/* daemon_state.c */
+int daemon_open_state(daemon_t **out, const char *state, char *err, size_t errlen);
+int daemon_save(daemon_t *d, char *err, size_t errlen);
+int daemon_load_members(daemon_t *d, char *err, size_t errlen);
+uint64_t daemon_mem_available(void);
+/* Re-reads invites.json when it changed (or always with force) and keeps
+ * WireGuard's invite peers in step: unexpired invites are peers. */
+void daemon_invites_refresh(daemon_t *d, bool force);
+const daemon_invite *daemon_invite_by_address(const daemon_t *d, const char *addr);
+/* Marks the invite with this secret used by `name`, under invites.lock.
+ * Returns 0 when it was free, 1 with *why filled when it cannot be used
+ * (expired, used, unknown), -1 on an I/O error (err). */
+int daemon_invite_redeem(daemon_t *d, const uint8_t secret[GOSSIP_SECRET_LEN],
+                         const char *name, char *why, size_t whylen, char *err,
+                         size_t errlen);
+
+/* daemon_tcp.c */
+void daemon_tcp_accept(struct evconnlistener *l, int fd, struct sockaddr *sa, int salen,
+                       void *arg);
+void daemon_sync_start(daemon_t *d, const char *addr, int port);
+int daemon_control_open(daemon_t *d, char *err, size_t errlen);
+void daemon_conns_close(daemon_t *d);
+/* Frames a gossip message (4-byte LE length, then the map) into a malloc'ed
+ * buffer. */
+int daemon_frame(const gossip_msg *m, uint8_t **out, size_t *len, char *err, size_t errlen);
+json_t *daemon_status_json(daemon_t *d);
+
+/* daemon_join.c: the joiner's side, before the loop starts. */
+int daemon_join(daemon_t *d, const char *token_text, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,258 @@
+/* mesh_cmd.c — the mesh commands a person types:
+ *
+ *   shardnode up --state DIR
+ *   shardnode join TOKEN --state DIR [--name NAME] [--listen-port P] [--endpoint HOST:PORT]
+ *   shardnode status --state DIR [--json]
+ *   shardnode leave --state DIR
+ *
+ * up and join run the node (daemon.c) in the foreground; status and leave
+ * talk to it through DIR/control.sock. */
+#include "daemon_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+int cmd_up(int argc, char **argv)
+{
+    const char *state = NULL;
+    const args_option opts[] = {{"--state", &state, NULL}};
+    static const char *const required[] = {"--state", NULL};
+    char err[512];
+    if (args_parse(argc, argv, 2, opts, 1, err, sizeof err) != 0 ||
+        args_require(opts, 1, required, err, sizeof err) != 0) {
+        fprintf(stderr, "shardnode up: %s\nusage: shardnode up --state DIR\n", err);
+        return 2;
+    }
+    return daemon_run(state, NULL);
+}
+
+int cmd_join(int argc, char **argv)
+{
+    const char *state = NULL, *name = NULL, *port_s = NULL, *endpoint = NULL;
+    const args_option opts[] = {{"--state", &state, NULL},
+                                {"--name", &name, NULL},
+                                {"--listen-port", &port_s, NULL},
+                                {"--endpoint", &endpoint, NULL}};
+    const int nopts = (int)(sizeof opts / sizeof *opts);
+    static const char *const required[] = {"--state", NULL};
+    char err[2048];
+    if (argc < 3 || argv[2][0] == '-' || args_parse(argc, argv, 3, opts, nopts, err, sizeof err) ||
+        args_require(opts, nopts, required, err, sizeof err) != 0) {
+        fprintf(stderr, "shardnode join: %s\nusage: shardnode join TOKEN --state DIR [--name "
+                "NAME] [--listen-port P] [--endpoint HOST:PORT]\n",
+                argc < 3 || argv[2][0] == '-' ? "the token comes first" : err);
+        return 2;
+    }
+    const char *text = argv[2];
+    /* The token is judged before anything is written. */
+    struct token t;
+    if (token_decode(text, &t, (int64_t)time(NULL), err, sizeof err) != 0) {
+        fprintf(stderr, "shardnode join: %s\n", err);
+        return 1;
+    }
+    char path[DAEMON_PATH_MAX];
+    snprintf(path, sizeof path, "%s/node.json", state);
+    if (access(path, F_OK) != 0) {
+        if (!name) {
+            fprintf(stderr, "shardnode join: %s holds no node yet: give it a --name\n", state);
+            return 2;
+        }
+        if (!node_name_valid(name)) {
+            fprintf(stderr, "shardnode join: --name \"%s\": expected 1 to %d characters of "
+                    "A-Z a-z 0-9 . _ -\n", name, MESH_NAME_MAX - 1);
+            return 2;
+        }
+        long port = 51820;
+        if (port_s && args_int(port_s, "--listen-port", 1, 65535, &port, err, sizeof err)) {
+            fprintf(stderr, "shardnode join: %s\n", err);
+            return 2;
+        }
+        if (endpoint && !token_endpoint_valid(endpoint)) {
+            fprintf(stderr, "shardnode join: --endpoint \"%s\": expected HOST:PORT or "
+                    "[IPv6]:PORT\n", endpoint);
+            return 2;
+        }
+        char overlay[GOSSIP_ADDR_MAX], mesh_hex[33];
+        if (state_create(state, name, port, endpoint, t.prefix, t.mesh_id, overlay,
+                         sizeof overlay, mesh_hex, err, sizeof err) != 0) {
+            fprintf(stderr, "shardnode join: %s\n", err);
+            return 1;
+        }
+        fprintf(stderr, "shardnode join: node %s in %s, overlay address %s in mesh %s\n", name,
+                state, overlay, mesh_hex);
+    } else if (name || port_s || endpoint) {
+        fprintf(stderr, "shardnode join: %s already holds a node; --name, --listen-port and "
+                "--endpoint apply only to a new one (edit %s)\n", state, path);
+        return 2;
+    }
+    memset(&t, 0, sizeof t);
+    daemon_options opt = {.token_text = text};
+    return daemon_run(state, &opt);
+}
+
+/* One request over DIR/control.sock; returns the reply (json_decref it) or
+ * NULL with err. */
+static json_t *control_request(const char *state, const char *cmd, char *err, size_t errlen)
+{
+    struct sockaddr_un un;
+    memset(&un, 0, sizeof un);
+    un.sun_family = AF_UNIX;
+    int n = snprintf(un.sun_path, sizeof un.sun_path, "%s/control.sock", state);
+    if (n < 0 || (size_t)n >= sizeof un.sun_path) {
+        node_errf(err, errlen, "%s/control.sock: path too long for a Unix socket", state);
+        return NULL;
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&un, sizeof un) != 0) {
+        node_errf(err, errlen, "no node is running on %s (%s: %s); start it with `shardnode up "
+                  "--state %s`", state, un.sun_path, strerror(errno), state);
+        if (fd >= 0) close(fd);
+        return NULL;
+    }
+    char req[64];
+    snprintf(req, sizeof req, "{\"cmd\": \"%s\"}\n", cmd);
+    size_t len = strlen(req), off = 0;
+    char *buf = NULL;
+    json_t *j = NULL;
+    if (send(fd, req, len, MSG_NOSIGNAL) != (ssize_t)len) goto io;
+    size_t cap = 0;
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 10000) != 1) goto io;
+        if (off + 4096 > cap) {
+            if (cap > ((size_t)16 << 20)) goto io;
+            char *nb = realloc(buf, cap = cap * 2 + 8192);
+            if (!nb) goto io;
+            buf = nb;
+        }
+        ssize_t r = recv(fd, buf + off, cap - off - 1, 0);
+        if (r < 0) goto io;
+        if (r == 0) break;
+        off += (size_t)r;
+    }
+    if (!buf) goto io;
+    buf[off] = '\0';
+    json_error_t je;
+    j = json_loads(buf, 0, &je);
+    if (!j) node_errf(err, errlen, "the node's reply is not JSON: %s", je.text);
+    free(buf);
+    close(fd);
+    return j;
+io:
+    node_errf(err, errlen, "the node on %s did not answer", state);
+    free(buf);
+    close(fd);
+    return NULL;
+}
+
+static void print_table(json_t *st)
+{
+    json_t *list = json_object_get(st, "members"), *m;
+    size_t i;
+    printf("mesh %s  prefix %s  this node: %s\n",
+           node_json_str(st, "mesh_id") ? node_json_str(st, "mesh_id") : "?",
+           node_json_str(st, "prefix") ? node_json_str(st, "prefix") : "?",
+           node_json_str(st, "self") ? node_json_str(st, "self") : "?");
+    printf("%-16s %-8s %-16s %-24s %-9s %-10s %s\n", "NAME", "STATE", "ADDRESS", "ENDPOINT",
+           "LINK", "HEARD", "DEVICES");
+    json_array_foreach(list, i, m) {
+        const char *ep = node_json_str(m, "endpoint");
+        json_t *heard = json_object_get(m, "last_heard_s");
+        char h[32] = "-";
+        if (json_is_number(heard)) snprintf(h, sizeof h, "%.1fs ago", json_number_value(heard));
+        json_t *dev = json_object_get(m, "devices"), *cpu = json_object_get(dev, "cpu");
+        char devs[160] = "-";
+        const char *model = node_json_str(cpu, "model");
+        json_t *cores = json_object_get(cpu, "cores");
+        json_t *gpus = json_object_get(dev, "gpus");
+        if (model)
+            snprintf(devs, sizeof devs, "%.60s x%lld%s", model,
+                     (long long)json_integer_value(cores),
+                     json_array_size(gpus) ? " + GPUs" : "");
+        const char *link = node_json_str(m, "link");
+        printf("%-16s %-8s %-16s %-24s %-9s %-10s %s\n", node_json_str(m, "name"),
+               node_json_str(m, "state"), node_json_str(m, "address"), ep ? ep : "-",
+               link ? link : "-", h, devs);
+    }
+    /* Indirect: alive (others hear it) but no WireGuard handshake with us. */
+    json_array_foreach(list, i, m) {
+        const char *link = node_json_str(m, "link");
+        if (link && strcmp(link, "indirect") == 0)
+            printf("note: %s is alive but has no direct WireGuard path to this node (both "
+                   "behind NAT?); it is heard through other members\n",
+                   node_json_str(m, "name"));
+    }
+}
+
+int cmd_status(int argc, char **argv)
+{
+    const char *state = NULL;
+    bool json = false;
+    const args_option opts[] = {{"--state", &state, NULL}, {"--json", NULL, &json}};
+    static const char *const required[] = {"--state", NULL};
+    char err[1024];
+    if (args_parse(argc, argv, 2, opts, 2, err, sizeof err) != 0 ||
+        args_require(opts, 2, required, err, sizeof err) != 0) {
+        fprintf(stderr, "shardnode status: %s\nusage: shardnode status --state DIR [--json]\n",
+                err);
+        return 2;
+    }
+    json_t *st = control_request(state, "status", err, sizeof err);
+    if (!st) {
+        fprintf(stderr, "shardnode status: %s\n", err);
+        return 1;
+    }
+    if (json) {
+        char *text = json_dumps(st, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        if (text) printf("%s\n", text);
+        free(text);
+    } else {
+        print_table(st);
+    }
+    json_decref(st);
+    return 0;
+}
+
+int cmd_leave(int argc, char **argv)
+{
+    const char *state = NULL;
+    const args_option opts[] = {{"--state", &state, NULL}};
+    static const char *const required[] = {"--state", NULL};
+    char err[1024];
+    if (args_parse(argc, argv, 2, opts, 1, err, sizeof err) != 0 ||
+        args_require(opts, 1, required, err, sizeof err) != 0) {
+        fprintf(stderr, "shardnode leave: %s\nusage: shardnode leave --state DIR\n", err);
+        return 2;
+    }
+    json_t *r = control_request(state, "leave", err, sizeof err);
+    if (!r) {
+        fprintf(stderr, "shardnode leave: %s\n", err);
+        return 1;
+    }
+    json_decref(r);
+    /* Done when the node has exited: its lock is free again. */
+    char path[DAEMON_PATH_MAX];
+    snprintf(path, sizeof path, "%s/node.lock", state);
+    for (int i = 0; i < 100; i++) {
+        int fd = open(path, O_RDWR | O_CLOEXEC);
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+        bool free_now = fd >= 0 && fcntl(fd, F_SETLK, &fl) == 0;
+        if (fd >= 0) close(fd);
+        if (free_now) {
+            printf("left the mesh; %s can no longer rejoin it (join again with a new state "
+                   "directory)\n", state);
+            return 0;
+        }
+        nanosleep(&(struct timespec){0, 100000000}, NULL);
+    }
+    fprintf(stderr, "shardnode leave: the node announced it leaves but is still running after "
+            "10 s\n");
+    return 1;
+}

@@ -1,0 +1,1244 @@
+"""The mesh daemon in network namespaces: join, failure, restart, leave, tokens, NAT.
+
+    /usr/bin/python3 tests/integration/mesh_test.py --shardnode build/shardnode --workdir DIR
+        [--keep] [--scaffold-only]
+
+Runs as root with wireguard-go and /dev/net/tun (exits 77, ctest's skip, when
+any is missing). Every box is a network namespace named snm<pid>-NAME; the
+public boxes and the routers' WAN legs hang on one bridge in a hub namespace
+of their own (underlay 10.201.0.0/24, veth MTU 1400); the root namespace's
+network is never touched. Each node's state directory lies in a temporary
+directory; its daemon's stdout and stderr go to a log file there, whose last
+30 lines are printed on failure (and the logs copied to --workdir).
+
+1. The scaffolding: each box reaches the others' underlay addresses (a UDP
+   echo that reports the source it saw); a box behind a router is seen as the
+   router's WAN address (MASQUERADE) and cannot be reached from outside.
+2. Four public nodes a, b, c, d: `init` (a new mesh) and `up` on a; a invites
+   b, b invites c, c invites d (chained), each `join` running in the
+   foreground. Every node lists all four alive within 10 s of d's join
+   starting (`status --json` polled every 0.25 s); the status records agree
+   with the state directories (address, key, mesh id, prefix, endpoint); the
+   public nodes reach each other directly; control.sock is mode 0600.
+3. Gossip (port 7946, UDP and TCP) is bound to the node's overlay address
+   only: `ss` in each namespace, and a TCP connect from another box to the
+   underlay address fails while one to the overlay address succeeds. No two
+   nodes' WireGuard interfaces share a name (their UAPI sockets share
+   /var/run/wireguard).
+4. A crashed box (kill -9 of every process in c's namespace, wireguard-go
+   included): every survivor marks c dead within 10 s; `status` on c fails.
+5. `shardnode up` on c's state directory again: everyone lists c alive
+   within 20 s.
+6. `shardnode leave` on d returns 0 once d is gone (its namespace is left
+   without processes); a, b, c list d as left, never dead, within 10 s, and
+   keep it left for 5 s more.
+7. Tokens: an expired one (--ttl 1s, 2 s later), b's token again, and a fresh
+   token altered in one character are each refused by `join` (exit non-zero
+   within 30 s, "expired" / "already used" / "altered" on stderr, no process
+   left behind); the members and their states are unchanged.
+8. NAT: nat1 behind a port-preserving MASQUERADE router joins through a
+   without --endpoint; every node lists it alive, it lists every node alive,
+   and TCP to gossip's overlay port works both ways between it and each
+   public node (this machine has no ping; a TCP connect proves traffic both
+   ways). nat2 behind a second router, a symmetric NAT (MASQUERADE
+   --random-fully: a new port per destination, so no hole punching gets
+   through), joins through a: nat1 and nat2 list each other alive with a link
+   other than "direct", everyone lists nat2 alive, and nat2 exchanges traffic
+   with every public node.
+9. Cleanup (also on failure and on SIGTERM): every process in the test's
+   namespaces is stopped, the namespaces and the temporary directory are
+   removed, and the script checks that none of its namespaces or processes
+   remain.
+
+--scaffold-only builds the namespaces, runs check 1 and `init`/`invite`, and
+cleans up: the part that needs no daemon. --keep keeps the temporary
+directory.
+"""
+
+import argparse
+import base64
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77
+PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+PREFIX = "10.77.0.0/16"          # overlay
+UNDERLAY = "10.201.0"            # public /24 on the bridge
+WG_PORT = 51820
+GOSSIP_PORT = 7946
+MTU = 1400
+POLL = 0.25
+LOG_TAIL = 30
+STATES = ("alive", "suspect", "dead", "left")
+LINKS = ("self", "direct", "indirect", "none")
+B64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+class Failure(Exception):
+    pass
+
+
+class Skip(Exception):
+    pass
+
+
+class Terminated(BaseException):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+
+
+def log(msg):
+    try:
+        print(msg, flush=True)
+    except OSError:   # a closed pipe must not stop the cleanup
+        pass
+
+
+def sh(cmd, timeout=30, ok=True, **kw):
+    """Runs cmd (a list), returns the CompletedProcess; ok: a non-zero exit fails."""
+    try:
+        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=timeout, **kw)
+    except subprocess.TimeoutExpired:
+        raise Failure("%s: still running after %d s" % (" ".join(cmd), timeout))
+    if ok and p.returncode != 0:
+        raise Failure("%s: exit %d: %s%s" % (" ".join(cmd), p.returncode, p.stdout,
+                                              p.stderr.strip()))
+    return p
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+# --------------------------------------------------------------------------
+# Namespaces, the bridge, routers
+
+
+class Net:
+    """Network namespaces named PREFIX + short name, a bridge in a hub namespace."""
+
+    def __init__(self, tag):
+        self.prefix = tag
+        self.names = []        # full namespace names, in creation order
+        self.inodes = set()    # their nsfs inodes, to find processes inside later
+        self.ifaces = {}       # ns -> interface names seen (wireguard-go's among them)
+
+    def full(self, short):
+        return self.prefix + short
+
+    def add(self, short):
+        ns = self.full(short)
+        sh(["ip", "netns", "add", ns])
+        self.names.append(ns)
+        self.inodes.add(os.stat("/run/netns/" + ns).st_ino)
+        sh(["ip", "-n", ns, "link", "set", "lo", "up"])
+        return ns
+
+    def exec(self, ns, cmd, **kw):
+        return sh(["ip", "netns", "exec", ns] + cmd, **kw)
+
+    def ip(self, ns, *args):
+        return sh(["ip", "-n", ns] + list(args))
+
+    def build(self, public, routers):
+        """public: {short: ip}; routers: {short: (wan_ip, lan_net, nat_short, symmetric)}."""
+        self.hub = self.add("hub")
+        self.ip(self.hub, "link", "add", "br0", "type", "bridge")
+        self.ip(self.hub, "link", "set", "br0", "up")
+        for short, addr in public.items():
+            ns = self.add(short)
+            self.wire(ns, "eth0", "p-" + short)
+            self.ip(ns, "addr", "add", addr + "/24", "dev", "eth0")
+        for short, (wan, lan, nat, symmetric) in routers.items():
+            r = self.add(short)
+            n = self.add(nat)
+            self.wire(r, "wan0", "p-" + short)
+            self.ip(r, "addr", "add", wan + "/24", "dev", "wan0")
+            self.ip(r, "link", "add", "lan0", "mtu", str(MTU), "type", "veth", "peer", "name",
+                    "eth0", "mtu", str(MTU), "netns", n)
+            self.ip(r, "addr", "add", lan + ".1/24", "dev", "lan0")
+            self.ip(r, "link", "set", "lan0", "up")
+            self.ip(n, "addr", "add", lan + ".2/24", "dev", "eth0")
+            self.ip(n, "link", "set", "eth0", "up")
+            self.ip(n, "route", "add", "default", "via", lan + ".1")
+            self.exec(r, ["sysctl", "-qw", "net.ipv4.ip_forward=1"])
+            rule = ["iptables", "-t", "nat", "-A", "POSTROUTING", "-o", "wan0", "-j", "MASQUERADE"]
+            self.exec(r, rule + (["--random-fully"] if symmetric else []))
+
+    def wire(self, ns, name, hub_name):
+        """A veth from the hub's bridge into ns, both ends MTU 1400, up."""
+        self.ip(self.hub, "link", "add", hub_name, "mtu", str(MTU), "type", "veth", "peer",
+                "name", name, "mtu", str(MTU), "netns", ns)
+        self.ip(self.hub, "link", "set", hub_name, "master", "br0", "up")
+        self.ip(ns, "link", "set", name, "up")
+
+    def pids(self, ns):
+        p = sh(["ip", "netns", "pids", ns], ok=False)
+        return [int(x) for x in p.stdout.split()] if p.returncode == 0 else []
+
+    def note_ifaces(self, ns):
+        p = sh(["ip", "-n", ns, "-o", "link", "show"], ok=False)
+        names = self.ifaces.setdefault(ns, set())
+        for line in p.stdout.splitlines():
+            m = re.match(r"\d+: ([^:@]+)", line)
+            if m and m.group(1) not in ("lo", "eth0", "wan0", "lan0", "br0"):
+                names.add(m.group(1))
+
+    def kill_all(self, ns, sig, wait=5.0):
+        """Sends sig to every process in ns until none is left or wait runs out;
+        returns the pids still there."""
+        end = time.time() + wait
+        while True:
+            left = self.pids(ns)
+            if not left or time.time() > end:
+                return left
+            for pid in left:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.05)
+
+    def destroy(self, names=None):
+        """Stops every process in the namespaces (SIGTERM, then SIGKILL), deletes
+        them; returns a list of problems."""
+        names = list(self.names if names is None else names)
+        problems = []
+        for ns in names:
+            self.note_ifaces(ns)
+        for ns in names:
+            for pid in self.pids(ns):
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        end = time.time() + 5
+        while time.time() < end and any(self.pids(ns) for ns in names):
+            time.sleep(0.1)
+        for ns in names:
+            left = self.kill_all(ns, signal.SIGKILL)
+            if left:
+                problems.append("namespace %s: processes %s survive SIGKILL" % (ns, left))
+        for ns in reversed(names):
+            p = sh(["ip", "netns", "del", ns], ok=False)
+            if p.returncode != 0:
+                problems.append("ip netns del %s: %s" % (ns, p.stderr.strip()))
+            elif ns in self.names:
+                self.names.remove(ns)
+        # wireguard-go killed with SIGKILL leaves its UAPI socket behind.
+        for ns, ifs in self.ifaces.items():
+            for name in ifs:
+                path = "/var/run/wireguard/%s.sock" % name
+                if os.path.exists(path) and not unix_socket_live(path):
+                    try:
+                        os.unlink(path)
+                    except OSError:
+                        pass
+        return problems
+
+    def leftovers(self):
+        """Our namespaces still listed, and processes still inside our namespaces."""
+        listed = [ln.split()[0] for ln in sh(["ip", "netns", "list"]).stdout.splitlines()
+                  if ln.strip()]
+        mine = [n for n in listed if n.startswith(self.prefix)]
+        procs = []
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                link = os.readlink("/proc/%s/ns/net" % d)
+            except OSError:
+                continue
+            m = re.match(r"net:\[(\d+)\]", link)
+            if m and int(m.group(1)) in self.inodes:
+                procs.append(int(d))
+        return mine, procs
+
+
+def unix_socket_live(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(1)
+    try:
+        s.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def remove_stale_runs():
+    """Namespaces and temporary directories of earlier runs that were killed
+    (ctest's timeout kills with SIGKILL, which no finally survives)."""
+    def ours_dead(pid):
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                return b"mesh_test.py" not in f.read()
+        except OSError:
+            return True
+    p = sh(["ip", "netns", "list"], ok=False)
+    stale = {}
+    for ln in p.stdout.splitlines():
+        m = re.match(r"(snm(\d+)-\S+)", ln)
+        if m and int(m.group(2)) != os.getpid() and ours_dead(int(m.group(2))):
+            stale.setdefault(int(m.group(2)), []).append(m.group(1))
+    for pid, names in stale.items():
+        net = Net("snm%d-" % pid)
+        net.names = list(names)
+        probs = net.destroy()
+        log("note: removed namespaces of an earlier run (pid %d) that was killed: %s%s"
+            % (pid, " ".join(names), ("; " + "; ".join(probs)) if probs else ""))
+    tmp = tempfile.gettempdir()
+    for d in os.listdir(tmp):
+        m = re.match(r"snm(\d+)-", d)
+        if m and int(m.group(1)) != os.getpid() and ours_dead(int(m.group(1))):
+            shutil.rmtree(os.path.join(tmp, d), ignore_errors=True)
+
+
+# --------------------------------------------------------------------------
+# Small programs run inside namespaces
+
+UDP_ECHO = r"""
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", int(sys.argv[1])))
+s.settimeout(float(sys.argv[2]))
+print("ready", flush=True)
+try:
+    while True:
+        d, a = s.recvfrom(2048)
+        s.sendto(("%s:%d" % a).encode(), a)
+except socket.timeout:
+    pass
+"""
+
+UDP_ASK = r"""
+import json, socket, sys
+res = {}
+for host, port in json.loads(sys.argv[1]):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(1.0)
+    r = None
+    for _ in range(3):
+        try:
+            s.sendto(b"who am i", (host, port))
+            r = s.recvfrom(2048)[0].decode()
+            break
+        except OSError as e:
+            r = "error: %s" % e
+            if not isinstance(e, socket.timeout):
+                break
+    s.close()
+    res["%s:%d" % (host, port)] = r
+print(json.dumps(res))
+"""
+
+TCP_CONNECT = r"""
+import json, socket, sys
+res = {}
+for host, port, timeout in json.loads(sys.argv[1]):
+    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    s.settimeout(timeout)
+    try:
+        s.connect((host, port))
+        r = "ok"
+    except OSError as e:
+        r = "%s: %s" % (type(e).__name__, e)
+    finally:
+        s.close()
+    res["%s:%d" % (host, port)] = r
+print(json.dumps(res))
+"""
+
+
+# --------------------------------------------------------------------------
+# Tokens (docs/PROTOCOL.md, "Invite tokens")
+
+
+def token_bytes(text):
+    check(text.startswith("snj1."), "token %r does not start with snj1." % text[:20])
+    body = text[5:]
+    return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+
+
+def key_bytes(b):
+    """Offsets of the token's random fixed-size fields: mesh id, member keys,
+    secret, issuer key, signature. A change there still parses, and only the
+    signature can tell (not the version, a length, the expiry or a string)."""
+    offs = set(range(1, 17))
+    o = 18 + b[17]
+    m = b[o]
+    o += 1
+    for _ in range(m):
+        offs.update(range(o, o + 64))
+        o += 64
+        o += 1 + b[o]
+    o += 8
+    offs.update(range(o, o + 16 + 32 + 64))
+    check(o + 112 == len(b), "token of %d bytes: its layout is not docs/PROTOCOL.md's" % len(b))
+    return offs
+
+
+def alter_token(text):
+    """The token with one character near its middle changed to another base64url
+    character whose 6 bits fall in a key, the secret or the signature, so that
+    the token still parses and only the signature check can refuse it.
+    Returns (token, index of the character)."""
+    b = token_bytes(text)
+    allowed = key_bytes(b)
+    body = text[5:]
+    n = len(body)
+    for d in range(n):
+        for i in (n // 2 + d, n // 2 - d):
+            if not 0 <= i < n - 1:
+                continue
+            covered = {(6 * i) // 8, (6 * i + 5) // 8}
+            if not covered <= allowed:
+                continue
+            c = body[i]
+            new = B64URL[(B64URL.index(c) + 21) % 64]
+            out = "snj1." + body[:i] + new + body[i + 1:]
+            check(token_bytes(out) != b, "altering a character changed no byte")
+            return out, i + 5
+    raise Failure("no character of the token to alter")
+
+
+# --------------------------------------------------------------------------
+# Nodes
+
+
+class Node:
+    def __init__(self, test, name, ns, ip, endpoint):
+        self.t = test
+        self.name = name
+        self.ns = ns
+        self.ip = ip                 # underlay address in its own namespace
+        self.endpoint = endpoint     # what --endpoint says, None behind NAT
+        self.state = os.path.join(test.tmp, "state", name)
+        self.proc = None
+        self.cmd = None
+        self.started = None
+        self.running = False         # a daemon is expected to run
+        self.logs = []
+
+    def node_json(self):
+        with open(os.path.join(self.state, "node.json")) as f:
+            return json.load(f)
+
+    @property
+    def overlay(self):
+        return self.node_json()["overlay_address"]
+
+    def run(self, args, timeout=60, ok=True):
+        return self.t.net.exec(self.ns, [self.t.sn] + args, timeout=timeout, ok=ok)
+
+    def start(self, args):
+        """Starts `shardnode ARGS` in the node's namespace in the background,
+        stdout and stderr to a log file of its own."""
+        check(self.proc is None or self.proc.poll() is not None,
+              "node %s: a daemon is still running" % self.name)
+        path = os.path.join(self.t.tmp, "logs", "%s-%d-%s.log" % (self.name, len(self.logs) + 1,
+                                                                  args[0]))
+        self.logs.append(path)
+        shown = [("snj1.%s..." % a[5:13]) if a.startswith("snj1.") else a for a in args]
+        self.cmd = "shardnode " + " ".join(shown)
+        with open(path, "w") as f:
+            f.write("# ip netns exec %s %s\n" % (self.ns, self.cmd))
+            f.flush()
+            self.proc = subprocess.Popen(["ip", "netns", "exec", self.ns, self.t.sn] + args,
+                                         stdin=subprocess.DEVNULL, stdout=f,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        self.t.procs.append(self.proc)
+        self.started = time.time()
+        self.running = True
+        return self.proc
+
+    def up(self):
+        return self.start(["up", "--state", self.state])
+
+    def join(self, token):
+        args = ["join", token, "--state", self.state, "--name", self.name,
+                "--listen-port", str(WG_PORT)]
+        if self.endpoint:
+            args += ["--endpoint", self.endpoint]
+        return self.start(args)
+
+    def check_running(self):
+        if self.running and self.proc.poll() is not None:
+            self.running = False
+            raise Failure("node %s: `%s` exited with code %d %.1f s after it started%s"
+                          % (self.name, self.cmd, self.proc.returncode,
+                             time.time() - self.started, self.t.unknown_hint(self.logs[-1])))
+
+    def tail(self):
+        out = []
+        for path in self.logs:
+            try:
+                with open(path, errors="replace") as f:
+                    lines = f.read().splitlines()
+            except OSError:
+                continue
+            out.append("---- %s (last %d of %d lines)" % (os.path.basename(path),
+                                                           min(LOG_TAIL, len(lines)), len(lines)))
+            out.extend(lines[-LOG_TAIL:])
+        return "\n".join(out)
+
+
+class Err:
+    """A status that could not be had."""
+
+    def __init__(self, why):
+        self.why = why
+
+    def __str__(self):
+        return self.why
+
+
+def validate_status(name, s):
+    """The shape of `status --json` (the contract); raises Failure at once."""
+    where = "node %s: status --json" % name
+    check(isinstance(s, dict), "%s: not a JSON object" % where)
+    for k in ("self", "mesh_id", "prefix", "members"):
+        check(k in s, "%s: no %r key in %s" % (where, k, sorted(s)))
+    check(s["self"] == name, "%s: self is %r" % (where, s["self"]))
+    check(isinstance(s["members"], list), "%s: members is not a list" % where)
+    selves = 0
+    for m in s["members"]:
+        for k in ("name", "self", "state", "address", "endpoint", "wg_public_key",
+                  "incarnation", "last_heard_s", "link", "devices"):
+            check(k in m, "%s: member %s has no %r key" % (where, m.get("name"), k))
+        check(m["state"] in STATES, "%s: member %s: state %r is not one of %s"
+              % (where, m["name"], m["state"], "|".join(STATES)))
+        check(m["link"] in LINKS, "%s: member %s: link %r is not one of %s"
+              % (where, m["name"], m["link"], "|".join(LINKS)))
+        check(isinstance(m["incarnation"], int) and not isinstance(m["incarnation"], bool),
+              "%s: member %s: incarnation %r" % (where, m["name"], m["incarnation"]))
+        check(isinstance(m["self"], bool), "%s: member %s: self is not a bool" % (where, m["name"]))
+        check(m["endpoint"] is None or isinstance(m["endpoint"], str),
+              "%s: member %s: endpoint %r" % (where, m["name"], m["endpoint"]))
+        check(m["last_heard_s"] is None or isinstance(m["last_heard_s"], (int, float)),
+              "%s: member %s: last_heard_s %r" % (where, m["name"], m["last_heard_s"]))
+        check(isinstance(m["devices"], dict), "%s: member %s: devices is not an object"
+              % (where, m["name"]))
+        if m["self"]:
+            selves += 1
+            check(m["name"] == name and m["link"] == "self",
+                  "%s: the self member is %s with link %s" % (where, m["name"], m["link"]))
+    check(selves == 1, "%s: %d members marked self" % (where, selves))
+    names = [m["name"] for m in s["members"]]
+    check(len(names) == len(set(names)), "%s: a member listed twice: %s" % (where, names))
+
+
+def view(s):
+    return {m["name"]: m for m in s["members"]}
+
+
+def describe(views):
+    """One line per observer: what it lists."""
+    out = []
+    for name, s in views.items():
+        if isinstance(s, Err):
+            out.append("  %s: %s" % (name, s))
+        else:
+            out.append("  %s sees: %s" % (name, ", ".join(
+                "%s %s/%s" % (m["name"], m["state"], m["link"]) for m in s["members"])))
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------
+# The test
+
+
+class MeshTest:
+    def __init__(self, sn, workdir, keep):
+        self.sn = sn
+        self.workdir = workdir
+        self.keep = keep
+        self.tag = "snm%d-" % os.getpid()
+        self.tmp = None
+        self.net = Net(self.tag)
+        self.nodes = {}
+        self.procs = []
+        self.times = []     # (what, seconds, limit or None)
+        self.t_start = time.time()
+
+    # ---------------------------------------------------------------- helpers
+
+    def unknown_hint(self, path):
+        try:
+            with open(path, errors="replace") as f:
+                text = f.read()
+        except OSError:
+            return ""
+        lines = [ln for ln in text.splitlines() if not ln.startswith("# ")]
+        if "unknown command" in text:
+            return (": this shardnode has no such command yet (%s)"
+                    % " / ".join(ln for ln in lines if "unknown command" in ln))
+        return ":\n    " + "\n    ".join(lines[-LOG_TAIL:]) if lines else " (its log is empty)"
+
+    def measured(self, what, secs, limit=None):
+        self.times.append((what, secs, limit))
+        log("ok   %s: %.2f s%s" % (what, secs, "" if limit is None else " (limit %g s)" % limit))
+
+    def statuses(self, nodes):
+        """`status --json` of each node, run in parallel; a dict name -> dict or Err."""
+        procs = {}
+        for n in nodes:
+            procs[n.name] = subprocess.Popen(
+                ["ip", "netns", "exec", n.ns, self.sn, "status", "--state", n.state, "--json"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True)
+        out = {}
+        for n in nodes:
+            p = procs[n.name]
+            try:
+                o, e = p.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
+                out[n.name] = Err("status --json did not answer within 5 s")
+                continue
+            if p.returncode != 0:
+                if "unknown command" in e:
+                    raise Failure("shardnode status: this shardnode has no such command yet (%s)"
+                                  % e.strip())
+                out[n.name] = Err("status --json exit %d: %s" % (p.returncode, e.strip()))
+                continue
+            try:
+                s = json.loads(o)
+            except ValueError as ex:
+                raise Failure("node %s: status --json printed no JSON (%s): %r"
+                              % (n.name, ex, o[:300]))
+            validate_status(n.name, s)
+            out[n.name] = s
+        return out
+
+    def poll(self, observers):
+        """The daemons still run (a failure names the first that stopped), then
+        the observers' status."""
+        self.check_daemons()
+        try:
+            return self.statuses(observers)
+        except Failure:
+            time.sleep(0.3)       # a daemon that is not there yet exits at once:
+            self.check_daemons()  # name it rather than the status command
+            raise
+
+    def check_daemons(self):
+        for n in self.nodes.values():
+            n.check_running()
+
+    def wait(self, what, observers, pred, limit, t0=None):
+        """Polls the observers' status every 0.25 s until pred(observer, view)
+        holds for all of them in one poll, at most `limit` seconds after t0.
+        pred returns None when satisfied, else what is missing. Returns
+        (seconds until all held, {observer: seconds until it first held})."""
+        t0 = time.time() if t0 is None else t0
+        first = {}
+        while True:
+            started = time.time()
+            views = self.poll(observers)
+            now = time.time() - t0
+            missing = {}
+            for n in observers:
+                s = views[n.name]
+                why = str(s) if isinstance(s, Err) else pred(n, view(s))
+                if why is None:
+                    first.setdefault(n.name, now)
+                else:
+                    missing[n.name] = why
+            if not missing:
+                return now, first
+            if now > limit:
+                raise Failure("%s: not within %g s. Still missing:\n%s\nlast seen status:\n%s"
+                              % (what, limit, "\n".join("  %s: %s" % kv for kv in missing.items()),
+                                 describe(views)))
+            time.sleep(max(0.0, started + POLL - time.time()))
+
+    def hold(self, what, observers, pred, secs):
+        """pred must hold for every observer at every poll for secs seconds."""
+        t0 = time.time()
+        polls = 0
+        while time.time() - t0 < secs:
+            started = time.time()
+            views = self.poll(observers)
+            polls += 1
+            for n in observers:
+                s = views[n.name]
+                why = str(s) if isinstance(s, Err) else pred(n, view(s))
+                check(why is None, "%s: broken %.1f s in: %s: %s\nlast seen status:\n%s"
+                      % (what, time.time() - t0, n.name, why, describe(views)))
+            time.sleep(max(0.0, started + POLL - time.time()))
+        return polls
+
+    @staticmethod
+    def lists(expect):
+        """pred: the observer lists each name in expect with that state (a str or a
+        tuple of allowed states)."""
+        def pred(obs, v):
+            bad = []
+            for name, want in expect.items():
+                want = (want,) if isinstance(want, str) else want
+                got = v.get(name, {}).get("state", "missing")
+                if got not in want:
+                    bad.append("%s is %s, want %s" % (name, got, "|".join(want)))
+            return "; ".join(bad) or None
+        return pred
+
+    def tcp(self, ns, targets, timeout=2.0):
+        p = self.net.exec(ns, [PY, "-c", TCP_CONNECT,
+                               json.dumps([[h, pt, timeout] for h, pt in targets])],
+                          timeout=30 + timeout * len(targets))
+        return json.loads(p.stdout)
+
+    def tcp_until(self, what, pairs, limit):
+        """pairs: [(from node, to node)]: TCP connect from the first's namespace to
+        the second's overlay address, gossip port, until all work."""
+        t0 = time.time()
+        todo = list(pairs)
+        last = {}
+        while todo:
+            self.check_daemons()
+            by_src = {}
+            for a, b in todo:
+                by_src.setdefault(a, []).append(b)
+            for a, bs in by_src.items():
+                res = self.tcp(a.ns, [(b.overlay, GOSSIP_PORT) for b in bs])
+                for b in bs:
+                    r = res["%s:%d" % (b.overlay, GOSSIP_PORT)]
+                    last[(a.name, b.name)] = r
+                    if r == "ok":
+                        todo.remove((a, b))
+            if todo and time.time() - t0 > limit:
+                raise Failure("%s: no TCP connection within %g s: %s" % (
+                    what, limit, "; ".join("%s -> %s (%s:%d): %s" % (a.name, b.name, b.overlay,
+                                                                     GOSSIP_PORT, last[(a.name, b.name)])
+                                           for a, b in todo)))
+            if todo:
+                time.sleep(0.5)
+        return time.time() - t0
+
+    def invite(self, node, ttl=None):
+        args = ["invite", "--state", node.state] + (["--ttl", ttl] if ttl else [])
+        p = node.run(args)
+        lines = p.stdout.splitlines()
+        check(len(lines) == 1 and lines[0].startswith("snj1."),
+              "%s: shardnode invite printed %r" % (node.name, p.stdout))
+        return lines[0]
+
+    # ---------------------------------------------------------------- phases
+
+    def setup(self):
+        self.tmp = tempfile.mkdtemp(prefix=self.tag)
+        os.chmod(self.tmp, 0o700)
+        os.makedirs(os.path.join(self.tmp, "state"))
+        os.makedirs(os.path.join(self.tmp, "logs"))
+        t0 = time.time()
+        public = {s: "%s.%d" % (UNDERLAY, 11 + i) for i, s in enumerate("abcde")}
+        self.wan = {"r1": UNDERLAY + ".101", "r2": UNDERLAY + ".102"}
+        self.lan = {"r1": "192.168.11", "r2": "192.168.12"}
+        self.net.build(public, {"r1": (self.wan["r1"], self.lan["r1"], "nat1", False),
+                                "r2": (self.wan["r2"], self.lan["r2"], "nat2", True)})
+        for s, addr in public.items():
+            self.nodes[s] = Node(self, s, self.net.full(s), addr, "%s:%d" % (addr, WG_PORT))
+        for r, nat in (("r1", "nat1"), ("r2", "nat2")):
+            self.nodes[nat] = Node(self, nat, self.net.full(nat), self.lan[r] + ".2", None)
+        for n in self.nodes.values():
+            sock = os.path.join(n.state, "control.sock")
+            check(len(sock) < 100, "control socket path %s is too long for AF_UNIX" % sock)
+        built = time.time() - t0
+        self.preflight()
+        self.measured("1. scaffolding: %d namespaces built (%.2f s) and checked"
+                      % (len(self.net.names), built), time.time() - t0)
+
+    def preflight(self):
+        """The underlay works as the test assumes, before any daemon runs."""
+        N = self.nodes
+        for ns in self.net.names:
+            if ns == self.net.hub:
+                continue
+            out = sh(["ip", "-n", ns, "-o", "link", "show"]).stdout
+            for line in out.splitlines():
+                if re.match(r"\d+: (eth0|wan0|lan0)@", line):
+                    check(" mtu %d " % MTU in line, "%s: %s" % (ns, line))
+        port = 9999
+        echo = subprocess.Popen(["ip", "netns", "exec", N["a"].ns, PY, "-c", UDP_ECHO, str(port),
+                                 "15"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        self.procs.append(echo)
+        try:
+            check(echo.stdout.readline().strip() == "ready", "the UDP echo in a did not start")
+            a = (N["a"].ip, port)
+            expect = {"b": N["b"].ip, "c": N["c"].ip, "d": N["d"].ip, "e": N["e"].ip,
+                      "nat1": self.wan["r1"], "nat2": self.wan["r2"]}
+            for name, seen_ip in expect.items():
+                res = json.loads(self.net.exec(N[name].ns, [PY, "-c", UDP_ASK,
+                                                            json.dumps([a])]).stdout)
+                r = res["%s:%d" % a]
+                check(r and r.split(":")[0] == seen_ip,
+                      "underlay: %s -> a (%s:%d) over UDP: %s (expected to be seen as %s)"
+                      % (name, a[0], a[1], r, seen_ip))
+            # No way in from outside the routers.
+            res = json.loads(self.net.exec(N["b"].ns, [PY, "-c", UDP_ASK, json.dumps(
+                [[N["nat1"].ip, port], [N["nat2"].ip, port]])]).stdout)
+            for r in res.values():
+                check(r.startswith("error"), "underlay: b reaches a box behind NAT: %s" % res)
+        finally:
+            echo.kill()
+            echo.communicate()
+
+    def init_a(self):
+        a = self.nodes["a"]
+        p = a.run(["init", "--state", a.state, "--name", "a", "--listen-port", str(WG_PORT),
+                   "--endpoint", a.endpoint, "--prefix", PREFIX])
+        log("ok   init a: %s" % p.stdout.strip())
+        self.token_b = self.invite(a)
+        return self.token_b
+
+    def start_mesh(self):
+        N = self.nodes
+        a, b, c, d = N["a"], N["b"], N["c"], N["d"]
+        t0 = time.time()
+        a.up()
+        secs, _ = self.wait("a starts (`shardnode up`) and lists itself alive", [a],
+                            self.lists({"a": "alive"}), 20, t0)
+        self.measured("2. a up: status lists a alive", secs)
+        ctl = os.path.join(a.state, "control.sock")
+        mode = os.stat(ctl).st_mode & 0o777
+        check(mode == 0o600, "%s has mode %o, not 600" % (ctl, mode))
+        t0 = time.time()
+        b.join(self.token_b)
+        secs, _ = self.wait("b joins through a's token", [a, b],
+                            self.lists({"a": "alive", "b": "alive"}), 30, t0)
+        self.measured("2. b joined (a, b list both alive)", secs)
+        token_c = self.invite(b)
+        t0 = time.time()
+        c.join(token_c)
+        secs, _ = self.wait("c joins through b's token", [a, b, c],
+                            self.lists({k: "alive" for k in "abc"}), 30, t0)
+        self.measured("2. c joined through b (a, b, c list all alive)", secs)
+        token_d = self.invite(c)
+        t0 = time.time()
+        d.join(token_d)
+        secs, first = self.wait("all four list all four alive after d's join started",
+                                [a, b, c, d], self.lists({k: "alive" for k in "abcd"}), 10, t0)
+        self.measured("2. d joined through c: every node lists all 4 alive", secs, 10)
+
+        # The records agree with the state directories.
+        public = [a, b, c, d]
+        truth = {n.name: n.node_json() for n in public}
+        with open(os.path.join(a.state, "mesh.json")) as f:
+            mesh_id = json.load(f)["mesh_id"]
+        views = self.statuses(public)
+        for n in public:
+            s = views[n.name]
+            check(not isinstance(s, Err), "status of %s: %s" % (n.name, s))
+            check(s["mesh_id"] == mesh_id and s["prefix"] == PREFIX,
+                  "%s: mesh_id %s prefix %s, a's mesh.json says %s %s"
+                  % (n.name, s["mesh_id"], s["prefix"], mesh_id, PREFIX))
+            v = view(s)
+            for m in public:
+                rec = v[m.name]
+                check(rec["address"] == truth[m.name]["overlay_address"],
+                      "%s lists %s at %s, its node.json says %s" % (
+                          n.name, m.name, rec["address"], truth[m.name]["overlay_address"]))
+                check(rec["wg_public_key"] == truth[m.name]["wg_public_key"],
+                      "%s lists %s with key %s, its node.json says %s" % (
+                          n.name, m.name, rec["wg_public_key"], truth[m.name]["wg_public_key"]))
+                check(rec["endpoint"] == m.endpoint, "%s lists %s's endpoint as %s, not %s"
+                      % (n.name, m.name, rec["endpoint"], m.endpoint))
+
+        def direct(obs, v):
+            bad = ["%s is %s/%s, last heard %s s ago" % (k, v[k]["state"], v[k]["link"],
+                                                         v[k]["last_heard_s"])
+                   for k in "abcd" if k != obs.name and not (
+                       v[k]["state"] == "alive" and v[k]["link"] == "direct" and
+                       v[k]["last_heard_s"] is not None)]
+            return "; ".join(bad) or None
+        secs, _ = self.wait("public nodes on one bridge list each other alive, link direct, "
+                            "heard from", public, direct, 10)
+        log("ok   2. status records agree with the state directories; a, b, c, d list each "
+            "other with link direct")
+
+    def gossip_ports(self):
+        public = [self.nodes[k] for k in "abcd"]
+        owner = {}
+        for n in public:   # wireguard-go's UAPI sockets share /var/run/wireguard
+            self.net.note_ifaces(n.ns)
+            ifs = self.net.ifaces.get(n.ns, set())
+            check(ifs, "%s: no interface besides lo and eth0 in its namespace (wireguard-go's?)"
+                  % n.name)
+            for i in ifs:
+                check(i not in owner, "%s and %s both have an interface named %s"
+                      % (owner.get(i), n.name, i))
+                owner[i] = n.name
+        for i, n in enumerate(public):
+            ov = n.overlay
+            for proto in ("u", "t"):
+                out = self.net.exec(n.ns, ["ss", "-H", "-ln" + proto]).stdout
+                bound = []
+                for line in out.splitlines():
+                    f = line.split()
+                    if len(f) < 5:
+                        continue
+                    host, _, port = f[3].rpartition(":")
+                    if port == str(GOSSIP_PORT):
+                        bound.append(host.strip("[]").split("%")[0])
+                kind = "UDP" if proto == "u" else "TCP"
+                check(bound, "%s: nothing listens on %s port %d (ss -H -ln%s:\n%s)"
+                      % (n.name, kind, GOSSIP_PORT, proto, out))
+                check(all(h == ov for h in bound),
+                      "%s: %s port %d bound to %s; must be the overlay address %s only"
+                      % (n.name, kind, GOSSIP_PORT, ", ".join(bound), ov))
+            other = public[(i + 1) % len(public)]
+            res = self.tcp(other.ns, [(n.ip, GOSSIP_PORT), (ov, GOSSIP_PORT)])
+            under, over = res["%s:%d" % (n.ip, GOSSIP_PORT)], res["%s:%d" % (ov, GOSSIP_PORT)]
+            check(under != "ok", "%s -> %s's underlay %s:%d: TCP connect succeeded; gossip must "
+                  "not answer outside the overlay" % (other.name, n.name, n.ip, GOSSIP_PORT))
+            check(over == "ok", "%s -> %s's overlay %s:%d: TCP connect failed: %s"
+                  % (other.name, n.name, ov, GOSSIP_PORT, over))
+        log("ok   3. gossip UDP+TCP %d bound to the overlay address only on a, b, c, d; "
+            "refused on the underlay, open on the overlay" % GOSSIP_PORT)
+
+    def not_running(self, n):
+        p = n.run(["status", "--state", n.state], ok=False, timeout=15)
+        check(p.returncode != 0 and (p.stderr.strip() or p.stdout.strip()),
+              "status on %s, whose node is not running: exit %d, stderr %r"
+              % (n.name, p.returncode, p.stderr))
+
+    def crash_and_restart(self):
+        N = self.nodes
+        a, b, c, d = N["a"], N["b"], N["c"], N["d"]
+        self.net.note_ifaces(c.ns)
+        before = self.net.pids(c.ns)
+        check(c.proc.pid in before, "c's daemon (pid %d) is not among the processes in its "
+              "namespace %s" % (c.proc.pid, before))
+        c.running = False
+        t0 = time.time()
+        left = self.net.kill_all(c.ns, signal.SIGKILL)
+        check(not left, "c's namespace: processes %s survive SIGKILL" % left)
+        c.proc.wait()
+        log("ok   4. crashed c: SIGKILL to the %d processes in its namespace (%s)"
+            % (len(before), ", ".join(map(str, before))))
+        secs, first = self.wait("every survivor marks c dead after kill -9", [a, b, d],
+                                self.lists({"c": "dead"}), 10, t0)
+        for k in "abd":
+            self.measured("4. %s marks c dead after kill -9" % k, first[k], 10)
+        self.not_running(c)
+
+        t0 = time.time()
+        c.up()
+        secs, _ = self.wait("every node lists c alive again after `up` on c's state dir",
+                            [a, b, c, d], self.lists({k: "alive" for k in "abcd"}), 20, t0)
+        self.measured("5. c restarted: every node lists all 4 alive", secs, 20)
+
+    def leave(self):
+        N = self.nodes
+        a, b, c, d = N["a"], N["b"], N["c"], N["d"]
+        t0 = time.time()
+        p = d.run(["leave", "--state", d.state], ok=False, timeout=60)
+        took = time.time() - t0
+        check(p.returncode == 0, "shardnode leave --state d: exit %d after %.1f s: %s%s"
+              % (p.returncode, took, p.stderr.strip(), self.unknown_hint_text(p.stderr)))
+        d.running = False
+        try:
+            d.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            raise Failure("shardnode leave returned 0 but d's daemon (pid %d) still runs 2 s "
+                          "later" % d.proc.pid)
+        end = time.time() + 5
+        while self.net.pids(d.ns) and time.time() < end:
+            time.sleep(0.1)
+        check(not self.net.pids(d.ns), "d left, but processes %s still run in its namespace "
+              "(wireguard-go not stopped?)" % self.net.pids(d.ns))
+        self.measured("6. shardnode leave on d returned 0, d's daemon exited with code %d"
+                      % d.proc.returncode, took)
+        self.not_running(d)
+        seen_dead = []
+
+        def left(obs, v):
+            st = v.get("d", {}).get("state", "missing")
+            if st == "dead":
+                seen_dead.append(obs.name)
+                raise Failure("%s lists d as dead after d left (%.1f s after leave started): a "
+                              "node that leaves must be listed as left" % (obs.name,
+                                                                            time.time() - t0))
+            return None if st == "left" else "d is %s, want left" % st
+        secs, first = self.wait("a, b, c list d as left", [a, b, c], left, 10, t0)
+        for k in "abc":
+            self.measured("6. %s lists d as left" % k, first[k], 10)
+        polls = self.hold("d stays left for 5 s", [a, b, c], self.lists({"d": "left"}), 5)
+        log("ok   6. a, b, c kept d left for 5 s (%d polls)" % polls)
+
+    def unknown_hint_text(self, text):
+        return " (this shardnode has no such command yet)" if "unknown command" in text else ""
+
+    def tokens(self):
+        N = self.nodes
+        a, b, c, e = N["a"], N["b"], N["c"], N["e"]
+        observers = [a, b, c]
+        expect = {"a": "alive", "b": "alive", "c": "alive", "d": "left"}
+        self.wait("the mesh before the token checks", observers, self.lists(expect), 10)
+        expired = self.invite(a, "1s")
+        time.sleep(2.0)
+        fresh = self.invite(a, "10m")
+        altered, at = alter_token(fresh)
+        cases = [("expired", "e-expired", expired, "expired"),
+                 ("already used (b's token)", "e-used", self.token_b, "already used"),
+                 ("altered at character %d of %d" % (at, len(fresh)), "e-altered", altered,
+                  "altered")]
+        for what, name, token, word in cases:
+            j = Node(self, name, e.ns, e.ip, e.endpoint)
+            self.nodes[name] = j
+            t0 = time.time()
+            j.join(token)
+            try:
+                j.proc.wait(timeout=35)
+            except subprocess.TimeoutExpired:
+                raise Failure("join with an %s token still runs %.0f s later (must be refused "
+                              "within 30 s)" % (what, time.time() - t0))
+            took = time.time() - t0
+            j.running = False
+            with open(j.logs[-1], errors="replace") as f:
+                text = "\n".join(ln for ln in f.read().splitlines() if not ln.startswith("# "))
+            check(j.proc.returncode != 0, "join with an %s token exited 0:\n%s" % (what, text))
+            check("unknown command" not in text, "join with an %s token: this shardnode has no "
+                  "join command yet (%s)" % (what, text.strip()))
+            hits = [ln for ln in text.splitlines() if word in ln.lower()]
+            check(hits, "join with an %s token exited %d without saying %r on stderr:\n%s"
+                  % (what, j.proc.returncode, word, text))
+            end = time.time() + 5
+            while self.net.pids(e.ns) and time.time() < end:
+                time.sleep(0.1)
+            check(not self.net.pids(e.ns), "refused join (%s) left processes %s in its namespace"
+                  % (what, self.net.pids(e.ns)))
+            self.measured("7. join with an %s token refused (exit %d): %s"
+                          % (what, j.proc.returncode, hits[0].strip()), took, 30)
+        names = {"a", "b", "c", "d"}
+
+        def unchanged(obs, v):
+            extra = set(v) - names
+            if extra:
+                return "lists %s, who were refused" % ", ".join(sorted(extra))
+            return self.lists(expect)(obs, v)
+        self.wait("the mesh after the refused tokens", observers, unchanged, 5)
+        log("ok   7. after the refusals a, b, c still list exactly a, b, c alive and d left")
+
+    def nat(self):
+        N = self.nodes
+        a, b, c, n1, n2 = N["a"], N["b"], N["c"], N["nat1"], N["nat2"]
+        public = [a, b, c]
+        gone = ("left", "missing")   # a joiner may not know of d at all
+        t0 = time.time()
+        n1.join(self.invite(a))
+        want = {"a": "alive", "b": "alive", "c": "alive", "nat1": "alive", "d": gone}
+        secs, first = self.wait("nat1 (behind MASQUERADE, no --endpoint) joins through a",
+                                public + [n1], self.lists(want), 30, t0)
+        self.measured("8. nat1 joined: a, b, c list nat1 alive and nat1 lists them alive", secs)
+        secs = self.tcp_until("nat1 <-> public nodes over the overlay",
+                              [(n1, p) for p in public] + [(p, n1) for p in public], 20)
+        self.measured("8. TCP over the overlay nat1 -> a, b, c and a, b, c -> nat1", secs)
+
+        t0 = time.time()
+        n2.join(self.invite(a))
+        want = dict(want, nat2="alive")
+
+        def pred(obs, v):
+            why = self.lists(want)(obs, v)
+            if why is None and obs.name in ("nat1", "nat2"):
+                other = "nat2" if obs.name == "nat1" else "nat1"
+                if v[other]["link"] == "direct":
+                    why = ("lists %s with link direct, but the two are behind NATs that no "
+                           "hole punching gets through" % other)
+            return why
+        secs, first = self.wait("nat2 (behind a symmetric NAT) joins through a; nat1 and nat2 "
+                                "list each other alive, not direct", public + [n1, n2], pred, 30, t0)
+        self.measured("8. nat2 joined: everyone lists nat2 alive", secs)
+        views = self.statuses([n1, n2])
+        links = {o: view(views[o])["nat2" if o == "nat1" else "nat1"]["link"]
+                 for o in ("nat1", "nat2")}
+        self.hold("nat1 and nat2 keep listing each other alive and not direct", [n1, n2], pred, 3)
+        log("ok   8. nat1 lists nat2 alive/%s, nat2 lists nat1 alive/%s" % (links["nat1"],
+                                                                          links["nat2"]))
+        secs = self.tcp_until("nat2 <-> public nodes over the overlay",
+                              [(n2, p) for p in public] + [(p, n2) for p in public], 20)
+        self.measured("8. TCP over the overlay nat2 -> a, b, c and a, b, c -> nat2", secs)
+        res = self.tcp(n1.ns, [(n2.overlay, GOSSIP_PORT)], timeout=3)
+        log("note nat1 -> nat2 TCP over the overlay (relayed, not required): %s"
+            % list(res.values())[0])
+
+    # ---------------------------------------------------------------- run
+
+    def run(self, scaffold_only):
+        self.setup()
+        token = self.init_a()
+        altered, at = alter_token(token)
+        log("ok   init a, invite: %d-character token; the altered one differs at character %d"
+            % (len(token), at))
+        if scaffold_only:
+            return
+        self.start_mesh()
+        self.gossip_ports()
+        self.crash_and_restart()
+        self.leave()
+        self.tokens()
+        self.nat()
+
+    def failure_report(self):
+        for n in self.nodes.values():
+            if n.logs:
+                log(n.tail())
+        if self.workdir and self.tmp and os.path.isdir(os.path.join(self.tmp, "logs")):
+            dst = os.path.join(self.workdir, "logs")
+            shutil.rmtree(dst, ignore_errors=True)
+            shutil.copytree(os.path.join(self.tmp, "logs"), dst)
+            log("logs copied to %s" % dst)
+
+    def cleanup(self):
+        problems = []
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    p.terminate()
+                except ProcessLookupError:
+                    pass
+        problems += self.net.destroy()
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    problems.append("process %d does not exit" % p.pid)
+        if self.tmp:
+            if self.keep:
+                log("kept %s" % self.tmp)
+            else:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+                if os.path.exists(self.tmp):
+                    problems.append("%s not removed" % self.tmp)
+        names, pids = self.net.leftovers()
+        if names:
+            problems.append("namespaces left: %s" % " ".join(names))
+        if pids:
+            problems.append("processes left in the test's namespaces: %s" % pids)
+        if self.tmp:
+            for d in os.listdir("/proc"):
+                if d.isdigit() and int(d) != os.getpid():
+                    try:
+                        with open("/proc/%s/cmdline" % d, "rb") as f:
+                            if self.tmp.encode() in f.read():
+                                problems.append("process %s still runs on %s" % (d, self.tmp))
+                    except OSError:
+                        pass
+        return problems
+
+    def summary(self):
+        if not self.times:
+            return
+        log("measured:")
+        for what, secs, limit in self.times:
+            log("  %6.2f s%s  %s" % (secs, "" if limit is None else " /%3g" % limit, what))
+
+
+def preconditions(sn):
+    if os.geteuid() != 0:
+        raise Skip("needs root (network namespaces, wireguard-go)")
+    if not os.path.exists("/dev/net/tun"):
+        raise Skip("no /dev/net/tun")
+    for tool in ("wireguard-go", "ip", "ss", "iptables"):
+        if not shutil.which(tool):
+            raise Skip("%s is not installed" % tool)
+    if not os.access(sn, os.X_OK):
+        raise Failure("%s is not an executable" % sn)
+    probe = "snm%d-probe" % os.getpid()
+    p = sh(["ip", "netns", "add", probe], ok=False)
+    if p.returncode != 0:
+        raise Skip("cannot create network namespaces: %s" % p.stderr.strip())
+    sh(["ip", "netns", "del", probe], ok=False)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shardnode", required=True)
+    ap.add_argument("--workdir", help="where logs are copied on failure")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--scaffold-only", action="store_true",
+                    help="namespaces, underlay checks, init and invite; no daemon")
+    args = ap.parse_args()
+    sn = os.path.abspath(args.shardnode)
+    workdir = os.path.abspath(args.workdir) if args.workdir else None
+    try:
+        preconditions(sn)
+    except Skip as e:
+        log("SKIP mesh_test: %s" % e)
+        return SKIP
+    except Failure as e:
+        log("FAIL %s" % e)
+        return 1
+    if workdir:
+        os.makedirs(workdir, exist_ok=True)
+
+    def on_signal(signum, frame):
+        raise Terminated("signal %d" % signum)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    remove_stale_runs()
+    t = MeshTest(sn, workdir, args.keep)
+    rc = 0
+    try:
+        t.run(args.scaffold_only)
+    except Failure as e:
+        log("FAIL %s" % e)
+        t.failure_report()
+        rc = 1
+    except (Terminated, KeyboardInterrupt) as e:
+        log("FAIL interrupted (%s)" % (e or "SIGINT"))
+        t.failure_report()
+        rc = 1
+    except Exception:
+        import traceback
+        traceback.print_exc()
+        log("FAIL the test script itself broke (above)")
+        t.failure_report()
+        rc = 1
+    finally:
+        for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(s, signal.SIG_IGN)
+        t0 = time.time()
+        problems = t.cleanup()
+        t.summary()
+        if problems:
+            log("FAIL cleanup: " + "; ".join(problems))
+            rc = 1
+        else:
+            log("ok   9. cleanup: namespaces, processes and %s removed (%.1f s)"
+                % ("temporary directory" if not args.keep else "nothing else", time.time() - t0))
+    log("mesh_test: %s (%.1f s)" % ("all checks passed" if rc == 0 else "FAILED",
+                                     time.time() - t.t_start))
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
