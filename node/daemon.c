@@ -162,7 +162,8 @@ static void member_changed(void *ctx, const gossip_member *m, int before)
     case GOSSIP_DEAD:
         if (mesh_wg_set_peer(d->wg, m->rec.wg_pub, NULL, NULL, 0, 0, err, sizeof err) != 0)
             daemon_log(d, "wireguard: cannot withdraw %s's address: %s", m->rec.name, err);
-        if (p) p->dead_since_s = time(NULL);
+        /* Any handshake after this one is a restart knocking. */
+        if (p) p->handshake_at_death = p->handshake_s;
         break;
     case GOSSIP_LEFT:
         if (mesh_wg_remove_peer(d->wg, m->rec.wg_pub, err, sizeof err) != 0)
@@ -206,7 +207,8 @@ static void wg_poll(daemon_t *d)
         for (size_t j = 0; j < nm; j++) {
             const gossip_member *m = ms[j];
             if (memcmp(m->rec.wg_pub, p->key, GOSSIP_KEY_LEN) != 0) continue;
-            if (m->state == GOSSIP_DEAD && !p->knocked && p->handshake_s > p->dead_since_s) {
+            if (m->state == GOSSIP_DEAD && !p->knocked && p->handshake_s > 0 &&
+                p->handshake_s != p->handshake_at_death) {
                 /* It handshook after we declared it dead: a restart. Let
                  * its packets in so it can refute with a newer record. */
                 p->knocked = true;

@@ -32,7 +32,7 @@ typedef struct {
     uint8_t key[GOSSIP_KEY_LEN];
     char endpoint[MESH_WG_ENDPOINT_MAX]; /* as WireGuard last saw it */
     int64_t handshake_s;                 /* last handshake, Unix seconds; 0: never */
-    int64_t dead_since_s;                /* when we declared it dead */
+    int64_t handshake_at_death;          /* handshake_s when we declared it dead */
     bool knocked;                        /* let back in after a handshake while dead */
 } daemon_peer;
 

@@ -370,12 +370,17 @@ static void control_readable(struct bufferevent *bev, void *arg)
     json_t *reply;
     if (cmd && strcmp(cmd, "status") == 0) {
         reply = daemon_status_json(d);
+    } else if (cmd && strcmp(cmd, "invites") == 0) {
+        /* `shardnode invite` just wrote one: admit its key now rather than
+         * at the next poll, so the joiner's first handshake is answered. */
+        daemon_invites_refresh(d, true);
+        reply = json_pack("{s:i}", "invites", (int)d->ninvites);
     } else if (cmd && strcmp(cmd, "leave") == 0) {
         daemon_leave(d);
         reply = json_pack("{s:b}", "left", 1);
     } else {
-        reply = json_pack("{s:s}", "error", "unknown request: expected {\"cmd\": \"status\"} "
-                                            "or {\"cmd\": \"leave\"}");
+        reply = json_pack("{s:s}", "error", "unknown request: expected {\"cmd\": \"status\"}, "
+                                            "\"leave\" or \"invites\"");
     }
     json_decref(req);
     char *text = reply ? json_dumps(reply, JSON_COMPACT) : NULL;

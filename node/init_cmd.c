@@ -425,6 +425,11 @@ int cmd_invite(int argc, char **argv)
     if (!(node = node_load_json(node_path, err, sizeof err)) ||
         !(mesh = node_load_json(mesh_path, err, sizeof err)))
         goto fail;
+    if (json_is_false(json_object_get(mesh, "joined"))) {
+        snprintf(err, sizeof err, "%s has not joined its mesh yet, so it cannot invite "
+                 "others; finish `shardnode join` first", state);
+        goto fail;
+    }
     endpoint = node_json_str(node, "endpoint");
     if (!endpoint || !*endpoint) {
         snprintf(err, sizeof err, "%s has no endpoint, and a joiner must be able to reach "
@@ -481,6 +486,8 @@ int cmd_invite(int argc, char **argv)
     /* Recorded before printed: a token whose secret was not saved could
      * never be redeemed. */
     if (record_invite(state, t.secret, t.expires_unix, now, err, sizeof err) != 0) goto fail;
+    /* A running node adds the invite's key at once (else within a second). */
+    json_decref(node_control_request(state, "invites", err, sizeof err));
     printf("%s\n", text);
     if (fflush(stdout) != 0) {
         snprintf(err, sizeof err, "cannot write the token to stdout: %s", strerror(errno));

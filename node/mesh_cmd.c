@@ -99,7 +99,7 @@ int cmd_join(int argc, char **argv)
 
 /* One request over DIR/control.sock; returns the reply (json_decref it) or
  * NULL with err. */
-static json_t *control_request(const char *state, const char *cmd, char *err, size_t errlen)
+json_t *node_control_request(const char *state, const char *cmd, char *err, size_t errlen)
 {
     struct sockaddr_un un;
     memset(&un, 0, sizeof un);
@@ -204,7 +204,7 @@ int cmd_status(int argc, char **argv)
                 err);
         return 2;
     }
-    json_t *st = control_request(state, "status", err, sizeof err);
+    json_t *st = node_control_request(state, "status", err, sizeof err);
     if (!st) {
         fprintf(stderr, "shardnode status: %s\n", err);
         return 1;
@@ -231,7 +231,7 @@ int cmd_leave(int argc, char **argv)
         fprintf(stderr, "shardnode leave: %s\nusage: shardnode leave --state DIR\n", err);
         return 2;
     }
-    json_t *r = control_request(state, "leave", err, sizeof err);
+    json_t *r = node_control_request(state, "leave", err, sizeof err);
     if (!r) {
         fprintf(stderr, "shardnode leave: %s\n", err);
         return 1;

@@ -53,6 +53,11 @@ int node_write_json(const char *path, struct json_t *j, unsigned mode, char *err
                     size_t errlen);
 struct json_t *node_load_json(const char *path, char *err, size_t errlen);
 const char *node_json_str(struct json_t *obj, const char *key);
+/* One request ({"cmd": CMD}) to the node running on STATE through its
+ * control socket; the reply object (json_decref it), or NULL with err
+ * ("no node is running on ..."). mesh_cmd.c */
+struct json_t *node_control_request(const char *state, const char *cmd, char *err,
+                                    size_t errlen);
 /* The node's name rule: 1..63 of A-Z a-z 0-9 . _ - */
 int node_name_valid(const char *s);
 
