@@ -4,7 +4,7 @@
  *
  * Functions that can fail return 0, or -1 with a message naming the peer or
  * the field at fault in err (at most errlen bytes, NUL-terminated).
- * mesh/ may include keys/ (later), libevent, msgpack-c and the C library. */
+ * mesh/ may include keys/, libevent, msgpack-c and the C library. */
 #ifndef SHARDNODE_MESH_H
 #define SHARDNODE_MESH_H
 
