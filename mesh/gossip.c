@@ -177,7 +177,9 @@ static void update_of(const gossip *g, const gossip_member *m, gossip_update *u)
     } else {
         memcpy(u->wg_pub, m->rec.wg_pub, GOSSIP_KEY_LEN);
         u->incarnation = m->state_inc;
-        snprintf(u->from, sizeof u->from, "%s", self_of((gossip *)g)->rec.name);
+        snprintf(u->from, sizeof u->from, "%s",
+                 m->state == GOSSIP_SUSPECT && m->suspectors[0][0] ? m->suspectors[0]
+                                                                   : self_of((gossip *)g)->rec.name);
     }
 }
 
@@ -253,6 +255,7 @@ static void refute(gossip *g, uint64_t inc, int64_t now_ms, const char *what, co
     gossip_member *s = self_of(g);
     if (s->rec.left) return;
     if (inc < s->rec.incarnation) return; /* about an older incarnation: already refuted */
+    if (inc > s->rec.incarnation) inc = s->rec.incarnation; /* never signed: bogus, don't follow it up */
     s->rec.incarnation = inc + 1;
     char err[256];
     if (resign_self(g, now_ms, err, sizeof err) != 0) {
@@ -386,6 +389,11 @@ static int apply_record(gossip *g, const gossip_signed *sig, int64_t now_ms, boo
     m->rec = r;
     m->sig = *sig;
     gossip_state st = r.left ? GOSSIP_LEFT : GOSSIP_ALIVE;
+    if (!r.left && (m->state == GOSSIP_SUSPECT || m->state == GOSSIP_DEAD) &&
+        r.incarnation <= m->state_inc) {
+        if (announce) broadcast(g, m);
+        return 0; /* the claim is about this incarnation or a later one: it stands */
+    }
     bool state_changes = st != m->state;
     if (state_changes || st == GOSSIP_ALIVE) {
         /* A newer record beats suspicion and death of older incarnations. */
@@ -536,6 +544,30 @@ static void ping(gossip *g, const char *addr, int port, uint32_t seq)
 static void probe_failed(gossip *g, int64_t now_ms)
 {
     gossip_member *m = g->m[g->probe_target];
+    if (m->state == GOSSIP_SUSPECT) {
+        const char *me = self_of(g)->rec.name;
+        for (int k = 0; k < 4; k++) {
+            if (strcmp(m->suspectors[k], me) == 0) return;
+            if (!m->suspectors[k][0]) {
+                snprintf(m->suspectors[k], MESH_NAME_MAX, "%s", me);
+                if (k > 0) m->confirmations++;
+                break;
+            }
+        }
+        gossip_update u;
+        memset(&u, 0, sizeof u);
+        u.state = GOSSIP_SUSPECT;
+        memcpy(u.wg_pub, m->rec.wg_pub, GOSSIP_KEY_LEN);
+        u.incarnation = m->state_inc;
+        snprintf(u.from, sizeof u.from, "%s", me);
+        for (size_t i = 1; i < g->n; i++) {
+            const gossip_member *o = g->m[i];
+            if (o->state != GOSSIP_ALIVE && o->state != GOSSIP_SUSPECT) continue;
+            gossip_msg msg = {.type = GOSSIP_MSG_UPDATE, .nupdates = 1, .updates = &u};
+            send_msg(g, o->rec.address, o->rec.port, &msg, false);
+        }
+        return;
+    }
     if (m->state != GOSSIP_ALIVE) return;
     set_state(g, m, GOSSIP_SUSPECT, m->rec.incarnation, now_ms);
     snprintf(m->suspectors[0], MESH_NAME_MAX, "%s", self_of(g)->rec.name);
@@ -607,6 +639,15 @@ void gossip_tick(gossip *g, int64_t now_ms)
         for (size_t i = 1; i < g->n; i++)
             if (g->m[i]->state == GOSSIP_ALIVE) cand[nc++] = (int)i;
         if (nc) g->h.sync(g->h.ctx, g->m[cand[rng_next(g) % (uint64_t)nc]]);
+        /* Reconnect: push-pull with one dead member too, so a healed partition (or a
+         * member that was only unreachable) finds its way back. */
+        int dc[GOSSIP_MAX_MEMBERS], nd = 0;
+        for (size_t i = 1; i < g->n; i++)
+            if (g->m[i]->state == GOSSIP_DEAD) dc[nd++] = (int)i;
+        if (nd) {
+            gossip_member *dm = g->m[dc[rng_next(g) % (uint64_t)nd]];
+            g->h.sync(g->h.ctx, dm);
+        }
     }
 }
 

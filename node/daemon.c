@@ -39,6 +39,7 @@
 #define DAEMON_DIRECT_S 180 /* a handshake this recent makes a link "direct" */
 #define DAEMON_KEEPALIVE_S 25
 #define DAEMON_SYNC_TIMEOUT_S 5
+#define DAEMON_DEAD_KEEP_S 3600 /* a dead member stays reachable this long */
 
 int64_t daemon_now_ms(void)
 {
@@ -153,6 +154,7 @@ static void member_changed(void *ctx, const gossip_member *m, int before)
     switch (m->state) {
     case GOSSIP_ALIVE:
     case GOSSIP_SUSPECT:
+        if (p) p->withdrawn = false;
         /* A new or returning member gets the endpoint it announced; a known
          * one keeps the endpoint WireGuard learned from its packets (the
          * roaming that makes NAT work) while the link is direct. */
@@ -160,10 +162,11 @@ static void member_changed(void *ctx, const gossip_member *m, int before)
             daemon_set_member_peer(d, m, ep);
         break;
     case GOSSIP_DEAD:
-        if (mesh_wg_set_peer(d->wg, m->rec.wg_pub, NULL, NULL, 0, 0, err, sizeof err) != 0)
-            daemon_log(d, "wireguard: cannot withdraw %s's address: %s", m->rec.name, err);
-        /* Any handshake after this one is a restart knocking. */
-        if (p) p->handshake_at_death = p->handshake_s;
+        /* Kept reachable for a while: the dead may only have been cut off
+         * (a partition, a network blip), and gossip still syncs with one
+         * dead member now and then so both sides find each other again.
+         * wg_poll withdraws the address after DAEMON_DEAD_KEEP_S. */
+        (void)err;
         break;
     case GOSSIP_LEFT:
         if (mesh_wg_remove_peer(d->wg, m->rec.wg_pub, err, sizeof err) != 0)
@@ -207,7 +210,19 @@ static void wg_poll(daemon_t *d)
         for (size_t j = 0; j < nm; j++) {
             const gossip_member *m = ms[j];
             if (memcmp(m->rec.wg_pub, p->key, GOSSIP_KEY_LEN) != 0) continue;
-            if (m->state == GOSSIP_DEAD && !p->knocked && p->handshake_s > 0 &&
+            if (m->state == GOSSIP_DEAD && !p->withdrawn &&
+                daemon_now_ms() - m->state_ms > (int64_t)DAEMON_DEAD_KEEP_S * 1000) {
+                /* Dead for long: nothing flows to or from it any more, but
+                 * its key stays so a restart can still knock. */
+                char err[512];
+                p->withdrawn = true;
+                p->knocked = false;
+                p->handshake_at_death = p->handshake_s;
+                if (mesh_wg_set_peer(d->wg, m->rec.wg_pub, NULL, NULL, 0, 0, err, sizeof err))
+                    daemon_log(d, "wireguard: cannot withdraw %s's address: %s", m->rec.name,
+                               err);
+            }
+            if (m->state == GOSSIP_DEAD && p->withdrawn && !p->knocked && p->handshake_s > 0 &&
                 p->handshake_s != p->handshake_at_death) {
                 /* It handshook after we declared it dead: a restart. Let
                  * its packets in so it can refute with a newer record. */

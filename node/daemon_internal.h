@@ -33,7 +33,8 @@ typedef struct {
     char endpoint[MESH_WG_ENDPOINT_MAX]; /* as WireGuard last saw it */
     int64_t handshake_s;                 /* last handshake, Unix seconds; 0: never */
     int64_t handshake_at_death;          /* handshake_s when we declared it dead */
-    bool knocked;                        /* let back in after a handshake while dead */
+    bool withdrawn;                      /* dead for long: address withdrawn */
+    bool knocked;                        /* let back in after a handshake while withdrawn */
 } daemon_peer;
 
 typedef struct {
