@@ -36,9 +36,7 @@
 #define DAEMON_TICK_MS 100
 #define DAEMON_WG_POLL_MS 1000
 #define DAEMON_SAVE_MS 2000
-#define DAEMON_DIRECT_S 180 /* a handshake this recent makes a link "direct" */
 #define DAEMON_KEEPALIVE_S 25
-#define DAEMON_SYNC_TIMEOUT_S 5
 #define DAEMON_DEAD_KEEP_S 3600 /* a dead member stays reachable this long */
 
 int64_t daemon_now_ms(void)
@@ -114,18 +112,25 @@ void daemon_host_cidr(const char *addr, char *out, size_t outlen)
 
 /* ---- WireGuard peers from member states ---- */
 
-daemon_peer *daemon_peer_of(daemon_t *d, const uint8_t key[GOSSIP_KEY_LEN])
+daemon_peer *daemon_peer_find(daemon_t *d, const uint8_t key[GOSSIP_KEY_LEN])
 {
     for (size_t i = 0; i < d->npeers; i++)
         if (memcmp(d->peers[i].key, key, GOSSIP_KEY_LEN) == 0) return &d->peers[i];
+    return NULL;
+}
+
+daemon_peer *daemon_peer_of(daemon_t *d, const uint8_t key[GOSSIP_KEY_LEN])
+{
+    daemon_peer *p = daemon_peer_find(d, key);
+    if (p) return p;
     if (d->npeers == DAEMON_MAX_PEERS) return NULL;
-    daemon_peer *p = &d->peers[d->npeers++];
+    p = &d->peers[d->npeers++];
     memset(p, 0, sizeof *p);
     memcpy(p->key, key, GOSSIP_KEY_LEN);
     return p;
 }
 
-static int peer_direct(const daemon_peer *p)
+bool daemon_peer_direct(const daemon_peer *p)
 {
     return p && p->handshake_s > 0 && time(NULL) - p->handshake_s <= DAEMON_DIRECT_S;
 }
@@ -158,7 +163,7 @@ static void member_changed(void *ctx, const gossip_member *m, int before)
         /* A new or returning member gets the endpoint it announced; a known
          * one keeps the endpoint WireGuard learned from its packets (the
          * roaming that makes NAT work) while the link is direct. */
-        if (before == -1 || before == GOSSIP_DEAD || before == GOSSIP_LEFT || !peer_direct(p))
+        if (before == -1 || before == GOSSIP_DEAD || before == GOSSIP_LEFT || !daemon_peer_direct(p))
             daemon_set_member_peer(d, m, ep);
         break;
     case GOSSIP_DEAD:
@@ -166,7 +171,6 @@ static void member_changed(void *ctx, const gossip_member *m, int before)
          * (a partition, a network blip), and gossip still syncs with one
          * dead member now and then so both sides find each other again.
          * wg_poll withdraws the address after DAEMON_DEAD_KEEP_S. */
-        (void)err;
         break;
     case GOSSIP_LEFT:
         if (mesh_wg_remove_peer(d->wg, m->rec.wg_pub, err, sizeof err) != 0)
@@ -180,10 +184,8 @@ static void observe_hook(void *ctx, const char *addr, char *out, size_t outlen)
     daemon_t *d = ctx;
     out[0] = '\0';
     const gossip_member *m = gossip_find_addr(d->g, addr);
-    if (!m) return;
-    for (size_t i = 0; i < d->npeers; i++)
-        if (memcmp(d->peers[i].key, m->rec.wg_pub, GOSSIP_KEY_LEN) == 0)
-            snprintf(out, outlen, "%s", d->peers[i].endpoint);
+    const daemon_peer *p = m ? daemon_peer_find(d, m->rec.wg_pub) : NULL;
+    if (p) snprintf(out, outlen, "%s", p->endpoint);
 }
 
 /* Reads WireGuard's view: endpoints as seen (for "observed" and status),
@@ -200,10 +202,7 @@ static void wg_poll(daemon_t *d)
     const gossip_member *const *ms;
     size_t nm = gossip_members(d->g, &ms);
     for (size_t i = 0; i < n; i++) {
-        daemon_peer *p = NULL;
-        for (size_t j = 0; j < d->npeers; j++)
-            if (memcmp(d->peers[j].key, info[i].public_key, GOSSIP_KEY_LEN) == 0)
-                p = &d->peers[j];
+        daemon_peer *p = daemon_peer_find(d, info[i].public_key);
         if (!p) continue;
         snprintf(p->endpoint, sizeof p->endpoint, "%s", info[i].endpoint);
         p->handshake_s = info[i].last_handshake_sec;
@@ -435,7 +434,7 @@ static int run_loop(daemon_t *d, char *err, size_t errlen)
 {
     if (daemon_open_wireguard(d, d->wg_priv, d->overlay, err, errlen) != 0) return -1;
     if (open_gossip(d, err, errlen) != 0) return -1;
-    if (daemon_load_members(d, err, errlen) != 0) return -1;
+    daemon_load_members(d);
     d->udp_fd = bind_overlay(d, SOCK_DGRAM, err, errlen);
     if (d->udp_fd < 0) return -1;
     int tfd = bind_overlay(d, SOCK_STREAM, err, errlen);

@@ -22,6 +22,7 @@
 #define DAEMON_PATH_MAX 4096
 #define DAEMON_MAX_PEERS 1024
 #define DAEMON_MAX_INVITES 64
+#define DAEMON_DIRECT_S 180 /* a handshake this recent makes a link "direct" */
 
 struct event_base;
 struct event;
@@ -91,7 +92,12 @@ void daemon_log(daemon_t *d, const char *fmt, ...) __attribute__((format(printf,
 int daemon_sockaddr(const char *addr, int port, struct sockaddr_storage *ss, socklen_t *len);
 void daemon_addr_string(const struct sockaddr *sa, char *out, size_t outlen, int *port);
 void daemon_host_cidr(const char *addr, char *out, size_t outlen);
+/* The peer entry of a key: _find returns NULL when there is none, _of adds
+ * one (NULL only when the table is full). */
+daemon_peer *daemon_peer_find(daemon_t *d, const uint8_t key[GOSSIP_KEY_LEN]);
 daemon_peer *daemon_peer_of(daemon_t *d, const uint8_t key[GOSSIP_KEY_LEN]);
+/* A WireGuard handshake in the last DAEMON_DIRECT_S: a direct link. */
+bool daemon_peer_direct(const daemon_peer *p);
 int daemon_set_member_peer(daemon_t *d, const gossip_member *m, const char *endpoint);
 void daemon_leave(daemon_t *d);
 /* This node's record as it stands (incarnation d->incarnation). */
@@ -103,7 +109,8 @@ void daemon_free(daemon_t *d);
 /* daemon_state.c */
 int daemon_open_state(daemon_t **out, const char *state, char *err, size_t errlen);
 int daemon_save(daemon_t *d, char *err, size_t errlen);
-int daemon_load_members(daemon_t *d, char *err, size_t errlen);
+/* The saved view of mesh.json into gossip; bad entries are logged and skipped. */
+void daemon_load_members(daemon_t *d);
 uint64_t daemon_mem_available(void);
 /* Re-reads invites.json when it changed (or always with force) and keeps
  * WireGuard's invite peers in step: unexpired invites are peers. */

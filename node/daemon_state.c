@@ -149,7 +149,7 @@ int daemon_open_state(daemon_t **out, const char *state, char *err, size_t errle
     return 0;
 }
 
-int daemon_load_members(daemon_t *d, char *err, size_t errlen)
+void daemon_load_members(daemon_t *d)
 {
     json_t *list = json_object_get(d->mesh, "members");
     size_t i;
@@ -179,9 +179,6 @@ int daemon_load_members(daemon_t *d, char *err, size_t errlen)
         if (gossip_add_known(d->g, &s, daemon_now_ms(), why, sizeof why) != 0)
             daemon_log(d, "%s/mesh.json: members[%zu]: %s; skipped", d->state, i, why);
     }
-    (void)err;
-    (void)errlen;
-    return 0;
 }
 
 int daemon_save(daemon_t *d, char *err, size_t errlen)

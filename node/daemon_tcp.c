@@ -321,11 +321,9 @@ json_t *daemon_status_json(daemon_t *d)
     int64_t now = daemon_now_ms();
     for (size_t i = 0; i < n; i++) {
         const gossip_member *m = ms[i];
-        const daemon_peer *p = NULL;
-        for (size_t j = 0; j < d->npeers; j++)
-            if (memcmp(d->peers[j].key, m->rec.wg_pub, GOSSIP_KEY_LEN) == 0) p = &d->peers[j];
+        const daemon_peer *p = daemon_peer_find(d, m->rec.wg_pub);
         bool live = m->state == GOSSIP_ALIVE || m->state == GOSSIP_SUSPECT;
-        bool direct = p && p->handshake_s > 0 && time(NULL) - p->handshake_s <= 180;
+        bool direct = daemon_peer_direct(p);
         const char *link = m->self ? "self" : !live ? "none" : direct ? "direct" : "indirect";
         char wg[KEYS_BASE64_LEN + 1];
         keys_to_base64(m->rec.wg_pub, wg);
