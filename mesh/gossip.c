@@ -7,7 +7,9 @@
  * owner refutes suspicion by signing its record again with a higher
  * incarnation. State changes are sent to every member at once (small
  * meshes lose updates to gossip alone, see notes/wireguard.md) and ride on
- * the next probes; a periodic TCP push-pull heals whatever was missed. */
+ * the next probes; a periodic TCP push-pull heals whatever was missed. A
+ * record too big for a datagram (a long job text) is pushed to every member
+ * through the sync hook instead, and never piggybacked. */
 #include "mesh.h"
 
 #include "keys.h"
@@ -21,6 +23,17 @@
 
 #define GOSSIP_MAX_MEMBERS GOSSIP_MAX_UPDATES
 #define GOSSIP_MAX_FORWARDS 64
+#define GOSSIP_MAX_PIGGYBACK 8
+/* What a PING or an ACK adds to an UPDATE carrying the same updates, at
+ * most: "seq" (4 + 5 bytes) and "obs" (4 + 2 + 63). An update that fits an
+ * UPDATE datagram with this much to spare fits any message alone. */
+#define PIGGYBACK_EXTRA 80
+/* Bounds for gossip_sync_message's size budget: the message without its
+ * updates (a JOIN_REPLY's reason included), an ALIVE/LEFT update besides
+ * its record's bytes, and a SUSPECT/DEAD claim. */
+#define SYNC_HEAD_MAX 1024
+#define SYNC_RECORD_EXTRA 96
+#define SYNC_CLAIM_MAX 128
 
 typedef struct {
     gossip_update u;
@@ -58,6 +71,10 @@ struct gossip {
     /* Round-robin order of the members to probe. */
     int order[GOSSIP_MAX_MEMBERS];
     size_t norder, order_pos;
+    /* gossip_merge: the sender of the message being merged (an owner that
+     * pushes its own big record needs no relay). */
+    const char *via;
+    gossip_update pig[GOSSIP_MAX_PIGGYBACK]; /* send_msg's piggybacked updates */
 };
 
 void gossip_timing_default(gossip_timing *t)
@@ -143,14 +160,39 @@ static void notify(gossip *g, const gossip_member *m, int before)
 
 /* ---- the update queue ---- */
 
+/* Whether an UPDATE datagram carrying u alone fits GOSSIP_UDP_MAX with
+ * `spare` bytes left over. */
+static bool update_fits(gossip *g, const gossip_update *u, size_t spare)
+{
+    uint8_t buf[GOSSIP_UDP_MAX];
+    size_t len = 0;
+    char err[256];
+    gossip_msg m = {.type = GOSSIP_MSG_UPDATE, .version = MESH_PROTOCOL_VERSION, .nupdates = 1,
+                    .updates = (gossip_update *)u};
+    memcpy(m.mesh_id, self_of(g)->rec.mesh_id, GOSSIP_MESH_ID_LEN);
+    snprintf(m.from, sizeof m.from, "%s", self_of(g)->rec.name);
+    return gossip_encode(&m, buf, sizeof buf, &len, err, sizeof err) == 0 &&
+           len + spare <= GOSSIP_UDP_MAX;
+}
+
+/* Queues u to ride on the next PINGs and ACKs. An update that might not fit
+ * one of them alone is not queued (it travels by push-pull), and it still
+ * replaces the older claim about the member. */
 static void queue_update(gossip *g, const gossip_update *u, const uint8_t key[GOSSIP_KEY_LEN])
 {
+    bool fits = update_fits(g, u, PIGGYBACK_EXTRA);
     for (size_t i = 0; i < g->nqueue; i++)
         if (memcmp(g->queue[i].key, key, GOSSIP_KEY_LEN) == 0) {
+            if (!fits) {
+                memmove(&g->queue[i], &g->queue[i + 1], (g->nqueue - i - 1) * sizeof *g->queue);
+                g->nqueue--;
+                return;
+            }
             g->queue[i].u = *u; /* the newest claim about a member replaces the older */
             g->queue[i].sent = 0;
             return;
         }
+    if (!fits) return;
     gossip_queued *q = realloc(g->queue, (g->nqueue + 1) * sizeof *q);
     if (!q) return; /* the periodic sync carries it anyway */
     g->queue = q;
@@ -188,22 +230,30 @@ static void send_msg(gossip *g, const char *addr, int port, gossip_msg *m, bool 
     uint8_t buf[GOSSIP_UDP_MAX];
     size_t len = 0;
     char err[256];
-    gossip_update ups[8];
-    int idx[8];
+    gossip_update *ups = g->pig;
+    int idx[GOSSIP_MAX_PIGGYBACK];
     int nup = 0;
     m->version = MESH_PROTOCOL_VERSION;
     memcpy(m->mesh_id, self_of(g)->rec.mesh_id, GOSSIP_MESH_ID_LEN);
     snprintf(m->from, sizeof m->from, "%s", self_of(g)->rec.name);
     if (piggyback && m->nupdates == 0) {
-        /* Least-sent first, as many as fit. */
+        /* Least-sent first, as many as fit: one that does not fit beside
+         * the others is skipped (it goes first in a later message, once the
+         * others have been sent more often), so a big one never holds back
+         * the small ones behind it. */
         int limit = retransmit_limit(g);
-        for (int round = 0; round < limit && nup < 8; round++)
-            for (size_t i = 0; i < g->nqueue && nup < 8; i++) {
+        for (int round = 0; round < limit && nup < GOSSIP_MAX_PIGGYBACK; round++)
+            for (size_t i = 0; i < g->nqueue && nup < GOSSIP_MAX_PIGGYBACK; i++) {
                 if (g->queue[i].sent != round) continue;
                 ups[nup] = g->queue[i].u;
                 m->updates = ups;
                 m->nupdates = nup + 1;
-                if (gossip_encode(m, buf, sizeof buf, &len, err, sizeof err) != 0) break;
+                if (gossip_encode(m, buf, sizeof buf, &len, err, sizeof err) != 0) {
+                    /* Not even alone (queue_update keeps such out): spent,
+                     * so it leaves the queue below. */
+                    if (nup == 0) g->queue[i].sent = limit;
+                    continue;
+                }
                 idx[nup++] = (int)i;
             }
         m->nupdates = nup;
@@ -225,12 +275,32 @@ static void send_msg(gossip *g, const char *addr, int port, gossip_msg *m, bool 
     }
 }
 
-/* A state change goes to every member now (and rides later probes). */
+/* A state change goes to every member now (and rides later probes). A
+ * record too big for an UPDATE datagram is pushed to every alive and
+ * suspect member over TCP instead (the sync hook), by its owner and by
+ * whoever learns it other than from its owner's own push (which reaches
+ * every member by itself). */
 static void broadcast(gossip *g, const gossip_member *about)
 {
     gossip_update u;
     update_of(g, about, &u);
     queue_update(g, &u, about->rec.wg_pub);
+    if (!update_fits(g, &u, 0)) {
+        if (!about->self && g->via && strcmp(g->via, about->rec.name) == 0) return;
+        if (!g->h.sync) {
+            glog(g, "gossip: the record of %s (%zu bytes) does not fit a datagram and there "
+                 "is no sync hook; members learn it only from push-pulls they start",
+                 about->rec.name, u.rec.len);
+            return;
+        }
+        for (size_t i = 1; i < g->n; i++) {
+            const gossip_member *m = g->m[i];
+            if (m->state != GOSSIP_ALIVE && m->state != GOSSIP_SUSPECT) continue;
+            if (m == about) continue;
+            g->h.sync(g->h.ctx, m);
+        }
+        return;
+    }
     for (size_t i = 1; i < g->n; i++) {
         const gossip_member *m = g->m[i];
         if (m->state != GOSSIP_ALIVE && m->state != GOSSIP_SUSPECT) continue;
@@ -275,6 +345,7 @@ void gossip_add_observed(gossip *g, const char *endpoint, int64_t now_ms)
         if (strcmp(s->rec.endpoints[i], endpoint) == 0) return;
     if (strlen(endpoint) >= MESH_WG_ENDPOINT_MAX) return;
     gossip_record before = s->rec;
+    gossip_signed sig_before = s->sig;
     if (s->rec.nendpoints < GOSSIP_MAX_ENDPOINTS) {
         s->rec.nendpoints++;
     } else {
@@ -288,6 +359,7 @@ void gossip_add_observed(gossip *g, const char *endpoint, int64_t now_ms)
     char err[256];
     if (resign_self(g, now_ms, err, sizeof err) != 0) {
         s->rec = before;
+        s->sig = sig_before;
         glog(g, "gossip: cannot sign this node's record: %s", err);
         return;
     }
@@ -296,10 +368,39 @@ void gossip_add_observed(gossip *g, const char *endpoint, int64_t now_ms)
     broadcast(g, s);
 }
 
+int gossip_set_job(gossip *g, const char *job, int64_t now_ms, char *err, size_t errlen)
+{
+    gossip_member *s = self_of(g);
+    if (!job) job = "";
+    size_t n = strlen(job);
+    if (n >= GOSSIP_JOB_MAX)
+        return mesh_errf(err, errlen, "gossip: the job text is %zu bytes, at most %d", n,
+                         GOSSIP_JOB_MAX - 1);
+    if (strcmp(s->rec.job, job) == 0) return 0;
+    if (s->rec.left)
+        return mesh_errf(err, errlen, "gossip: this node left the mesh; its record does not "
+                         "change any more");
+    gossip_record before = s->rec;
+    gossip_signed sig_before = s->sig;
+    memcpy(s->rec.job, job, n + 1);
+    s->rec.incarnation++;
+    if (resign_self(g, now_ms, err, errlen) != 0) {
+        s->rec = before;
+        s->sig = sig_before;
+        return -1;
+    }
+    notify(g, s, (int)s->state);
+    broadcast(g, s);
+    return 0;
+}
+
 int gossip_leave(gossip *g, int64_t now_ms, char *err, size_t errlen)
 {
     gossip_member *s = self_of(g);
     if (!s->rec.left) {
+        /* A LEFT record is final: the job text is of no use any more, and
+         * without it the record fits a datagram. */
+        s->rec.job[0] = 0;
         s->rec.left = 1;
         s->rec.incarnation++;
         if (resign_self(g, now_ms, err, errlen) != 0) return -1;
@@ -461,11 +562,14 @@ int gossip_merge(gossip *g, const gossip_msg *m, int64_t now_ms)
 {
     int refused = 0;
     char err[512];
+    const char *via = g->via; /* a sync hook may merge into g while g merges */
+    g->via = m->from;
     for (int i = 0; i < m->nupdates; i++)
         if (apply_update(g, &m->updates[i], now_ms, err, sizeof err) != 0) {
             glog(g, "gossip: from %s: %s", m->from, err);
             refused++;
         }
+    g->via = via;
     return refused;
 }
 
@@ -488,19 +592,33 @@ int gossip_sync_message(gossip *g, gossip_msg *m, bool reply, char *err, size_t 
     m->flags = reply ? GOSSIP_SYNC_REPLY : 0;
     memcpy(m->mesh_id, self_of(g)->rec.mesh_id, GOSSIP_MESH_ID_LEN);
     snprintf(m->from, sizeof m->from, "%s", self_of(g)->rec.name);
-    m->updates = calloc(g->n ? g->n * 2 : 1, sizeof *m->updates);
+    size_t cap = g->n * 2 < GOSSIP_MAX_UPDATES ? g->n * 2 : GOSSIP_MAX_UPDATES;
+    m->updates = calloc(cap ? cap : 1, sizeof *m->updates);
     if (!m->updates) return mesh_errf(err, errlen, "gossip sync: out of memory");
     /* Every record, and after it the claim that overrides it (SUSPECT or
-     * DEAD), so a receiver that lacks the record learns both. */
-    for (size_t i = 0; i < g->n; i++) {
+     * DEAD), so a receiver that lacks the record learns both; this node
+     * first. Members that would take the message past GOSSIP_MAX_UPDATES
+     * updates or GOSSIP_TCP_MAX bytes are left out (logged): the receiver
+     * learns them from another member's push-pull. */
+    size_t bytes = SYNC_HEAD_MAX;
+    size_t i;
+    for (i = 0; i < g->n; i++) {
         const gossip_member *mm = g->m[i];
+        bool claim = mm->state == GOSSIP_SUSPECT || mm->state == GOSSIP_DEAD;
+        size_t more = SYNC_RECORD_EXTRA + mm->sig.len + (claim ? SYNC_CLAIM_MAX : 0);
+        if ((size_t)m->nupdates + (claim ? 2 : 1) > cap || bytes + more > GOSSIP_TCP_MAX) break;
+        bytes += more;
         gossip_update *u = &m->updates[m->nupdates++];
         memset(u, 0, sizeof *u);
         u->state = mm->rec.left ? GOSSIP_LEFT : GOSSIP_ALIVE;
         u->rec = mm->sig;
-        if (mm->state == GOSSIP_SUSPECT || mm->state == GOSSIP_DEAD)
-            update_of(g, mm, &m->updates[m->nupdates++]);
+        if (claim) update_of(g, mm, &m->updates[m->nupdates++]);
     }
+    if (i < g->n)
+        glog(g, "gossip: the view has %zu members; this %s carries the first %zu (at most %d "
+             "updates and %zu bytes in one message), the rest travel in other members' "
+             "push-pulls", g->n, reply ? "SYNC reply" : "SYNC", i, GOSSIP_MAX_UPDATES,
+             GOSSIP_TCP_MAX);
     return 0;
 }
 

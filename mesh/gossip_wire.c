@@ -8,8 +8,9 @@
  * in UDP datagrams from anyone who can reach the overlay port, so the reader
  * bounds every length against the bytes left, refuses every key it does not
  * know and every key a type does not carry, and names the field at fault.
- * The only allocation is the updates array, bounded by GOSSIP_MAX_UPDATES
- * and by the bytes that could hold them. */
+ * The only allocations are the updates array, bounded by GOSSIP_MAX_UPDATES
+ * and by the bytes that could hold them, and a FETCH_REPLY's data, bounded
+ * by GOSSIP_FETCH_CHUNK and by the bytes actually there. */
 #include "keys.h"
 #include "mesh.h"
 #include "mesh_internal.h"
@@ -33,22 +34,24 @@ _Static_assert(MESH_WG_ENDPOINT_MAX == TOKEN_STR_MAX + 1,
  * every version). */
 enum {
     M_V, M_T, M_MESH, M_FROM, M_SEQ, M_OBS, M_TARGET, M_TPORT, M_FL, M_SECRET, M_OK,
-    M_REASON, M_UP, M_COUNT
+    M_REASON, M_UP, M_PATH, M_OFF, M_TOTAL, M_DATA, M_COUNT
 };
 static const char *const msg_keys[M_COUNT] = {
     "v", "t", "mesh", "from", "seq", "obs", "target", "tport", "fl", "secret", "ok",
-    "reason", "up",
+    "reason", "up", "path", "off", "total", "data",
 };
 
-/* Record keys, in the encoder's order; every one is required. */
+/* Record keys, in the encoder's order; every one is required except "job",
+ * which is written only when the text is not empty (missing: ""). */
 enum {
     R_MESH, R_NAME, R_WG, R_ID, R_ADDR, R_PORT, R_INC, R_LEFT, R_EP, R_SW, R_PROTO, R_MEM,
-    R_DEV, R_T, R_COUNT
+    R_DEV, R_T, R_JOB, R_COUNT
 };
 static const char *const rec_keys[R_COUNT] = {
     "mesh", "name", "wg", "id", "addr", "port", "inc", "left", "ep", "sw", "proto", "mem",
-    "dev", "t",
+    "dev", "t", "job",
 };
+#define REC_OPTIONAL KEY(R_JOB)
 
 /* Update keys, in the encoder's order. */
 enum { U_S, U_R, U_G, U_W, U_INC, U_BY, U_COUNT };
@@ -58,7 +61,8 @@ static const char *const upd_keys[U_COUNT] = {"s", "r", "g", "w", "inc", "by"};
 #define COMMON (KEY(M_V) | KEY(M_T) | KEY(M_MESH) | KEY(M_FROM))
 
 /* Per type: the keys required, and whether "up" may be there (it is left
- * out when there are no updates, except in JOIN, which always has one). */
+ * out when there are no updates, except in JOIN, which always has one). A
+ * FETCH_REPLY's keys depend on "ok" (fetch_reply_keys). */
 static const struct {
     const char *name;
     uint32_t keys;
@@ -71,8 +75,24 @@ static const struct {
     [GOSSIP_MSG_JOIN] = {"JOIN", COMMON | KEY(M_SECRET) | KEY(M_UP), 1},
     [GOSSIP_MSG_JOIN_REPLY] = {"JOIN_REPLY", COMMON | KEY(M_OK) | KEY(M_REASON), 1},
     [GOSSIP_MSG_UPDATE] = {"UPDATE", COMMON, 1},
+    [GOSSIP_MSG_FETCH] = {"FETCH", COMMON | KEY(M_PATH) | KEY(M_OFF), 0},
+    [GOSSIP_MSG_FETCH_REPLY] = {"FETCH_REPLY", COMMON | KEY(M_OK), 0},
 };
-#define MSG_TYPE_MAX GOSSIP_MSG_UPDATE
+#define MSG_TYPE_MAX GOSSIP_MSG_FETCH_REPLY
+
+/* A FETCH_REPLY that serves a part of the file carries "off", "total" and
+ * "data"; a refusal carries "reason" instead. */
+static uint32_t fetch_reply_keys(int ok)
+{
+    uint32_t keys = msg_types[GOSSIP_MSG_FETCH_REPLY].keys;
+    return ok ? keys | KEY(M_OFF) | KEY(M_TOTAL) | KEY(M_DATA) : keys | KEY(M_REASON);
+}
+
+/* The keys a message of this type (and "ok") carries, "up" aside. */
+static uint32_t type_keys(gossip_msg_type t, int ok)
+{
+    return t == GOSSIP_MSG_FETCH_REPLY ? fetch_reply_keys(ok) : msg_types[t].keys;
+}
 
 static const char *const state_names[] = {"ALIVE", "SUSPECT", "DEAD", "LEFT"};
 
@@ -199,6 +219,32 @@ static int judge_endpoint(cur *c, const char *s, int empty_ok)
     return cerr(c, "\"%s\" is not an endpoint (host:port or [IPv6]:port)", q);
 }
 
+/* FETCH's path: 1 to GOSSIP_PATH_MAX - 1 bytes of printable ASCII. What
+ * the path may name is the serving node's business. */
+static int judge_path(cur *c, const char *s)
+{
+    size_t n = strlen(s);
+    int ok = n >= 1 && n < GOSSIP_PATH_MAX;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = s[i] >= 0x20 && s[i] < 0x7f;
+    if (ok)
+        return 0;
+    char q[80];
+    quote((const uint8_t *)s, n, q, sizeof q);
+    return cerr(c, "\"%s\" is not a path (1 to %d bytes of printable ASCII)", q,
+                GOSSIP_PATH_MAX - 1);
+}
+
+/* A FETCH_REPLY's part of the file: data_len bytes at offset within total. */
+static int judge_part(cur *c, uint64_t offset, size_t data_len, uint64_t total)
+{
+    if ((uint64_t)data_len > total || offset > total - (uint64_t)data_len)
+        return cerr(c, "%zu bytes at offset %" PRIu64 " end past the file's %" PRIu64
+                       " bytes (\"total\")",
+                    data_len, offset, total);
+    return 0;
+}
+
 /* A C string field of the caller's struct: it must end within its array. */
 static int check_str(cur *c, const char *s, size_t cap)
 {
@@ -241,6 +287,9 @@ static int check_record(cur *c, const gossip_record *r)
     c->key = rec_keys[R_DEV];
     if (check_str(c, r->devices, GOSSIP_DEVICES_MAX))
         return -1;
+    c->key = rec_keys[R_JOB];
+    if (check_str(c, r->job, GOSSIP_JOB_MAX))
+        return -1;
     c->key = NULL;
     return 0;
 }
@@ -267,7 +316,7 @@ static int check_update(cur *c, int i, const gossip_update *u)
 
 static int check_msg(cur *c, const gossip_msg *m)
 {
-    uint32_t keys = msg_types[m->type].keys;
+    uint32_t keys = type_keys(m->type, m->ok);
     c->key = msg_keys[M_FROM];
     if (check_str(c, m->from, MESH_NAME_MAX) || judge_name(c, m->from))
         return -1;
@@ -294,9 +343,33 @@ static int check_msg(cur *c, const gossip_msg *m)
         c->key = msg_keys[M_OK];
         if (m->ok > 1)
             return cerr(c, "is %u, expected 0 or 1", (unsigned)m->ok);
+    }
+    if (keys & KEY(M_REASON)) {
         c->key = msg_keys[M_REASON];
         if (check_str(c, m->reason, MESH_TEXT_MAX))
             return -1;
+    }
+    if (keys & KEY(M_PATH)) {
+        c->key = msg_keys[M_PATH];
+        if (check_str(c, m->path, GOSSIP_PATH_MAX) || judge_path(c, m->path))
+            return -1;
+    }
+    if (m->type == GOSSIP_MSG_FETCH_REPLY && m->ok) {
+        c->key = msg_keys[M_REASON];
+        if (!memchr(m->reason, 0, MESH_TEXT_MAX) || m->reason[0])
+            return cerr(c, "a FETCH_REPLY that is ok carries no reason");
+        c->key = msg_keys[M_DATA];
+        if (m->data_len > GOSSIP_FETCH_CHUNK)
+            return cerr(c, "%zu bytes, at most %u (GOSSIP_FETCH_CHUNK)", m->data_len,
+                        GOSSIP_FETCH_CHUNK);
+        if (m->data_len && !m->data)
+            return cerr(c, "is NULL with %zu bytes", m->data_len);
+        if (judge_part(c, m->offset, m->data_len, m->total))
+            return -1;
+    } else if (m->type == GOSSIP_MSG_FETCH_REPLY) {
+        c->key = msg_keys[M_DATA];
+        if (m->data_len || m->offset || m->total)
+            return cerr(c, "a FETCH_REPLY that refuses carries no data, offset or total");
     }
     c->key = msg_keys[M_UP];
     if (m->nupdates < 0 || m->nupdates > GOSSIP_MAX_UPDATES)
@@ -351,8 +424,11 @@ static int pack_bin(msgpack_packer *pk, const void *p, size_t n)
 
 static int pack_record(msgpack_packer *pk, const gossip_record *r)
 {
-    int rc = msgpack_pack_map(pk, R_COUNT);
+    int has_job = r->job[0] != 0;
+    int rc = msgpack_pack_map(pk, has_job ? R_COUNT : R_COUNT - 1);
     for (int k = 0; k < R_COUNT; k++) {
+        if (k == R_JOB && !has_job)
+            continue;
         rc |= pack_str(pk, rec_keys[k]);
         switch (k) {
         case R_MESH: rc |= pack_bin(pk, r->mesh_id, GOSSIP_MESH_ID_LEN); break;
@@ -373,6 +449,7 @@ static int pack_record(msgpack_packer *pk, const gossip_record *r)
         case R_MEM: rc |= msgpack_pack_uint64(pk, r->mem_free); break;
         case R_DEV: rc |= pack_str(pk, r->devices); break;
         case R_T: rc |= msgpack_pack_int64(pk, r->signed_ms); break;
+        case R_JOB: rc |= pack_str(pk, r->job); break;
         }
     }
     return rc;
@@ -413,7 +490,7 @@ int gossip_encode(const gossip_msg *m, uint8_t *buf, size_t cap, size_t *len, ch
     if (check_msg(&c, m))
         return -1;
 
-    uint32_t keys = msg_types[m->type].keys;
+    uint32_t keys = type_keys(m->type, m->ok);
     if (m->nupdates)
         keys |= KEY(M_UP);
     fixbuf fb = {buf, cap, 0};
@@ -442,6 +519,10 @@ int gossip_encode(const gossip_msg *m, uint8_t *buf, size_t cap, size_t *len, ch
             for (int i = 0; i < m->nupdates; i++)
                 rc |= pack_update(&pk, &m->updates[i]);
             break;
+        case M_PATH: rc |= pack_str(&pk, m->path); break;
+        case M_OFF: rc |= msgpack_pack_uint64(&pk, m->offset); break;
+        case M_TOTAL: rc |= msgpack_pack_uint64(&pk, m->total); break;
+        case M_DATA: rc |= pack_bin(&pk, m->data, m->data_len); break;
         }
     }
     if (rc)
@@ -916,6 +997,7 @@ static int read_record_value(cur *r, int k, gossip_record *rec)
     case R_MEM: return read_uint(r, 0, UINT64_MAX, &rec->mem_free);
     case R_DEV: return read_str(r, rec->devices, sizeof rec->devices);
     case R_T: return read_i64(r, &rec->signed_ms);
+    case R_JOB: return read_str(r, rec->job, sizeof rec->job);
     }
     return -1;
 }
@@ -931,7 +1013,7 @@ static int decode_record(const uint8_t *p, size_t len, gossip_record *rec, char 
     if (read_map_len(&r, &n))
         return -1;
     if (n > R_COUNT)
-        return cerr(&r, "map has %" PRIu64 " keys, a record has %d", n, R_COUNT);
+        return cerr(&r, "map has %" PRIu64 " keys, a record has at most %d", n, R_COUNT);
     uint32_t seen = 0;
     for (uint64_t i = 0; i < n; i++) {
         int k = 0;
@@ -949,7 +1031,7 @@ static int decode_record(const uint8_t *p, size_t len, gossip_record *rec, char 
     if (r.p != r.end)
         return cerr(&r, "%zu trailing byte%s after the map", left(&r), left(&r) == 1 ? "" : "s");
     for (int k = 0; k < R_COUNT; k++)
-        if (!(seen & KEY(k)))
+        if (!(seen & KEY(k)) && !(REC_OPTIONAL & KEY(k)))
             return cerr(&r, "missing key \"%s\"", rec_keys[k]);
     return 0;
 }
@@ -1046,6 +1128,35 @@ static int read_updates(cur *r, gossip_msg *m)
     return 0;
 }
 
+/* A FETCH_REPLY's data: a bin of at most GOSSIP_FETCH_CHUNK bytes, copied
+ * into a block of its own once the bytes are known to be there. */
+static int read_data(cur *r, gossip_msg *m)
+{
+    if (need(r, 1))
+        return -1;
+    uint8_t b = *r->p;
+    if (b < 0xc4 || b > 0xc6)
+        return wrong_kind(r, "a bin", b);
+    r->p++;
+    uint64_t n = 0;
+    if (read_be(r, 1 << (b - 0xc4), &n))
+        return -1;
+    if (n > GOSSIP_FETCH_CHUNK)
+        return cerr(r, "is a bin of %" PRIu64 " bytes, at most %u (GOSSIP_FETCH_CHUNK)", n,
+                    GOSSIP_FETCH_CHUNK);
+    if (need(r, (size_t)n))
+        return -1;
+    if (n) {
+        m->data = malloc((size_t)n);
+        if (!m->data)
+            return cerr(r, "out of memory for %" PRIu64 " bytes", n);
+        memcpy(m->data, r->p, (size_t)n);
+    }
+    m->data_len = (size_t)n;
+    r->p += n;
+    return 0;
+}
+
 static int read_msg_value(cur *r, int k, gossip_msg *m)
 {
     uint64_t u = 0;
@@ -1097,6 +1208,11 @@ static int read_msg_value(cur *r, int k, gossip_msg *m)
     case M_OK: return read_bool(r, 0, &m->ok);
     case M_REASON: return read_str(r, m->reason, sizeof m->reason);
     case M_UP: return read_updates(r, m);
+    case M_PATH:
+        return read_str(r, m->path, sizeof m->path) || judge_path(r, m->path) ? -1 : 0;
+    case M_OFF: return read_uint(r, 0, UINT64_MAX, &m->offset);
+    case M_TOTAL: return read_uint(r, 0, UINT64_MAX, &m->total);
+    case M_DATA: return read_data(r, m);
     }
     return -1;
 }
@@ -1142,14 +1258,22 @@ static int decode_msg(const uint8_t *p, size_t len, gossip_msg *m, char *err, si
     if (!(seen & KEY(M_T)))
         return cerr(&r, "missing key \"t\"");
 
-    uint32_t required = msg_types[m->type].keys;
+    uint32_t required = type_keys(m->type, m->ok);
     uint32_t allowed = required | (msg_types[m->type].updates ? KEY(M_UP) : 0);
     const char *tname = msg_types[m->type].name;
+    const char *when = m->type != GOSSIP_MSG_FETCH_REPLY || !(seen & KEY(M_OK)) ? ""
+                       : m->ok                         ? " when \"ok\" is true"
+                                                       : " when \"ok\" is false";
     for (int k = 0; k < M_COUNT; k++) {
         if ((seen & KEY(k)) && !(allowed & KEY(k)))
-            return cerr(&r, "key \"%s\" is not allowed in %s", msg_keys[k], tname);
+            return cerr(&r, "key \"%s\" is not allowed in %s%s", msg_keys[k], tname, when);
         if (!(seen & KEY(k)) && (required & KEY(k)))
-            return cerr(&r, "missing key \"%s\"", msg_keys[k]);
+            return cerr(&r, "missing key \"%s\"%s", msg_keys[k], when);
+    }
+    if (m->type == GOSSIP_MSG_FETCH_REPLY && m->ok) {
+        r.key = msg_keys[M_DATA];
+        if (judge_part(&r, m->offset, m->data_len, m->total))
+            return -1;
     }
     if (m->type == GOSSIP_MSG_JOIN) {
         r.key = msg_keys[M_UP];
@@ -1172,6 +1296,7 @@ int gossip_decode(const void *buf, size_t len, gossip_msg *out, char *err, size_
         len = 0;
     if (decode_msg(buf, len, out, err, errlen)) {
         free(out->updates);
+        free(out->data);
         memset(out, 0, sizeof *out);
         return -1;
     }
@@ -1185,4 +1310,7 @@ void gossip_msg_free(gossip_msg *m)
     free(m->updates);
     m->updates = NULL;
     m->nupdates = 0;
+    free(m->data);
+    m->data = NULL;
+    m->data_len = 0;
 }

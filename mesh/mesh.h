@@ -255,17 +255,20 @@ int mesh_wg_uapi_parse(const char *reply, size_t len, const char *ifname, int *u
 
 #define GOSSIP_DEFAULT_PORT 7946      /* UDP and TCP, on the overlay address only */
 #define GOSSIP_UDP_MAX 1200           /* one datagram fits an overlay packet at MTU 1320 */
-#define GOSSIP_TCP_MAX ((size_t)1 << 20) /* one TCP frame's payload */
+#define GOSSIP_TCP_MAX ((size_t)8u << 20) /* one TCP frame's payload (8 MiB) */
 #define GOSSIP_MESH_ID_LEN 16
 #define GOSSIP_ADDR_MAX 48            /* an overlay address, IPv4 or IPv6, with the NUL */
 #define GOSSIP_MAX_ENDPOINTS 4
 #define GOSSIP_SOFTWARE_MAX 32
 #define GOSSIP_DEVICES_MAX 1024       /* the devices record: JSON text, with the NUL */
-#define GOSSIP_RECORD_MAX 2048        /* an encoded record's bytes */
+#define GOSSIP_JOB_MAX 8192           /* the job text: opaque (node/ puts JSON), with the NUL */
+#define GOSSIP_RECORD_MAX 12288       /* an encoded record's bytes */
 #define GOSSIP_MAX_UPDATES 512        /* updates in one message (a sync carries all) */
 #define GOSSIP_SIG_LEN 64
 #define GOSSIP_KEY_LEN 32
 #define GOSSIP_SECRET_LEN 16
+#define GOSSIP_PATH_MAX 256           /* FETCH: a file's path, with the NUL */
+#define GOSSIP_FETCH_CHUNK (1u << 20) /* FETCH_REPLY: the most data bytes in one reply */
 
 typedef enum {
     GOSSIP_ALIVE = 0,
@@ -293,6 +296,9 @@ typedef struct {
     uint64_t mem_free;                  /* bytes */
     char devices[GOSSIP_DEVICES_MAX];   /* JSON text of the devices record ("" none) */
     int64_t signed_ms;                  /* Unix time in ms when the owner signed it */
+    char job[GOSSIP_JOB_MAX];           /* opaque text ("" none): node/ puts the member's
+                                         * view of the training job there (compact JSON);
+                                         * on the wire only when not empty */
 } gossip_record;
 
 /* A record as it travels: its encoded bytes (a msgpack map) and the owner's
@@ -321,6 +327,10 @@ typedef enum {
     GOSSIP_MSG_JOIN = 5,       /* TCP: secret; updates[0] = the joiner's ALIVE record */
     GOSSIP_MSG_JOIN_REPLY = 6, /* TCP: ok, reason; updates = the whole view when ok */
     GOSSIP_MSG_UPDATE = 7,     /* UDP: updates only (a state change sent to everyone) */
+    GOSSIP_MSG_FETCH = 8,      /* TCP: path, offset: send me this part of a file */
+    GOSSIP_MSG_FETCH_REPLY = 9, /* TCP: ok; when ok offset, total (the file's size) and
+                                 * data (0..GOSSIP_FETCH_CHUNK bytes, offset + data_len
+                                 * <= total); when not ok reason */
 } gossip_msg_type;
 
 #define GOSSIP_SYNC_REPLY 1u
@@ -348,10 +358,18 @@ typedef struct {
     char observed[MESH_WG_ENDPOINT_MAX]; /* ACK: the receiver's WireGuard endpoint as
                                            * the sender sees it ("" unknown) */
     uint8_t secret[GOSSIP_SECRET_LEN];  /* JOIN: the invite token's secret */
-    uint8_t ok;                         /* JOIN_REPLY */
-    char reason[MESH_TEXT_MAX];         /* JOIN_REPLY when refused */
+    uint8_t ok;                         /* JOIN_REPLY, FETCH_REPLY */
+    char reason[MESH_TEXT_MAX];         /* JOIN_REPLY, FETCH_REPLY when refused */
     int nupdates;                       /* 0..GOSSIP_MAX_UPDATES */
     gossip_update *updates;             /* malloc'ed by the decoder; the encoder reads it */
+    char path[GOSSIP_PATH_MAX];         /* FETCH: 1..255 bytes of printable ASCII */
+    uint64_t offset;                    /* FETCH: where to start; FETCH_REPLY (ok): where
+                                         * data starts */
+    uint64_t total;                     /* FETCH_REPLY (ok): the file's size in bytes */
+    uint8_t *data;                      /* FETCH_REPLY (ok): data_len bytes of the file
+                                         * (NULL when 0); malloc'ed by the decoder, the
+                                         * encoder reads it */
+    size_t data_len;                    /* 0..GOSSIP_FETCH_CHUNK */
 } gossip_msg;
 
 /* Encodes m (without a length prefix) into buf[0..cap); *len gets the size.
@@ -365,6 +383,8 @@ int gossip_encode(const gossip_msg *m, uint8_t *buf, size_t cap, size_t *len, ch
  * out->updates is malloc'ed (free with gossip_msg_free); on failure *out is
  * all zero. */
 int gossip_decode(const void *buf, size_t len, gossip_msg *out, char *err, size_t errlen);
+/* Frees what gossip_decode allocated (updates, data) and zeroes those
+ * fields. NULL is fine. */
 void gossip_msg_free(gossip_msg *m);
 /* END gossip codec section */
 
@@ -452,13 +472,25 @@ void gossip_receive(gossip *g, const char *addr, int port, const void *buf, size
  * came over TCP. Returns the number of updates refused (each logged). */
 int gossip_merge(gossip *g, const gossip_msg *m, int64_t now_ms);
 /* Fills *m with a SYNC (or, with reply, a SYNC reply) carrying every
- * member's state; free with gossip_msg_free. */
+ * member's state; free with gossip_msg_free. Members are added in view
+ * order (this node first) while the message stays within
+ * GOSSIP_MAX_UPDATES updates and GOSSIP_TCP_MAX bytes; the ones left out
+ * are logged (the next push-pull with another member carries them). */
 int gossip_sync_message(gossip *g, gossip_msg *m, bool reply, char *err, size_t errlen);
 /* Adds an endpoint others observed for this node (NAT): re-signs the record
  * with a higher incarnation when it is new. */
 void gossip_add_observed(gossip *g, const char *endpoint, int64_t now_ms);
-/* Signs this node's record as LEFT and sends it to every member (call
- * again to repeat the datagrams). */
+/* Sets this node's job text (NULL: ""). The same text as now: returns 0 and
+ * does nothing. Longer than GOSSIP_JOB_MAX - 1 bytes, or after
+ * gossip_leave: -1 with err, nothing changed. Otherwise re-signs the record
+ * with the next incarnation and announces it; a record that no longer fits
+ * an UPDATE datagram is pushed to every alive and suspect member through
+ * the sync hook (docs/PROTOCOL.md, "Gossip": records too big for a
+ * datagram). */
+int gossip_set_job(gossip *g, const char *job, int64_t now_ms, char *err, size_t errlen);
+/* Signs this node's record as LEFT (with its job text cleared, so it fits
+ * a datagram) and sends it to every member (call again to repeat the
+ * datagrams). */
 int gossip_leave(gossip *g, int64_t now_ms, char *err, size_t errlen);
 /* The view, self included; pointers stay valid until the next call into g. */
 size_t gossip_members(const gossip *g, const gossip_member *const **list);

@@ -15,7 +15,10 @@
  * their "id"), so the checks behind the signature are reached too: a record
  * that opens must re-sign with our encoder and open to the same record. The
  * input is also tried as a record on its own, which fuzzes the record
- * decoder directly (the seed corpus has bare records too). */
+ * decoder directly (the seed corpus has bare records too). The checks cover
+ * every field: the record's job text, FETCH's path and offset, and
+ * FETCH_REPLY's offset, total and data (a block of its own, within
+ * GOSSIP_FETCH_CHUNK and within total). */
 #include "keys.h"
 #include "mesh.h"
 
@@ -70,7 +73,10 @@ static int same_msg(const gossip_msg *a, const gossip_msg *b)
              strcmp(a->target, b->target) == 0 && a->target_port == b->target_port &&
              strcmp(a->observed, b->observed) == 0 &&
              memcmp(a->secret, b->secret, GOSSIP_SECRET_LEN) == 0 && a->ok == b->ok &&
-             strcmp(a->reason, b->reason) == 0 && a->nupdates == b->nupdates;
+             strcmp(a->reason, b->reason) == 0 && a->nupdates == b->nupdates &&
+             strcmp(a->path, b->path) == 0 && a->offset == b->offset && a->total == b->total &&
+             a->data_len == b->data_len &&
+             (!a->data_len || memcmp(a->data, b->data, a->data_len) == 0);
     for (int i = 0; ok && i < a->nupdates; i++)
         ok = same_update(&a->updates[i], &b->updates[i]);
     return ok;
@@ -85,7 +91,8 @@ static int same_record(const gossip_record *a, const gossip_record *b)
              a->incarnation == b->incarnation && a->left == b->left &&
              a->nendpoints == b->nendpoints && strcmp(a->software, b->software) == 0 &&
              a->protocol == b->protocol && a->mem_free == b->mem_free &&
-             strcmp(a->devices, b->devices) == 0 && a->signed_ms == b->signed_ms;
+             strcmp(a->devices, b->devices) == 0 && a->signed_ms == b->signed_ms &&
+             strcmp(a->job, b->job) == 0;
     for (int i = 0; ok && i < a->nendpoints; i++)
         ok = strcmp(a->endpoints[i], b->endpoints[i]) == 0;
     return ok;
@@ -96,6 +103,8 @@ static void check_opened(const gossip_record *r)
     require(r->left <= 1 && r->port != 0, "opened record out of bounds", r->name);
     require(r->nendpoints >= 0 && r->nendpoints <= GOSSIP_MAX_ENDPOINTS,
             "opened record with endpoint count", r->name);
+    require(memchr(r->job, 0, GOSSIP_JOB_MAX) != NULL, "opened record's job text unterminated",
+            r->name);
     uint8_t pub[KEYS_LEN];
     char err[256];
     require(keys_ed25519_public(SIGNER_PRIV, pub, err, sizeof err) == 0, "signer key", err);
@@ -171,6 +180,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     require(m.version == MESH_PROTOCOL_VERSION, "accepted another version", NULL);
     require(m.nupdates >= 0 && m.nupdates <= GOSSIP_MAX_UPDATES && (!m.nupdates) == (!m.updates),
             "accepted update count", NULL);
+    require((m.data_len == 0) == (m.data == NULL) && m.data_len <= GOSSIP_FETCH_CHUNK,
+            "accepted data length", NULL);
+    require(m.type == GOSSIP_MSG_FETCH_REPLY || (!m.data_len && !m.total),
+            "data or total outside a FETCH_REPLY", NULL);
+    require(m.type != GOSSIP_MSG_FETCH_REPLY || (m.data_len <= m.total && m.offset <= m.total - m.data_len),
+            "accepted a part past the file's end", NULL);
+    require(m.type != GOSSIP_MSG_FETCH_REPLY || m.ok || (!m.data_len && !m.offset),
+            "accepted a refusal with data", NULL);
+    require(m.type == GOSSIP_MSG_FETCH || !m.path[0], "path outside a FETCH", NULL);
+    require(m.type != GOSSIP_MSG_FETCH || (m.path[0] && memchr(m.path, 0, GOSSIP_PATH_MAX)),
+            "accepted a FETCH without a path", NULL);
+    if (m.data_len) {
+        /* ASan: the block holds data_len bytes (the input is freed already). */
+        volatile uint8_t edge = m.data[0] ^ m.data[m.data_len - 1];
+        (void)edge;
+    }
 
     size_t len = 0, len2 = 0;
     require(gossip_encode(&m, scratch[0], sizeof scratch[0], &len, err, sizeof err) == 0,

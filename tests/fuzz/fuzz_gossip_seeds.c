@@ -1,6 +1,7 @@
 /* fuzz_gossip_seeds.c — writes fuzz_gossip's seed corpus: valid messages of
  * every gossip type made by our own encoder (with and without updates, every
- * update state), and bare signed records. The records name RFC 8032 test 1's
+ * update state, FETCH and both kinds of FETCH_REPLY), and bare signed
+ * records (one with a job text). The records name RFC 8032 test 1's
  * key as their "id" and are signed by it, the key the fuzz target signs with,
  * so mutated records keep reaching the checks behind the signature.
  * Generated at build time, so the seeds follow the encoder.
@@ -49,6 +50,7 @@ static void record(gossip_record *r, const uint8_t pub[32], int variant)
     r->mem_free = variant ? 68719476736ull : 0;
     strcpy(r->devices, variant ? "{\"gpus\":[{\"name\":\"H100\",\"mem\":85899345920}]}" : "");
     r->signed_ms = 1760000000000;
+    strcpy(r->job, variant == 1 ? "{\"job\":\"llama-tiny\",\"vote\":\"9f2c\",\"step\":12}" : "");
 }
 
 int main(int argc, char **argv)
@@ -90,8 +92,11 @@ int main(int argc, char **argv)
     strcpy(ups[4].from, "gpu-box_2.lab");
 
     uint8_t *buf = malloc(GOSSIP_TCP_MAX);
+    uint8_t chunk[100];
+    for (size_t i = 0; i < sizeof chunk; i++)
+        chunk[i] = (uint8_t)(i * 37);
     int rc = 0;
-    for (int t = GOSSIP_MSG_PING; t <= GOSSIP_MSG_UPDATE && rc == 0; t++) {
+    for (int t = GOSSIP_MSG_PING; t <= GOSSIP_MSG_FETCH_REPLY && rc == 0; t++) {
         for (int variant = 0; variant < 2 && rc == 0; variant++) {
             gossip_msg m;
             memset(&m, 0, sizeof m);
@@ -124,6 +129,21 @@ int main(int argc, char **argv)
             case GOSSIP_MSG_UPDATE:
                 m.updates = ups + 2;
                 m.nupdates = variant ? 3 : 1;
+                break;
+            case GOSSIP_MSG_FETCH:
+                m.nupdates = 0;
+                strcpy(m.path, variant ? "jobs/llama-tiny/plan-3.json" : "a");
+                m.offset = variant ? 1048576 : 0;
+                break;
+            case GOSSIP_MSG_FETCH_REPLY:
+                m.nupdates = 0;
+                m.ok = (uint8_t)variant;
+                if (variant) {
+                    m.offset = 1048576, m.total = 1048576 + sizeof chunk;
+                    m.data = chunk, m.data_len = sizeof chunk;
+                } else {
+                    strcpy(m.reason, "no such file: jobs/x");
+                }
                 break;
             }
             size_t len = 0;

@@ -11,7 +11,9 @@
  * record, and the joiner merges the admitting member's view (JOIN_REPLY).
  *
  * Timing is the default (gossip_timing_default); every scenario
- * prints what it measured in simulated time. Scenarios 10 to 13 check
+ * prints what it measured in simulated time. Scenarios 14 and 15 cover
+ * records too big for a datagram (a job text: gossip_set_job), which the
+ * sync hook carries, and the SYNC's size limit. Scenarios 10 to 13 check
  * behaviours found wrong while writing this test (see their comments); their
  * failures say "BUG". GOSSIP_TEST_VERBOSE=1 prints every state change and
  * log line. */
@@ -73,6 +75,8 @@ static struct {
     bool verbose;
     bool allow_unknown; /* sends to an address that is no node's are expected */
     long unknown;
+    long encode_failures; /* "cannot encode" log lines */
+    long sync_bytes;      /* encoded SYNC payloads carried by push_pull */
 } S;
 
 /* What every observer saw happen to every subject (changed hook). */
@@ -132,6 +136,13 @@ static void hook_send(void *ctx, const char *addr, int port, const uint8_t *buf,
     CHECK(len > 0 && len <= GOSSIP_UDP_MAX, "%s sent a %zu-byte datagram (at most %d)", src->name,
           len, GOSSIP_UDP_MAX);
     S.sent++;
+    if (len > 0 && len <= GOSSIP_UDP_MAX) {
+        gossip_msg m;
+        char err[256] = "";
+        CHECK(gossip_decode(buf, len, &m, err, sizeof err) == 0,
+              "%s sent a datagram its peers refuse: %s", src->name, err);
+        gossip_msg_free(&m);
+    }
     int dst = node_by_addr(addr);
     CHECK(dst >= 0 || S.allow_unknown, "%s sent a datagram to %s, no node's address", src->name,
           addr);
@@ -168,6 +179,7 @@ static int over_tcp(const gossip_msg *m, gossip_msg *out)
     CHECK(rc == 0, "encode a %d message of %d updates for TCP: %s", (int)m->type, m->nupdates,
           err);
     if (rc == 0) {
+        S.sync_bytes += (long)len;
         uint8_t *exact = malloc(len);
         memcpy(exact, buf, len);
         rc = gossip_decode(exact, len, out, err, sizeof err);
@@ -282,6 +294,8 @@ static void hook_log(void *ctx, const char *line)
 {
     node *o = ctx;
     o->nlogs++;
+    if (strstr(line, "cannot encode"))
+        S.encode_failures++;
     snprintf(o->lastlog, sizeof o->lastlog, "%s", line);
     if (S.verbose)
         printf("  [%7.2f] %s log: %s\n", secs(S.now - T0), o->name, line);
@@ -1339,6 +1353,274 @@ static void scenario_confirmations(void)
            conf, secs(t < 0 ? -1 : S.now - t0));
 }
 
+/* 14. Job texts: records too big for a datagram travel by push-pull.
+ *     A node sets a 6000-byte job text (gossip_set_job): its owner pushes the
+ *     record to every member through the sync hook (the real codec: SYNC
+ *     encoded, decoded, merged), and every other node holds the same text
+ *     at the new incarnation at once (limit 2 s simulated). Nobody relays
+ *     it again (one push per member), no datagram ever exceeds 1200 bytes
+ *     or fails to encode. Then with big records everywhere the small-update
+ *     path still works: a forged SUSPECT is refuted (the refutation is a big
+ *     record: pushed the same way), a crash is DEAD everywhere within 10 s,
+ *     and a leaver (its LEFT record drops the job text) is LEFT everywhere
+ *     within 2 s. */
+static char jobtext[GOSSIP_JOB_MAX + 1];
+
+static void make_job(int who, int version, size_t len)
+{
+    int o = snprintf(jobtext, sizeof jobtext, "{\"job\":\"run-%d\",\"v\":%d,\"pad\":\"", who,
+                     version);
+    for (size_t i = (size_t)o; i < len - 2; i++)
+        jobtext[i] = (char)('a' + (i + (size_t)version) % 26);
+    memcpy(jobtext + len - 2, "\"}", 3);
+}
+
+/* Every running node other than subj holds subj's job text as `text`. */
+static bool all_hold_job(int subj, const char *text, uint64_t min_inc)
+{
+    for (int o = 0; o < S.n; o++) {
+        if (o == subj || S.nd[o].down)
+            continue;
+        const gossip_member *m = see(o, subj);
+        if (!m || m->rec.incarnation < min_inc || strcmp(m->rec.job, text) != 0)
+            return false;
+    }
+    return true;
+}
+
+static void scenario_job(void)
+{
+    sim_start(5, false, 14);
+    CHECK(run_until(-1, GOSSIP_ALIVE, 0, 3000) >= 0, "14: 5 nodes did not converge in 3 s");
+    run_for(1500);
+    reset_tracking();
+    char err[256] = "";
+    const int j = 1;
+    gossip *g = S.nd[j].g;
+    uint64_t inc = gossip_self(g)->rec.incarnation;
+    make_job(j, 1, 6000);
+    CHECK(strlen(jobtext) == 6000, "14: job text of %zu bytes", strlen(jobtext));
+    long syncs = S.syncs, dgrams = S.sent, bytes = S.sync_bytes;
+    CHECK(gossip_set_job(g, jobtext, S.now, err, sizeof err) == 0, "14: set_job: %s", err);
+    CHECK(gossip_self(g)->rec.incarnation == inc + 1 &&
+              strcmp(gossip_self(g)->rec.job, jobtext) == 0,
+          "14: own record not at incarnation %" PRIu64 " with the job text", inc + 1);
+    CHECK(gossip_self(g)->sig.len > GOSSIP_UDP_MAX, "14: the record (%zu bytes) fits a datagram",
+          gossip_self(g)->sig.len);
+    long pushed = S.syncs - syncs;
+    CHECK(pushed == S.n - 1, "14: set_job asked for %ld push-pulls, want one per member (%d)",
+          pushed, S.n - 1);
+    CHECK(S.sent == dgrams, "14: set_job sent %ld datagrams (the record does not fit one)",
+          S.sent - dgrams);
+    CHECK(all_hold_job(j, jobtext, inc + 1), "14: not every node holds the job text at once");
+    int64_t t = run_until(j, GOSSIP_ALIVE, inc + 1, 2000);
+    CHECK(t >= 0 && all_hold_job(j, jobtext, inc + 1),
+          "14: not every node holds %s's job text within 2 s", S.nd[j].name);
+    printf("scenario 14 (job text): a %zu-byte record reached the other %d nodes through %ld "
+           "push-pulls (%ld bytes of SYNC) in %.2f s simulated (limit 2 s)\n",
+           gossip_self(g)->sig.len, S.n - 1, pushed, S.sync_bytes - bytes, secs(t));
+
+    /* The same text: nothing happens. Too long: refused, nothing changes. */
+    syncs = S.syncs;
+    CHECK(gossip_set_job(g, jobtext, S.now, err, sizeof err) == 0 &&
+              gossip_self(g)->rec.incarnation == inc + 1 && S.syncs == syncs,
+          "14: setting the same text again changed something");
+    static char toolong[GOSSIP_JOB_MAX + 1];
+    memset(toolong, 'x', GOSSIP_JOB_MAX);
+    err[0] = 0;
+    CHECK(gossip_set_job(g, toolong, S.now, err, sizeof err) != 0 && strstr(err, "8191") &&
+              gossip_self(g)->rec.incarnation == inc + 1 &&
+              strcmp(gossip_self(g)->rec.job, jobtext) == 0 && S.syncs == syncs,
+          "14: an over-long job text: '%s'", err);
+    gossip_record back;
+    CHECK(gossip_record_open(&gossip_self(g)->sig, &back, err, sizeof err) == 0 &&
+              back.incarnation == inc + 1,
+          "14: own signed record after a refusal: %s", err);
+
+    /* Big records everywhere (the longest job text the limit allows on one). */
+    for (int i = 0; i < S.n; i++) {
+        make_job(i, 2, i == 0 ? GOSSIP_JOB_MAX - 1 : 3000 + 1000 * (size_t)i);
+        CHECK(gossip_set_job(S.nd[i].g, jobtext, S.now, err, sizeof err) == 0,
+              "14: set_job on %s: %s", S.nd[i].name, err);
+    }
+    run_for(2000);
+    for (int i = 0; i < S.n; i++) {
+        make_job(i, 2, i == 0 ? GOSSIP_JOB_MAX - 1 : 3000 + 1000 * (size_t)i);
+        CHECK(all_hold_job(i, jobtext, 0), "14: %s's new job text not everywhere",
+              S.nd[i].name);
+    }
+    CHECK(converged(), "14: not all ALIVE with big records");
+
+    /* A refutation is a big record too. */
+    const int target = 2, forger = 4;
+    uint64_t tinc = gossip_self(S.nd[target].g)->rec.incarnation;
+    gossip_update u;
+    claim(&u, GOSSIP_SUSPECT, &S.nd[target], tinc, S.nd[forger].name);
+    uint8_t buf[GOSSIP_UDP_MAX];
+    size_t len = update_datagram(S.nd[forger].name, &u, buf, sizeof buf);
+    inject(0, S.nd[forger].addr, buf, len);
+    CHECK(sees(0, target, GOSSIP_SUSPECT), "14: n0 lists %s as %s after a SUSPECT claim",
+          S.nd[target].name, state_of(0, target));
+    inject(target, S.nd[forger].addr, buf, len);
+    t = run_until(target, GOSSIP_ALIVE, tinc + 1, 2000);
+    CHECK(t >= 0, "14: %s's refutation (a big record) not everywhere within 2 s",
+          S.nd[target].name);
+
+    /* A crash is still found while every record is big. */
+    reset_tracking();
+    const int v = 3;
+    crash(v);
+    t = run_until(v, GOSSIP_DEAD, 0, 10000);
+    CHECK(t >= 0, "14: crashed %s not DEAD everywhere within 10 s (big records)", S.nd[v].name);
+    printf("scenario 14: with big records everywhere, a refutation spread by push-pull and a "
+           "crash was DEAD everywhere after %.2f s simulated (limit 10 s)\n", secs(t));
+    for (int o = 0; o < S.n; o++)
+        for (int s2 = 0; s2 < S.n; s2++)
+            CHECK(o == v || s2 == v || o == s2 ||
+                      (TR[o][s2].nsuspect == 0 && TR[o][s2].ndead == 0),
+                  "14: %s suspected live %s %d times", S.nd[o].name, S.nd[s2].name,
+                  TR[o][s2].nsuspect);
+
+    /* Leaving drops the job text: the LEFT record goes by datagram. */
+    const int l = 4;
+    uint64_t linc = gossip_self(S.nd[l].g)->rec.incarnation;
+    CHECK(gossip_leave(S.nd[l].g, S.now, err, sizeof err) == 0, "14: leave: %s", err);
+    CHECK(gossip_self(S.nd[l].g)->rec.job[0] == 0 &&
+              gossip_self(S.nd[l].g)->sig.len < GOSSIP_UDP_MAX,
+          "14: the LEFT record keeps its job text (%zu bytes)", gossip_self(S.nd[l].g)->sig.len);
+    CHECK(gossip_set_job(S.nd[l].g, "{}", S.now, err, sizeof err) != 0 && strstr(err, "left"),
+          "14: set_job after leaving: '%s'", err);
+    crash(l);
+    t = run_until(l, GOSSIP_LEFT, linc + 1, 2000);
+    CHECK(t >= 0, "14: %s not LEFT everywhere within 2 s", S.nd[l].name);
+    CHECK(S.encode_failures == 0, "14: %ld messages failed to encode", S.encode_failures);
+    run_for(20000);
+    CHECK(S.encode_failures == 0, "14: %ld messages failed to encode", S.encode_failures);
+}
+
+/* 15. The SYNC stays within its limits: a view of 301 members, 260 of them
+ *     DEAD (a record and a claim each), holds more updates than one message
+ *     may carry (512). gossip_sync_message leaves members out (logged)
+ *     rather than failing, this node first; the message encodes within
+ *     GOSSIP_TCP_MAX and decodes. */
+static int big_view_logs;
+static void quiet_send(void *ctx, const char *addr, int port, const uint8_t *buf, size_t len)
+{
+    (void)ctx, (void)addr, (void)port, (void)buf, (void)len;
+}
+static void count_log(void *ctx, const char *line)
+{
+    (void)ctx;
+    if (strstr(line, "carries the first"))
+        big_view_logs++;
+}
+
+static void scenario_big_view(void)
+{
+    sim_end();
+    enum { MEMBERS = 300, DEAD = 260 };
+    static node other[MEMBERS];
+    node self;
+    memset(&self, 0, sizeof self);
+    S.n = 0;
+    char err[256] = "";
+    /* Keys without the world's collision check: a collision only drops one. */
+    node *all[MEMBERS + 1];
+    all[0] = &self;
+    for (int i = 0; i <= MEMBERS; i++) {
+        node *x = i ? &other[i - 1] : &self;
+        if (i) {
+            memset(x, 0, sizeof *x);
+            all[i] = x;
+        }
+        snprintf(x->name, sizeof x->name, "m%d", i);
+        if (keys_x25519_generate(x->wg_priv, x->wg_pub, err, sizeof err) != 0 ||
+            keys_ed25519_generate(x->id_priv, x->id_pub, err, sizeof err) != 0 ||
+            mesh_overlay_address(PREFIX, x->wg_pub, x->addr, sizeof x->addr, err,
+                                 sizeof err) != 0) {
+            CHECK(0, "15: keys: %s", err);
+            return;
+        }
+    }
+    gossip_config c;
+    memset(&c, 0, sizeof c);
+    c.prefix = PREFIX;
+    self_record(&self, 1, &c.self);
+    make_job(0, 15, 4000);
+    memcpy(c.self.job, jobtext, strlen(jobtext) + 1);
+    memcpy(c.id_priv, self.id_priv, GOSSIP_KEY_LEN);
+    c.hooks = (gossip_hooks){.send = quiet_send, .log = count_log};
+    gossip *g = NULL;
+    if (gossip_create(&g, &c, S.now, err, sizeof err) != 0) {
+        CHECK(0, "15: create: %s", err);
+        return;
+    }
+    int known = 0;
+    for (int i = 1; i <= MEMBERS; i++) {
+        gossip_record r;
+        self_record(all[i], 1, &r);
+        make_job(i, 15, 4000);
+        memcpy(r.job, jobtext, strlen(jobtext) + 1);
+        gossip_signed sg;
+        if (gossip_record_sign(&r, all[i]->id_priv, &sg, err, sizeof err) != 0) {
+            CHECK(0, "15: sign: %s", err);
+            continue;
+        }
+        known += gossip_add_known(g, &sg, S.now, err, sizeof err) == 0;
+    }
+    CHECK(known >= MEMBERS - 2, "15: only %d of %d members known", known, MEMBERS);
+    /* DEAD claims from m1, eight to a datagram. */
+    gossip_update u[8];
+    uint8_t buf[GOSSIP_UDP_MAX];
+    for (int i = 2; i < 2 + DEAD; i += 8) {
+        gossip_msg m;
+        memset(&m, 0, sizeof m);
+        m.type = GOSSIP_MSG_UPDATE;
+        for (int k = 0; k < 8 && i + k < 2 + DEAD; k++)
+            claim(&u[m.nupdates++], GOSSIP_DEAD, all[i + k], 1, all[1]->name);
+        m.updates = u;
+        size_t len = encode_msg(&m, all[1]->name, NULL, buf, sizeof buf);
+        uint8_t *copy = malloc(len);
+        memcpy(copy, buf, len);
+        gossip_receive(g, all[1]->addr, PORT, copy, len, S.now);
+        free(copy);
+    }
+    const gossip_member *const *list;
+    size_t n = gossip_members(g, &list), ndead = 0;
+    for (size_t i = 0; i < n; i++)
+        ndead += list[i]->state == GOSSIP_DEAD;
+    CHECK(ndead >= DEAD - 2, "15: only %zu members DEAD", ndead);
+    gossip_msg m, back;
+    big_view_logs = 0;
+    int rc = gossip_sync_message(g, &m, true, err, sizeof err);
+    CHECK(rc == 0, "15: sync message: %s", err);
+    if (rc == 0) {
+        CHECK(m.nupdates <= GOSSIP_MAX_UPDATES && m.nupdates > 400,
+              "15: %d updates in the SYNC", m.nupdates);
+        CHECK(big_view_logs == 1, "15: leaving members out was logged %d times", big_view_logs);
+        gossip_record r0;
+        CHECK(m.nupdates > 0 && gossip_record_open(&m.updates[0].rec, &r0, err, sizeof err) == 0 &&
+                  strcmp(r0.name, "m0") == 0,
+              "15: the first update is not this node's record");
+        uint8_t *tcp = malloc(GOSSIP_TCP_MAX);
+        size_t len = 0;
+        rc = gossip_encode(&m, tcp, GOSSIP_TCP_MAX, &len, err, sizeof err);
+        CHECK(rc == 0 && len <= GOSSIP_TCP_MAX, "15: encode the SYNC: %s", err);
+        if (rc == 0) {
+            rc = gossip_decode(tcp, len, &back, err, sizeof err);
+            CHECK(rc == 0 && back.nupdates == m.nupdates, "15: decode the SYNC: %s", err);
+            if (rc == 0)
+                gossip_msg_free(&back);
+        }
+        printf("scenario 15 (big view): %zu members, %zu DEAD: the SYNC carries %d updates "
+               "(%zu bytes, limits %d updates, %zu bytes)\n",
+               n, ndead, m.nupdates, len, GOSSIP_MAX_UPDATES, GOSSIP_TCP_MAX);
+        free(tcp);
+        gossip_msg_free(&m);
+    }
+    gossip_destroy(g);
+}
+
 int main(void)
 {
     S.verbose = getenv("GOSSIP_TEST_VERBOSE") != NULL;
@@ -1362,6 +1644,8 @@ int main(void)
     scenario_incarnation_wrap();
     scenario_precedence();
     scenario_confirmations();
+    scenario_job();
+    scenario_big_view();
     sim_end();
     fflush(stdout);
     if (failures) {

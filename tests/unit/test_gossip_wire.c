@@ -18,8 +18,13 @@
 
 #include "check.h"
 
-static const char *type_names[] = {"?",    "PING", "ACK",        "PING_REQ",
-                                   "SYNC", "JOIN", "JOIN_REPLY", "UPDATE"};
+static const char *type_names[] = {"?",    "PING",       "ACK",    "PING_REQ",
+                                   "SYNC", "JOIN",       "JOIN_REPLY", "UPDATE",
+                                   "FETCH", "FETCH_REPLY"};
+#define LAST_TYPE GOSSIP_MSG_FETCH_REPLY
+
+/* A FETCH_REPLY's sample data. */
+static uint8_t chunk[300];
 
 /* ------------------------------------------------------------- fixtures */
 
@@ -127,6 +132,14 @@ static gossip_msg sample_msg(gossip_msg_type t)
     case GOSSIP_MSG_UPDATE:
         m.updates = ups + 3, m.nupdates = 1;
         break;
+    case GOSSIP_MSG_FETCH:
+        strcpy(m.path, "jobs/run-1/plan.json");
+        m.offset = 12345;
+        break;
+    case GOSSIP_MSG_FETCH_REPLY:
+        m.ok = 1, m.offset = 1000, m.total = 1000 + sizeof chunk + 7;
+        m.data = chunk, m.data_len = sizeof chunk;
+        break;
     }
     return m;
 }
@@ -170,7 +183,9 @@ static int same_msg(const gossip_msg *a, const gossip_msg *b)
              strcmp(a->target, b->target) == 0 && a->target_port == b->target_port &&
              strcmp(a->observed, b->observed) == 0 &&
              memcmp(a->secret, b->secret, GOSSIP_SECRET_LEN) == 0 && a->ok == b->ok &&
-             strcmp(a->reason, b->reason) == 0 && a->nupdates == b->nupdates;
+             strcmp(a->reason, b->reason) == 0 && a->nupdates == b->nupdates &&
+             strcmp(a->path, b->path) == 0 && a->offset == b->offset && a->total == b->total &&
+             a->data_len == b->data_len && (!a->data_len || memcmp(a->data, b->data, a->data_len) == 0);
     for (int i = 0; ok && i < a->nupdates; i++)
         ok = same_update(&a->updates[i], &b->updates[i]);
     return ok;
@@ -185,7 +200,8 @@ static int same_record(const gossip_record *a, const gossip_record *b)
              a->incarnation == b->incarnation && a->left == b->left &&
              a->nendpoints == b->nendpoints && strcmp(a->software, b->software) == 0 &&
              a->protocol == b->protocol && a->mem_free == b->mem_free &&
-             strcmp(a->devices, b->devices) == 0 && a->signed_ms == b->signed_ms;
+             strcmp(a->devices, b->devices) == 0 && a->signed_ms == b->signed_ms &&
+             strcmp(a->job, b->job) == 0;
     for (int i = 0; ok && i < a->nendpoints; i++)
         ok = strcmp(a->endpoints[i], b->endpoints[i]) == 0;
     return ok;
@@ -225,7 +241,9 @@ static void round_trip(const gossip_msg *m, int line)
               "line %d: %s re-encodes differently: %s", line, type_names[m->type], err);
         free(again);
         gossip_msg_free(&back);
-        CHECK(back.updates == NULL && back.nupdates == 0, "gossip_msg_free leaves updates");
+        CHECK(back.updates == NULL && back.nupdates == 0 && back.data == NULL &&
+                  back.data_len == 0,
+              "gossip_msg_free leaves updates or data");
     }
     free(buf);
 }
@@ -234,7 +252,7 @@ static void round_trip(const gossip_msg *m, int line)
 
 static void test_round_trip_every_type(void)
 {
-    for (int t = GOSSIP_MSG_PING; t <= GOSSIP_MSG_UPDATE; t++) {
+    for (int t = GOSSIP_MSG_PING; t <= LAST_TYPE; t++) {
         gossip_msg m = sample_msg((gossip_msg_type)t);
         round_trip(&m, __LINE__);
         /* Without updates ("up" left out), where a type may have none. */
@@ -383,7 +401,7 @@ static void test_records(void)
     CHECK(gossip_record_open(&d, &back, err, sizeof err) != 0 && strstr(err, "trailing byte"),
           "one byte more: %s", err);
     d = s, d.len = GOSSIP_RECORD_MAX + 1;
-    CHECK(gossip_record_open(&d, &back, err, sizeof err) != 0 && strstr(err, "2049 bytes"),
+    CHECK(gossip_record_open(&d, &back, err, sizeof err) != 0 && strstr(err, "12289 bytes"),
           "oversized length: %s", err);
     d = s, d.len = 0;
     CHECK(gossip_record_open(&d, &back, err, sizeof err) != 0, "empty record accepted");
@@ -609,6 +627,16 @@ static size_t base(field *f, gossip_msg_type t)
         f[n++] = up_of(uf, suspect_fields(uf));
         break;
     }
+    case GOSSIP_MSG_FETCH:
+        f[n++] = S("path", "jobs/run-1/plan.json");
+        f[n++] = U("off", 0);
+        break;
+    case GOSSIP_MSG_FETCH_REPLY:
+        f[n++] = BOOL("ok", 1);
+        f[n++] = U("off", 10);
+        f[n++] = U("total", 10 + sizeof chunk);
+        f[n++] = B("data", chunk, sizeof chunk);
+        break;
     }
     return n;
 }
@@ -646,7 +674,7 @@ static void test_hand_made_accepted(void)
     gossip_msg m;
     char err[512] = "";
     /* Every base is valid; other widths and key orders are fine. */
-    for (int t = GOSSIP_MSG_PING; t <= GOSSIP_MSG_UPDATE; t++) {
+    for (int t = GOSSIP_MSG_PING; t <= LAST_TYPE; t++) {
         size_t n = base(f, (gossip_msg_type)t);
         int rc = decode_fields(f, n, &m, err, sizeof err);
         CHECK(rc == 0 && m.type == (gossip_msg_type)t, "base %s: %s", type_names[t], err);
@@ -715,8 +743,8 @@ static void test_refusals(void)
     EXPECT_REFUSED(f, n, "gossip PING: missing key \"v\"");
     n = base(f, GOSSIP_MSG_PING), n = drop(f, n, "t");
     EXPECT_REFUSED(f, n, "gossip message: missing key \"t\"");
-    n = base(f, GOSSIP_MSG_PING), n = set(f, n, U("t", 8));
-    EXPECT_REFUSED(f, n, "gossip message: field \"t\": is 8, not a gossip message type (1 to 7)");
+    n = base(f, GOSSIP_MSG_PING), n = set(f, n, U("t", 10));
+    EXPECT_REFUSED(f, n, "gossip message: field \"t\": is 10, not a gossip message type (1 to 9)");
     n = base(f, GOSSIP_MSG_PING), n = set(f, n, U("t", 0));
     EXPECT_REFUSED(f, n, "field \"t\": is 0, not a gossip message type");
 
@@ -840,11 +868,11 @@ static void test_refusals(void)
     EXPECT_REFUSED(f, n, "gossip ACK: field \"up[0].w\": is a bin of 16 bytes, expected 32");
     un = alive_fields(uf), un = set(uf, un, B("r", mesh_id, 0));
     n = base(f, GOSSIP_MSG_PING), n = add(f, n, up_of(uf, un));
-    EXPECT_REFUSED(f, n, "gossip PING: field \"up[0].r\": is a bin of 0 bytes, expected 1 to 2048");
+    EXPECT_REFUSED(f, n, "gossip PING: field \"up[0].r\": is a bin of 0 bytes, expected 1 to 12288");
     static uint8_t big[GOSSIP_RECORD_MAX + 1];
     un = alive_fields(uf), un = set(uf, un, B("r", big, sizeof big));
     n = base(f, GOSSIP_MSG_PING), n = add(f, n, up_of(uf, un));
-    EXPECT_REFUSED(f, n, "gossip PING: field \"up[0].r\": is a bin of 2049 bytes, expected 1 to 2048");
+    EXPECT_REFUSED(f, n, "gossip PING: field \"up[0].r\": is a bin of 12289 bytes, expected 1 to 12288");
     un = alive_fields(uf), un = set(uf, un, B("g", ups[0].rec.sig, 63));
     n = base(f, GOSSIP_MSG_PING), n = add(f, n, up_of(uf, un));
     EXPECT_REFUSED(f, n, "gossip PING: field \"up[0].g\": is a bin of 63 bytes, expected 64");
@@ -950,8 +978,8 @@ static void test_record_refusals(void)
     EXPECT_RECORD(f, n, "record of node-0: unknown key \"zz\"");
     n = record_fields(f), n = drop(f, n, "dev");
     EXPECT_RECORD(f, n, "record of node-0: missing key \"dev\"");
-    n = record_fields(f), n = add(f, n, U("zz", 1));
-    EXPECT_RECORD(f, n, "gossip record: map has 15 keys, a record has 14");
+    n = record_fields(f), n = add(f, n, U("zz", 1)), n = add(f, n, U("zy", 1));
+    EXPECT_RECORD(f, n, "gossip record: map has 16 keys, a record has at most 15");
     n = record_fields(f), n = drop(f, n, "dev"), n = add(f, n, U("port", 1));
     EXPECT_RECORD(f, n, "record of node-0: duplicate key \"port\"");
     n = record_fields(f), n = set(f, n, U("port", 0));
@@ -1005,8 +1033,8 @@ static void expect_encode_refused(const gossip_msg *m, const char *want, int lin
 static void test_encoder_refusals(void)
 {
     gossip_msg m = sample_msg(GOSSIP_MSG_PING);
-    m.type = (gossip_msg_type)8;
-    expect_encode_refused(&m, "gossip message: field \"t\": is 8, not a gossip message type", __LINE__);
+    m.type = (gossip_msg_type)10;
+    expect_encode_refused(&m, "gossip message: field \"t\": is 10, not a gossip message type (1 to 9)", __LINE__);
     m = sample_msg(GOSSIP_MSG_PING), m.from[0] = 0;
     expect_encode_refused(&m, "gossip PING: field \"from\": \"\" is not a node name", __LINE__);
     m = sample_msg(GOSSIP_MSG_PING), memset(m.from, 'a', sizeof m.from);
@@ -1046,9 +1074,9 @@ static void test_encoder_refusals(void)
     u[1] = ups[1], strcpy(u[1].from, "no way");
     expect_encode_refused(&m, "gossip PING: field \"up[1].by\": \"no way\" is not a node name", __LINE__);
     u[1] = ups[1], u[0].rec.len = 0;
-    expect_encode_refused(&m, "gossip PING: field \"up[0].r\": record of 0 bytes, expected 1 to 2048", __LINE__);
+    expect_encode_refused(&m, "gossip PING: field \"up[0].r\": record of 0 bytes, expected 1 to 12288", __LINE__);
     u[0].rec.len = GOSSIP_RECORD_MAX + 1;
-    expect_encode_refused(&m, "gossip PING: field \"up[0].r\": record of 2049 bytes", __LINE__);
+    expect_encode_refused(&m, "gossip PING: field \"up[0].r\": record of 12289 bytes", __LINE__);
 }
 
 /* "does not fit": the caller then sends fewer updates. */
@@ -1084,11 +1112,311 @@ static void test_does_not_fit(void)
     free(full);
 }
 
+
+/* ------------------------------------------------------- the job text */
+
+/* Whether the bytes contain the key "job" (fixstr 3). */
+static int has_job_key(const gossip_signed *s)
+{
+    for (size_t i = 0; i + 4 <= s->len; i++)
+        if (memcmp(s->bytes + i, "\xa3job", 4) == 0)
+            return 1;
+    return 0;
+}
+
+static void test_job_record(void)
+{
+    char err[256] = "";
+    gossip_record r, back;
+    gossip_signed s;
+
+    /* No job: no "job" key, so the bytes are what they were before the key
+     * existed, and the record opens with job "". */
+    sample_record(&r, 0);
+    sign_or_fail(&r, 0, &s, __LINE__);
+    CHECK(!has_job_key(&s), "an empty job text is on the wire");
+    CHECK(gossip_record_open(&s, &back, err, sizeof err) == 0 && back.job[0] == 0,
+          "open without job: %s", err);
+
+    /* An 8000-byte job text (JSON-ish, every printable byte): round trip,
+     * the signature verifies, and one flipped byte inside it is refused. */
+    sample_record(&r, 0);
+    size_t jn = 8000;
+    for (size_t i = 0; i < jn; i++)
+        r.job[i] = (char)(0x20 + (i * 7) % 95);
+    memcpy(r.job, "{\"job\":", 7);
+    r.job[jn] = 0;
+    sign_or_fail(&r, 0, &s, __LINE__);
+    CHECK(has_job_key(&s) && s.len > jn && s.len <= GOSSIP_RECORD_MAX,
+          "record with an 8000-byte job: %zu bytes", s.len);
+    memset(&back, 0xee, sizeof back);
+    CHECK(gossip_record_open(&s, &back, err, sizeof err) == 0 && same_record(&r, &back) &&
+              strlen(back.job) == jn,
+          "open a record with an 8000-byte job: %s", err);
+    gossip_signed d = s;
+    d.bytes[s.len / 2] ^= 0x01; /* inside the job text */
+    CHECK(gossip_record_open(&d, &back, err, sizeof err) != 0 &&
+              strstr(err, "record of node-0: signature does not verify"),
+          "flipped job byte: %s", err);
+
+    /* It travels in a SYNC (TCP), not in a datagram. */
+    gossip_update u;
+    memset(&u, 0, sizeof u);
+    u.state = GOSSIP_ALIVE, u.rec = s;
+    gossip_msg m = sample_msg(GOSSIP_MSG_UPDATE);
+    m.updates = &u, m.nupdates = 1;
+    uint8_t dgram[GOSSIP_UDP_MAX];
+    size_t len = 0;
+    CHECK(gossip_encode(&m, dgram, sizeof dgram, &len, err, sizeof err) != 0 &&
+              strstr(err, "does not fit in 1200 bytes"),
+          "a record with a job text fits a datagram: %s", err);
+    m = sample_msg(GOSSIP_MSG_SYNC);
+    m.updates = &u, m.nupdates = 1;
+    round_trip(&m, __LINE__);
+
+    /* The largest record the bounds allow, job text included, fits. */
+    sample_record(&r, 1);
+    memset(r.name, 'N', MESH_NAME_MAX - 1);
+    r.name[MESH_NAME_MAX - 1] = 0;
+    strcpy(r.address, "fd5a:1234:5678:9abc:def0:1234:5678:9abc");
+    r.port = 65535, r.incarnation = UINT64_MAX, r.left = 1;
+    r.nendpoints = GOSSIP_MAX_ENDPOINTS;
+    for (int i = 0; i < GOSSIP_MAX_ENDPOINTS; i++) {
+        memset(r.endpoints[i], 'h', MESH_WG_ENDPOINT_MAX - 7);
+        strcpy(r.endpoints[i] + MESH_WG_ENDPOINT_MAX - 7, ":51820");
+    }
+    memset(r.software, 's', GOSSIP_SOFTWARE_MAX - 1);
+    r.software[GOSSIP_SOFTWARE_MAX - 1] = 0;
+    r.protocol = UINT32_MAX, r.mem_free = UINT64_MAX;
+    memset(r.devices, 'd', GOSSIP_DEVICES_MAX - 1);
+    r.devices[GOSSIP_DEVICES_MAX - 1] = 0;
+    memset(r.job, 'j', GOSSIP_JOB_MAX - 1);
+    r.job[GOSSIP_JOB_MAX - 1] = 0;
+    r.signed_ms = INT64_MIN;
+    sign_or_fail(&r, 1, &s, __LINE__);
+    CHECK(s.len > 0 && s.len <= GOSSIP_RECORD_MAX, "the largest record takes %zu bytes", s.len);
+    CHECK(gossip_record_open(&s, &back, err, sizeof err) == 0 && same_record(&r, &back),
+          "open the largest record: %s", err);
+    printf("largest record: %zu bytes (limit %d)\n", s.len, GOSSIP_RECORD_MAX);
+
+    /* Too long: the encoder refuses (naming the key and the limit). */
+    sample_record(&r, 0);
+    memset(r.job, 'j', sizeof r.job);
+    gossip_signed out;
+    memset(&out, 0xee, sizeof out);
+    CHECK(gossip_record_sign(&r, priv[0], &out, err, sizeof err) != 0 &&
+              strstr(err, "record of node-0: field \"job\": is longer than 8191 bytes") &&
+              is_zero(&out, sizeof out),
+          "sign an over-long job: %s", err);
+
+    /* ... and so does the decoder. */
+    field f[MAXF];
+    static char longjob[GOSSIP_JOB_MAX + 1];
+    memset(longjob, 'j', GOSSIP_JOB_MAX);
+    size_t n = record_fields(f);
+    n = add(f, n, S("job", longjob));
+    EXPECT_RECORD(f, n, "record of node-0: field \"job\": is 8192 bytes, at most 8191");
+    longjob[GOSSIP_JOB_MAX - 1] = 0; /* 8191 bytes: the most */
+    n = record_fields(f), n = add(f, n, S("job", longjob));
+    EXPECT_RECORD(f, n, NULL);
+    n = record_fields(f), n = add(f, n, S("job", "")); /* present but empty: "" */
+    EXPECT_RECORD(f, n, NULL);
+    n = record_fields(f), n = add(f, n, U("job", 1));
+    EXPECT_RECORD(f, n, "record of node-0: field \"job\": expected a string, got an integer");
+    n = record_fields(f), n = drop(f, n, "dev");
+    n = add(f, n, S("job", "a")), n = add(f, n, S("job", "b"));
+    EXPECT_RECORD(f, n, "record of node-0: duplicate key \"job\"");
+    n = record_fields(f);
+    n = add(f, n, ((field){.key = "job", .kind = F_STR, .p = "{\0}", .n = 3}));
+    EXPECT_RECORD(f, n, "record of node-0: field \"job\": contains a NUL byte");
+}
+
+/* ---------------------------------------------------------------- FETCH */
+
+static void test_fetch(void)
+{
+    char err[512] = "";
+    field f[MAXF];
+    size_t n;
+
+    /* Round trips: the shortest and longest paths, extreme offsets. */
+    gossip_msg m = sample_msg(GOSSIP_MSG_FETCH);
+    strcpy(m.path, "a");
+    round_trip(&m, __LINE__);
+    memset(m.path, '~', GOSSIP_PATH_MAX - 1);
+    m.path[0] = ' ';
+    m.path[GOSSIP_PATH_MAX - 1] = 0;
+    m.offset = UINT64_MAX;
+    round_trip(&m, __LINE__);
+
+    /* A whole chunk of 1 MiB, at an offset past 4 GiB. */
+    uint8_t *big = malloc(GOSSIP_FETCH_CHUNK + 1);
+    for (size_t i = 0; i <= GOSSIP_FETCH_CHUNK; i++)
+        big[i] = (uint8_t)(i * 2654435761u >> 13);
+    m = sample_msg(GOSSIP_MSG_FETCH_REPLY);
+    m.data = big, m.data_len = GOSSIP_FETCH_CHUNK;
+    m.offset = (uint64_t)5 << 32, m.total = m.offset + GOSSIP_FETCH_CHUNK;
+    round_trip(&m, __LINE__);
+    /* An empty one: the end of the file, and an empty file. */
+    m.data = NULL, m.data_len = 0, m.offset = 77, m.total = 77;
+    round_trip(&m, __LINE__);
+    m.offset = 0, m.total = 0;
+    round_trip(&m, __LINE__);
+    m.data = chunk, m.data_len = 0; /* a pointer with no bytes is fine too */
+    round_trip(&m, __LINE__);
+    /* A refusal: a reason and nothing else. */
+    m = sample_msg(GOSSIP_MSG_FETCH_REPLY);
+    m.ok = 0, m.data = NULL, m.data_len = 0, m.offset = 0, m.total = 0;
+    strcpy(m.reason, "jobs/run-1/plan.json: no such file");
+    round_trip(&m, __LINE__);
+    m.reason[0] = 0;
+    round_trip(&m, __LINE__);
+
+    /* The decoder: a 1 MiB chunk arrives whole, in its own block. */
+    n = base(f, GOSSIP_MSG_FETCH_REPLY);
+    n = set(f, n, B("data", big, GOSSIP_FETCH_CHUNK));
+    n = set(f, n, U("off", 0)), n = set(f, n, U("total", GOSSIP_FETCH_CHUNK));
+    gossip_msg got;
+    int rc = decode_fields(f, n, &got, err, sizeof err);
+    CHECK(rc == 0 && got.ok && got.data_len == GOSSIP_FETCH_CHUNK && got.total == GOSSIP_FETCH_CHUNK &&
+              got.data && memcmp(got.data, big, GOSSIP_FETCH_CHUNK) == 0,
+          "decode a 1 MiB chunk: %s", err);
+    if (rc == 0)
+        gossip_msg_free(&got);
+    CHECK(got.data == NULL && got.data_len == 0, "gossip_msg_free leaves data");
+    n = base(f, GOSSIP_MSG_FETCH), n = set(f, n, U64W("off", 3));
+    rc = decode_fields(f, n, &got, err, sizeof err);
+    CHECK(rc == 0 && got.offset == 3 && strcmp(got.path, "jobs/run-1/plan.json") == 0 &&
+              !got.data && !got.nupdates,
+          "FETCH: %s", err);
+
+    /* Refusals: the path. */
+    n = base(f, GOSSIP_MSG_FETCH), n = set(f, n, S("path", ""));
+    EXPECT_REFUSED(f, n, "gossip FETCH: field \"path\": \"\" is not a path (1 to 255 bytes of printable ASCII)");
+    static char longpath[GOSSIP_PATH_MAX + 1];
+    memset(longpath, 'p', GOSSIP_PATH_MAX);
+    n = base(f, GOSSIP_MSG_FETCH), n = set(f, n, S("path", longpath));
+    EXPECT_REFUSED(f, n, "gossip FETCH: field \"path\": is 256 bytes, at most 255");
+    n = base(f, GOSSIP_MSG_FETCH), n = set(f, n, S("path", "jobs/a\nb"));
+    EXPECT_REFUSED(f, n, "gossip FETCH: field \"path\": \"jobs/a?b\" is not a path");
+    n = base(f, GOSSIP_MSG_FETCH), n = set(f, n, S("path", "jobs/\x7f"));
+    EXPECT_REFUSED(f, n, "gossip FETCH: field \"path\": \"jobs/?\" is not a path");
+    n = base(f, GOSSIP_MSG_FETCH), n = set(f, n, S("path", "jobs/\xc3\xa9"));
+    EXPECT_REFUSED(f, n, "is not a path");
+    n = base(f, GOSSIP_MSG_FETCH), n = set(f, n, ((field){.key = "path", .kind = F_STR,
+                                                          .p = "ab\0c", .n = 4}));
+    EXPECT_REFUSED(f, n, "gossip FETCH: field \"path\": contains a NUL byte");
+    n = base(f, GOSSIP_MSG_FETCH), n = set(f, n, B("path", "abc", 3));
+    EXPECT_REFUSED(f, n, "gossip FETCH: field \"path\": expected a string, got a bin");
+    n = base(f, GOSSIP_MSG_FETCH), n = drop(f, n, "path");
+    EXPECT_REFUSED(f, n, "gossip FETCH: missing key \"path\"");
+    n = base(f, GOSSIP_MSG_FETCH), n = drop(f, n, "off");
+    EXPECT_REFUSED(f, n, "gossip FETCH: missing key \"off\"");
+    n = base(f, GOSSIP_MSG_FETCH), n = set(f, n, I("off", -1));
+    EXPECT_REFUSED(f, n, "gossip FETCH: field \"off\": expected an unsigned integer, got -1");
+    n = base(f, GOSSIP_MSG_FETCH), n = add(f, n, B("data", chunk, 1));
+    EXPECT_REFUSED(f, n, "gossip FETCH: key \"data\" is not allowed in FETCH");
+    field uf[8];
+    n = base(f, GOSSIP_MSG_FETCH), n = add(f, n, up_of(uf, suspect_fields(uf)));
+    EXPECT_REFUSED(f, n, "gossip FETCH: key \"up\" is not allowed in FETCH");
+
+    /* Refusals: the reply's data. */
+    n = base(f, GOSSIP_MSG_FETCH_REPLY);
+    n = set(f, n, B("data", big, GOSSIP_FETCH_CHUNK + 1));
+    n = set(f, n, U("off", 0)), n = set(f, n, U("total", (uint64_t)GOSSIP_FETCH_CHUNK + 1));
+    EXPECT_REFUSED(f, n, "gossip FETCH_REPLY: field \"data\": is a bin of 1048577 bytes, at most 1048576");
+    n = base(f, GOSSIP_MSG_FETCH_REPLY), n = set(f, n, U("total", 10 + sizeof chunk - 1));
+    EXPECT_REFUSED(f, n, "gossip FETCH_REPLY: field \"data\": 300 bytes at offset 10 end past the file's 309 bytes");
+    n = base(f, GOSSIP_MSG_FETCH_REPLY), n = set(f, n, U("off", UINT64_MAX)),
+    n = set(f, n, U("total", UINT64_MAX));
+    EXPECT_REFUSED(f, n, "end past the file's");
+    n = base(f, GOSSIP_MSG_FETCH_REPLY), n = set(f, n, U("total", 5));
+    EXPECT_REFUSED(f, n, "300 bytes at offset 10 end past the file's 5 bytes");
+    n = base(f, GOSSIP_MSG_FETCH_REPLY), n = set(f, n, S("data", "abc"));
+    EXPECT_REFUSED(f, n, "gossip FETCH_REPLY: field \"data\": expected a bin, got a string");
+    n = base(f, GOSSIP_MSG_FETCH_REPLY), n = drop(f, n, "total");
+    EXPECT_REFUSED(f, n, "gossip FETCH_REPLY: missing key \"total\" when \"ok\" is true");
+    n = base(f, GOSSIP_MSG_FETCH_REPLY), n = drop(f, n, "data");
+    EXPECT_REFUSED(f, n, "gossip FETCH_REPLY: missing key \"data\" when \"ok\" is true");
+    n = base(f, GOSSIP_MSG_FETCH_REPLY), n = drop(f, n, "ok");
+    EXPECT_REFUSED(f, n, "gossip FETCH_REPLY: missing key \"ok\"");
+    n = base(f, GOSSIP_MSG_FETCH_REPLY), n = add(f, n, S("reason", ""));
+    EXPECT_REFUSED(f, n, "gossip FETCH_REPLY: key \"reason\" is not allowed in FETCH_REPLY when \"ok\" is true");
+    n = base(f, GOSSIP_MSG_FETCH_REPLY), n = set(f, n, BOOL("ok", 0)), n = add(f, n, S("reason", "x"));
+    EXPECT_REFUSED(f, n, "gossip FETCH_REPLY: key \"off\" is not allowed in FETCH_REPLY when \"ok\" is false");
+    n = base(f, GOSSIP_MSG_FETCH_REPLY), n = set(f, n, BOOL("ok", 0)), n = drop(f, n, "off"),
+    n = drop(f, n, "total"), n = add(f, n, S("reason", "x"));
+    EXPECT_REFUSED(f, n, "gossip FETCH_REPLY: key \"data\" is not allowed in FETCH_REPLY when \"ok\" is false");
+    n = base(f, GOSSIP_MSG_FETCH_REPLY), n = set(f, n, BOOL("ok", 0)), n = drop(f, n, "off"),
+    n = drop(f, n, "total"), n = drop(f, n, "data");
+    EXPECT_REFUSED(f, n, "gossip FETCH_REPLY: missing key \"reason\" when \"ok\" is false");
+    n = add(f, n, S("reason", "no"));
+    rc = decode_fields(f, n, &got, err, sizeof err);
+    CHECK(rc == 0 && !got.ok && strcmp(got.reason, "no") == 0 && !got.data, "refusal: %s", err);
+    n = base(f, GOSSIP_MSG_FETCH_REPLY), n = add(f, n, S("path", "a"));
+    EXPECT_REFUSED(f, n, "gossip FETCH_REPLY: key \"path\" is not allowed in FETCH_REPLY");
+    /* A refusal after the data was read frees it (ASan: no leak). */
+    n = base(f, GOSSIP_MSG_FETCH_REPLY), n = add(f, n, U("zz", 1));
+    EXPECT_REFUSED(f, n, "gossip FETCH_REPLY: unknown key \"zz\"");
+
+    /* The encoder refuses what the decoder would. */
+    m = sample_msg(GOSSIP_MSG_FETCH), m.path[0] = 0;
+    expect_encode_refused(&m, "gossip FETCH: field \"path\": \"\" is not a path", __LINE__);
+    m = sample_msg(GOSSIP_MSG_FETCH), strcpy(m.path, "a\tb");
+    expect_encode_refused(&m, "gossip FETCH: field \"path\": \"a?b\" is not a path", __LINE__);
+    m = sample_msg(GOSSIP_MSG_FETCH), memset(m.path, 'p', sizeof m.path);
+    expect_encode_refused(&m, "gossip FETCH: field \"path\": is longer than 255 bytes", __LINE__);
+    m = sample_msg(GOSSIP_MSG_FETCH), m.updates = ups, m.nupdates = 1;
+    expect_encode_refused(&m, "gossip FETCH: field \"up\": a FETCH carries no updates, got 1", __LINE__);
+    m = sample_msg(GOSSIP_MSG_FETCH_REPLY), m.data = big, m.data_len = GOSSIP_FETCH_CHUNK + 1;
+    m.offset = 0, m.total = UINT64_MAX;
+    expect_encode_refused(&m, "gossip FETCH_REPLY: field \"data\": 1048577 bytes, at most 1048576", __LINE__);
+    m = sample_msg(GOSSIP_MSG_FETCH_REPLY), m.data = NULL;
+    expect_encode_refused(&m, "gossip FETCH_REPLY: field \"data\": is NULL with 300 bytes", __LINE__);
+    m = sample_msg(GOSSIP_MSG_FETCH_REPLY), m.total = m.offset + m.data_len - 1;
+    expect_encode_refused(&m, "gossip FETCH_REPLY: field \"data\": 300 bytes at offset 1000 end past the file's 1299 bytes", __LINE__);
+    m = sample_msg(GOSSIP_MSG_FETCH_REPLY), m.offset = UINT64_MAX, m.total = UINT64_MAX;
+    expect_encode_refused(&m, "end past the file's", __LINE__);
+    m = sample_msg(GOSSIP_MSG_FETCH_REPLY), strcpy(m.reason, "why");
+    expect_encode_refused(&m, "gossip FETCH_REPLY: field \"reason\": a FETCH_REPLY that is ok carries no reason", __LINE__);
+    m = sample_msg(GOSSIP_MSG_FETCH_REPLY), m.ok = 0;
+    expect_encode_refused(&m, "gossip FETCH_REPLY: field \"data\": a FETCH_REPLY that refuses carries no data", __LINE__);
+    m = sample_msg(GOSSIP_MSG_FETCH_REPLY), m.ok = 2;
+    expect_encode_refused(&m, "gossip FETCH_REPLY: field \"ok\": is 2, expected 0 or 1", __LINE__);
+
+    /* Every truncation of a 1 MiB reply is refused (every byte of the head
+     * and the tail, a stride through the data), reading only the bytes
+     * given (decode_exact: ASan sees a read past them). */
+    m = sample_msg(GOSSIP_MSG_FETCH_REPLY);
+    m.data = big, m.data_len = GOSSIP_FETCH_CHUNK, m.offset = 1, m.total = 1 + GOSSIP_FETCH_CHUNK;
+    size_t len = 0;
+    uint8_t *buf = encode_or_fail(&m, &len, __LINE__);
+    if (buf) {
+        int cuts = 0;
+        for (size_t cut = 0; cut < len;
+             cut = cut < 256 || cut >= len - 256 ? cut + 1
+                   : cut + 4099 < len - 256   ? cut + 4099
+                                              : len - 256) {
+            memset(&got, 0xee, sizeof got);
+            rc = decode_exact(buf, cut, &got, err, sizeof err);
+            CHECK(rc != 0 && (strstr(err, "end inside") || strstr(err, "empty message")) &&
+                      is_zero(&got, sizeof got),
+                  "1 MiB FETCH_REPLY cut at %zu of %zu: rc=%d '%s'", cut, len, rc, err);
+            if (rc == 0)
+                gossip_msg_free(&got);
+            cuts++;
+        }
+        CHECK(cuts > 700, "only %d cuts", cuts);
+        free(buf);
+    }
+    free(big);
+}
+
 /* -------------------------------------------------- truncation and noise */
 
 static void test_truncation(void)
 {
-    for (int t = GOSSIP_MSG_PING; t <= GOSSIP_MSG_UPDATE; t++) {
+    for (int t = GOSSIP_MSG_PING; t <= LAST_TYPE; t++) {
         gossip_msg m = sample_msg((gossip_msg_type)t);
         size_t len = 0;
         uint8_t *buf = encode_or_fail(&m, &len, __LINE__);
@@ -1135,7 +1463,7 @@ static uint64_t rng(void)
 static void test_random_damage(void)
 {
     int accepted = 0, tried = 0;
-    for (int t = GOSSIP_MSG_PING; t <= GOSSIP_MSG_UPDATE; t++) {
+    for (int t = GOSSIP_MSG_PING; t <= LAST_TYPE; t++) {
         gossip_msg m = sample_msg((gossip_msg_type)t);
         size_t len = 0;
         uint8_t *buf = encode_or_fail(&m, &len, __LINE__);
@@ -1191,6 +1519,8 @@ int main(void)
 {
     init_keys();
     init_updates();
+    for (size_t i = 0; i < sizeof chunk; i++)
+        chunk[i] = (uint8_t)(i * 131 + 7);
     test_round_trip_every_type();
     test_doc_example();
     test_records();
@@ -1199,6 +1529,8 @@ int main(void)
     test_record_refusals();
     test_encoder_refusals();
     test_does_not_fit();
+    test_job_record();
+    test_fetch();
     test_truncation();
     test_random_damage();
     if (failures) {
