@@ -293,6 +293,9 @@ int cost_evaluate(plan *p, const plan_fleet *f, const plan_job *job, char *err, 
                         "devices (data parallel) are not modelled yet", s, st->ndevices);
         int i = st->node[0];
         if (i < 0 || i >= f->nnodes) return sched_errf(err, errlen, "plan: stage %d: no node %d", s, i);
+        if (s == 0 && f->nodes[i].no_data)
+            return sched_errf(err, errlen, "plan: node %s cannot be the first stage: it does not "
+                              "hold the job's data (tokenizer and data files)", f->nodes[i].name);
         for (int r = 0; r < s; r++)
             if (p->stage[r].node[0] == i)
                 return sched_errf(err, errlen, "plan: node %s holds stages %d and %d",

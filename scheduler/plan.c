@@ -91,8 +91,12 @@ static void problem_free(plan_problem *pr)
     free(pr);
 }
 
+/* A node without the job's data (no_data) gets no room for the embedding
+ * (cap -1 with flag 1), so no search can make it the first stage; with
+ * honour_no_data false the rule is lifted (to tell whether it is what leaves
+ * no plan). */
 static plan_problem *problem_build(const plan_fleet *f, const plan_job *job, const int *canon,
-                                   int64_t b, char *err, size_t errlen)
+                                   int64_t b, bool honour_no_data, char *err, size_t errlen)
 {
     int n = f->nnodes, L = job->shape.layers;
     cost_bytes cb;
@@ -155,6 +159,7 @@ static plan_problem *problem_build(const plan_fleet *f, const plan_job *job, con
                     cap = cost_stage_memory(&cb, job->shape.tied, pf->scratch_slots, e, 0, h, q) <= limit
                               ? 0 : -1;
                 }
+                if (e && honour_no_data && f->nodes[canon[c]].no_data) cap = -1;
                 pr->K[((size_t)c * (pr->qmax + 1) + q) * 4 + flags] = cap;
             }
     }
@@ -214,6 +219,12 @@ int plan_uniform(plan *out, const plan_fleet *f, const plan_job *job, const int 
         return sched_errf(err, errlen, "uniform split: %d nodes", n);
     if (n > L)
         return sched_errf(err, errlen, "uniform split: %d nodes for %d layers leaves stages empty", n, L);
+    if (order[0] < 0 || order[0] >= f->nnodes)
+        return sched_errf(err, errlen, "uniform split: no node %d", order[0]);
+    if (f->nodes[order[0]].no_data)
+        return sched_errf(err, errlen, "uniform split: node %s cannot be the first stage: it does "
+                          "not hold the job's data (tokenizer and data files)",
+                          f->nodes[order[0]].name);
     int64_t sizes[MAX_SIZES];
     int nsizes = micro_sizes(job, sizes, MAX_SIZES);
     plan *tmp = malloc(sizeof *tmp);
@@ -368,6 +379,13 @@ static int diagnose(const plan_fleet *f, const plan_job *job, const int *canon, 
                 order[j] = order[j - 1];
                 order[j - 1] = t;
             }
+        for (int a = 0; a < n; a++)   /* the largest node that holds the data goes first */
+            if (!f->nodes[order[a]].no_data) {
+                int t = order[a];
+                memmove(order + 1, order, (size_t)a * sizeof *order);
+                order[0] = t;
+                break;
+            }
         plan_job one = *job;
         one.max_micro_batch = 1;
         int p = n < L ? n : L;
@@ -382,6 +400,59 @@ static int diagnose(const plan_fleet *f, const plan_job *job, const int *canon, 
 }
 
 /* ---- entry point ------------------------------------------------------------ */
+
+static void search(plan_problem *const *prs, int nsizes, const plan_job *job, plan_method method,
+                   plan_best *best, int64_t *orders)
+{
+    if (method == PLAN_HEURISTIC)
+        plan_search_heuristic((const plan_problem *const *)prs, nsizes,
+                              job->search_budget > 0 ? job->search_budget : PLAN_SEARCH_BUDGET,
+                              best, orders);
+    else
+        for (int r = 0; r < nsizes; r++)
+            plan_search_exact(prs[r], best, method == PLAN_EXACT, orders);
+}
+
+/* The names of the nodes with (lacking true) or without the job's data, in
+ * canonical order, ", "-separated, cut with "..." when too long. */
+static void no_data_names(const plan_fleet *f, const int *canon, bool lacking, char *buf,
+                          size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int c = 0; c < f->nnodes; c++) {
+        const plan_node *nd = &f->nodes[canon[c]];
+        if (nd->no_data != lacking) continue;
+        if (used + strlen(nd->name) + 8 >= len) {
+            snprintf(buf + used, len - used, "%s...", used ? ", " : "");
+            return;
+        }
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "", nd->name);
+    }
+}
+
+/* Whether some plan would fit if any node could be the first stage: tells
+ * "the data is in the wrong place" from "the memory is missing". */
+static bool fits_without_data_rule(const plan_fleet *f, const plan_job *job, const int *canon,
+                                   const int64_t *sizes, int nsizes, plan_method method)
+{
+    plan_problem *prs[MAX_SIZES];
+    int built = 0;
+    bool fits = false;
+    plan_best *best = malloc(sizeof *best);
+    if (!best) return false;
+    for (; built < nsizes; built++)
+        if (!(prs[built] = problem_build(f, job, canon, sizes[built], false, NULL, 0))) goto out;
+    best->cost = PLAN_INF;
+    best->p = 0;
+    int64_t orders = 0;
+    search(prs, nsizes, job, method, best, &orders);
+    fits = best->cost < PLAN_INF;
+out:
+    for (int r = 0; r < built; r++) problem_free(prs[r]);
+    free(best);
+    return fits;
+}
 
 int plan_compute(plan *out, const plan_fleet *f, const plan_job *job, plan_method method,
                  plan_stats *stats, char *err, size_t errlen)
@@ -403,24 +474,36 @@ int plan_compute(plan *out, const plan_fleet *f, const plan_job *job, plan_metho
         goto out;
     }
     canonical(f, canon);
+    int nodata = 0;
+    for (int i = 0; i < n; i++) nodata += f->nodes[i].no_data;
+    if (nodata == n) {
+        char names[300];
+        no_data_names(f, canon, true, names, sizeof names);
+        sched_errf(err, errlen, "no node that holds the job's data can be the first stage: none "
+                   "of the %d nodes holds it (%s)", n, names);
+        goto out;
+    }
     for (; built < nsizes; built++)
-        if (!(prs[built] = problem_build(f, job, canon, sizes[built], err, errlen))) goto out;
+        if (!(prs[built] = problem_build(f, job, canon, sizes[built], true, err, errlen))) goto out;
     best->cost = PLAN_INF;
     best->p = 0;
     int64_t orders = 0;
-    if (method == PLAN_HEURISTIC)
-        plan_search_heuristic((const plan_problem *const *)prs, nsizes,
-                              job->search_budget > 0 ? job->search_budget : PLAN_SEARCH_BUDGET,
-                              best, &orders);
-    else
-        for (int r = 0; r < nsizes; r++)
-            plan_search_exact(prs[r], best, method == PLAN_EXACT, &orders);
+    search(prs, nsizes, job, method, best, &orders);
     if (stats) {
         stats->method = method;
         stats->orders = orders;
     }
     if (best->cost >= PLAN_INF) {
-        diagnose(f, job, canon, err, errlen);
+        if (nodata > 0 && fits_without_data_rule(f, job, canon, sizes, nsizes, method)) {
+            char names[300];
+            no_data_names(f, canon, false, names, sizeof names);
+            sched_errf(err, errlen, "no node that holds the job's data can be the first stage: "
+                       "the %d that hold it (%s) cannot take the embedding and their share of "
+                       "the layers within memory, and a plan would fit only with a node that "
+                       "lacks the data first", n - nodata, names);
+        } else {
+            diagnose(f, job, canon, err, errlen);
+        }
         goto out;
     }
     fill_stages(out, best, canon, job->batch);

@@ -303,6 +303,27 @@ static bool larger(const plan_problem *pr, int x, int y)
     return pr->mem[x] > pr->mem[y] || (pr->mem[x] == pr->mem[y] && faster(pr, x, y));
 }
 
+/* Whether node i can be the first stage at all: room for the embedding
+ * with one micro-batch in flight (a node without the job's data has none). */
+static bool can_first(const plan_problem *pr, int i)
+{
+    return plan_cap(pr, i, 1, 1) >= 0;
+}
+
+/* Moves the first node of seq[0..p) that can be the first stage to the
+ * front, keeping the others in order; false when none can. */
+static bool front_first(const plan_problem *pr, int *seq, int p)
+{
+    for (int s = 0; s < p; s++)
+        if (can_first(pr, seq[s])) {
+            int t = seq[s];
+            memmove(seq + 1, seq, (size_t)s * sizeof *seq);
+            seq[0] = t;
+            return true;
+        }
+    return false;
+}
+
 static void sort_nodes(const plan_problem *pr, int *idx, int n,
                        bool (*before)(const plan_problem *, int, int))
 {
@@ -387,7 +408,7 @@ static void construct(const plan_problem *pr, top_k *best)
     for (int p = 1; p <= maxp; p++) {
         memcpy(seq, speed, (size_t)p * sizeof *seq);
         sort_nodes(pr, seq, p, larger);
-        consider(pr, best, seq, p);
+        if (front_first(pr, seq, p)) consider(pr, best, seq, p);
     }
     /* link-following chains through the fastest quarter, half, ... of the fleet */
     int last = 0;
@@ -395,12 +416,17 @@ static void construct(const plan_problem *pr, top_k *best)
         if (cut == last) break;
         last = cut;
         memcpy(pool, speed, (size_t)cut * sizeof *pool);
+        /* starts: the fastest and the largest nodes that can be the first
+         * stage (a chain from any other start has no plan) */
         int starts[2 * HEUR_STARTS], ns = 0;
-        for (int r = 0; r < cut && r < HEUR_STARTS; r++) starts[ns++] = pool[r];
+        for (int r = 0; r < cut && ns < HEUR_STARTS; r++)
+            if (can_first(pr, pool[r])) starts[ns++] = pool[r];
         memcpy(seq, pool, (size_t)(cut < PLAN_MAX_STAGES ? cut : PLAN_MAX_STAGES) * sizeof *seq);
-        int nl = cut < PLAN_MAX_STAGES ? cut : PLAN_MAX_STAGES;
+        int nl = cut < PLAN_MAX_STAGES ? cut : PLAN_MAX_STAGES, nlarge = 0;
         sort_nodes(pr, seq, nl, larger);
-        for (int r = 0; r < nl && r < HEUR_STARTS; r++) {
+        for (int r = 0; r < nl && nlarge < HEUR_STARTS; r++) {
+            if (!can_first(pr, seq[r])) continue;
+            nlarge++;
             bool dup = false;
             for (int q = 0; q < ns && !dup; q++) dup = starts[q] == seq[r];
             if (!dup) starts[ns++] = seq[r];

@@ -159,6 +159,9 @@ typedef struct {
     char name[PLAN_NAME_MAX];      /* unique: the total order that breaks ties */
     char device[PLAN_NAME_MAX];    /* for reports only */
     cost_profile prof;
+    bool no_data;                  /* lacks the job's tokenizer or data files, so it cannot
+                                      be the first stage (which reads the data); false,
+                                      the zero value: any stage */
 } plan_node;
 
 typedef struct {
@@ -207,8 +210,9 @@ typedef struct {
 
 /* Validates a plan's structure against fleet and job and fills the times,
  * memory and step of every stage. Returns 0; -1 when the plan is malformed
- * or a node is over its memory limit (usable minus the margin), with a
- * message naming the node and the bytes missing. err may be NULL (search). */
+ * (a no_data node as the first stage included) or a node is over its memory
+ * limit (usable minus the margin), with a message naming the node and the
+ * bytes missing. err may be NULL (search). */
 int cost_evaluate(plan *p, const plan_fleet *f, const plan_job *job, char *err,
                   size_t errlen);
 
@@ -231,12 +235,15 @@ typedef struct {
  * Deterministic: nodes are taken in the order of their names, so the
  * listing order does not matter; equal costs go to the first plan found in
  * that order; the heuristic stops after a count of orders, not a time. The
- * plan's node indices refer to f. Fails, saying how much memory is missing
- * and where, when no plan fits. */
+ * plan's node indices refer to f. A no_data node is never the first stage.
+ * Fails, saying how much memory is missing and where, when no plan fits, or
+ * that no node holding the job's data can be the first stage when that rule
+ * is what leaves no plan. */
 int plan_compute(plan *out, const plan_fleet *f, const plan_job *job, plan_method method,
                  plan_stats *stats, char *err, size_t errlen);
 /* The Megatron/DeepSpeed default: nodes order[0..n) each holding L/n layers
- * (the first L mod n one more), with the best micro-batch count that fits. */
+ * (the first L mod n one more), with the best micro-batch count that fits.
+ * Refuses an order whose first node is no_data, naming it. */
 int plan_uniform(plan *out, const plan_fleet *f, const plan_job *job, const int *order, int n,
                  char *err, size_t errlen);
 /* FNV-1a over the node names, layer ranges and micro-batching. */
@@ -264,5 +271,67 @@ typedef struct {
 int sim_run(sim_result *out, const plan *p, char *err, size_t errlen);
 
 /* END planner section */
+
+
+/* BEGIN election section (elect.c)
+ * Leaderless plan election (docs/PROTOCOL.md, "Plan election"). Every
+ * member computes a plan from its view of the pool and gossips a vote
+ * (epoch, base, view hash, plan hash, the nodes the plan names). Votes are
+ * never changed within an epoch. The outcome of an epoch is a pure function
+ * of the votes cast in it, so every member that sees them decides the same:
+ *   committed  a plan whose every named node, and a strict majority of the
+ *              base membership M (the voters of the last committed plan, or
+ *              the job's pool before any), voted for it;
+ *   failed     no plan can commit any more: every plan voted for has a named
+ *              node that voted otherwise, or too few of M left to reach a
+ *              majority; and the members of M that have not voted are not a
+ *              majority themselves;
+ *   open       otherwise (wait for more votes). */
+
+#define ELECT_MAX_NAMED 64
+
+typedef struct {
+    int64_t epoch;                 /* the epoch voted in; 0: no vote */
+    int64_t base;                  /* epoch of the last commit it builds on; 0: none */
+    uint64_t base_plan;            /* that commit's plan hash; 0 with base 0 */
+    uint64_t view, plan;           /* plan 0: no plan fits the voter's view */
+    int nnamed;                    /* the nodes the plan names */
+    char named[ELECT_MAX_NAMED][PLAN_NAME_MAX];
+} elect_vote;
+
+typedef struct {
+    const char *name;
+    const elect_vote *vote;        /* NULL: this member has not voted at all */
+    bool gone;                     /* dead or left in the deciding node's view: a
+                                      plan naming it that it has not voted for in
+                                      this epoch is blocked (the one place the
+                                      outcome rests on the failure detector) */
+} elect_voter;
+
+typedef enum { ELECT_OPEN = 0, ELECT_COMMITTED = 1, ELECT_FAILED = 2 } elect_outcome;
+
+typedef struct {
+    elect_outcome outcome;
+    const elect_vote *winner;      /* COMMITTED: one of the winning votes */
+    int64_t base;                  /* learnt from a later vote (below): the base
+                                      epoch that vote carried, else 0 */
+    uint64_t base_plan;
+    bool from_later;               /* decided by a vote at a later epoch */
+    int votes, unvoted;            /* of M: voted in this epoch, not voted */
+} elect_result;
+
+/* The outcome of `epoch` given every member's current vote. members: M,
+ * the base membership (names, any order, no duplicates). A vote at a later
+ * epoch already decided this one: base >= epoch means committed (its
+ * base_plan, winner NULL), base < epoch failed. Votes at earlier epochs
+ * count as not voted. */
+void elect_decide(int64_t epoch, const char *const *members, int nmembers,
+                  const elect_voter *voters, int nvoters, elect_result *out);
+/* FNV-1a 64 over bytes, chained from h (start with ELECT_HASH_INIT): the
+ * view hash over a canonical text of the inputs. */
+#define ELECT_HASH_INIT 14695981039346656037ull
+uint64_t elect_hash(uint64_t h, const void *bytes, size_t n);
+
+/* END election section */
 
 #endif

@@ -334,12 +334,175 @@ static void test_large(void)
     free(q);
 }
 
+/* The fastest node (by decoder-layer time), first of equals. */
+static int fastest_node(const world *w)
+{
+    int best = 0;
+    for (int i = 1; i < w->f.nnodes; i++) {
+        const cost_profile *a = &w->f.nodes[i].prof, *b = &w->f.nodes[best].prof;
+        if (a->fwd_ns[COST_LAYER] + a->bwd_ns[COST_LAYER] < b->fwd_ns[COST_LAYER] + b->bwd_ns[COST_LAYER])
+            best = i;
+    }
+    return best;
+}
+
+/* Only nodes that hold the job's data may be the first stage: with the
+ * fastest node marked no_data (and sometimes others), no method puts a
+ * no_data node first, and exact = exhaustive = brute force (which, through
+ * cost_evaluate, refuses such plans too). */
+static void test_no_data_first_stage(void)
+{
+    static const int max_layers[8] = {0, 0, 10, 7, 5, 4, 4, 3};
+    plan *p = malloc(sizeof *p), *q = malloc(sizeof *q), *r = malloc(sizeof *r);
+    int feasible = 0, was_first = 0;
+    int64_t leaves = 0;
+    for (int t = 0; t < 120; t++) {
+        int n = 2 + t % 6;
+        int L = (int)range(1, max_layers[n]);
+        world w;
+        random_world(&w, n, L);
+        char err[512] = "";
+        int fast = fastest_node(&w);
+        if (plan_compute(p, &w.f, &w.job, PLAN_EXACT, NULL, err, sizeof err) == 0 &&
+            p->stage[0].node[0] == fast)
+            was_first++;
+        w.f.nodes[fast].no_data = true;
+        for (int i = 0; i < n; i++)
+            if (i != fast && range(0, 3) == 0) w.f.nodes[i].no_data = true;
+        bool any = false;
+        for (int i = 0; i < n; i++) any |= !w.f.nodes[i].no_data;
+        if (!any) w.f.nodes[(fast + 1) % n].no_data = false;
+        int64_t want = brute_force(&w, &leaves);
+        int rc = plan_compute(p, &w.f, &w.job, PLAN_EXACT, NULL, err, sizeof err);
+        int rx = plan_compute(q, &w.f, &w.job, PLAN_EXHAUSTIVE, NULL, err, sizeof err);
+        int rh = plan_compute(r, &w.f, &w.job, PLAN_HEURISTIC, NULL, err, sizeof err);
+        if (want == INT64_MAX) {
+            CHECK(rc != 0 && rx != 0 && rh != 0, "no_data fleet %d: brute force finds nothing, "
+                  "planner rc %d/%d/%d", t, rc, rx, rh);
+        } else {
+            feasible++;
+            CHECK(rc == 0 && rx == 0, "no_data fleet %d: planner fails: %s", t, err);
+            if (rc == 0 && rx == 0) {
+                CHECK(p->step_ns == want && q->step_ns == want,
+                      "no_data fleet %d: exact %lld, exhaustive %lld, brute force %lld", t,
+                      (long long)p->step_ns, (long long)q->step_ns, (long long)want);
+                CHECK(!w.f.nodes[p->stage[0].node[0]].no_data &&
+                          !w.f.nodes[q->stage[0].node[0]].no_data,
+                      "no_data fleet %d: a node without the data is the first stage", t);
+                check_memory(p, &w, "no_data exact");
+            }
+            if (rh == 0) {
+                CHECK(!w.f.nodes[r->stage[0].node[0]].no_data,
+                      "no_data fleet %d: the heuristic puts a node without the data first", t);
+                CHECK(r->step_ns >= want, "no_data fleet %d: heuristic beats exact", t);
+            }
+        }
+        world_free(&w);
+    }
+    printf("no_data: %d fleets feasible; the fastest node was the first stage in %d of them "
+           "before it lost its data\n", feasible, was_first);
+    CHECK(feasible >= 60 && was_first >= 10, "only %d feasible, fastest first in %d", feasible,
+          was_first);
+    free(p);
+    free(q);
+    free(r);
+}
+
+/* No node holds the data; the data is only on nodes too small to be first;
+ * the uniform split refuses a no_data node first. */
+static void test_no_data_errors(void)
+{
+    world w;
+    random_world(&w, 3, 4);
+    for (int i = 0; i < 3; i++) {
+        w.f.nodes[i].prof.memory_bytes = (int64_t)1 << 40;
+        w.f.nodes[i].no_data = true;
+    }
+    plan *p = malloc(sizeof *p);
+    char err[512] = "";
+    for (int m = PLAN_AUTO; m <= PLAN_EXHAUSTIVE; m++)
+        CHECK(plan_compute(p, &w.f, &w.job, (plan_method)m, NULL, err, sizeof err) != 0 &&
+                  strstr(err, "no node that holds the job's data can be the first stage") &&
+                  strstr(err, w.f.nodes[0].name),
+              "all no_data, method %d: \"%s\"", m, err);
+    /* node 0 holds the data but cannot hold the embedding */
+    w.f.nodes[0].no_data = false;
+    w.f.nodes[0].prof.memory_bytes = 1000;
+    for (int m = PLAN_AUTO; m <= PLAN_EXHAUSTIVE; m++)
+        CHECK(plan_compute(p, &w.f, &w.job, (plan_method)m, NULL, err, sizeof err) != 0 &&
+                  strstr(err, "no node that holds the job's data can be the first stage") &&
+                  strstr(err, w.f.nodes[0].name),
+              "data on a tiny node, method %d: \"%s\"", m, err);
+    /* with room on it, the plan starts there */
+    w.f.nodes[0].prof.memory_bytes = (int64_t)1 << 40;
+    CHECK(plan_compute(p, &w.f, &w.job, PLAN_AUTO, NULL, err, sizeof err) == 0 &&
+              p->stage[0].node[0] == 0, "data on node 0: %s", err);
+    /* memory missing everywhere is still reported as missing memory */
+    for (int i = 0; i < 3; i++) w.f.nodes[i].prof.memory_bytes = 1000;
+    CHECK(plan_compute(p, &w.f, &w.job, PLAN_AUTO, NULL, err, sizeof err) != 0 &&
+              strstr(err, "missing there"), "tiny fleet with no_data: \"%s\"", err);
+    for (int i = 0; i < 3; i++) w.f.nodes[i].prof.memory_bytes = (int64_t)1 << 40;
+    int order[3] = {1, 0, 2};
+    CHECK(plan_uniform(p, &w.f, &w.job, order, 3, err, sizeof err) != 0 &&
+              strstr(err, w.f.nodes[1].name) && strstr(err, "first stage"),
+          "uniform with a no_data node first: \"%s\"", err);
+    order[0] = 0;
+    order[1] = 1;
+    CHECK(plan_uniform(p, &w.f, &w.job, order, 3, err, sizeof err) == 0, "uniform: %s", err);
+    world_free(&w);
+    free(p);
+}
+
+/* 64 nodes, the fastest half without the data: the heuristic still plans,
+ * with a node that holds the data first, deterministically. */
+static void test_no_data_large(void)
+{
+    world w, s;
+    random_world(&w, 64, 3);
+    w.job.shape.layers = 40;
+    cost_bytes cb;
+    cost_bytes_compute(&cb, &w.job.shape, 1, 4, NULL, 0);
+    int64_t layer = cost_stage_memory(&cb, false, 2, false, 1, false, 1);
+    int64_t median = 0;
+    {
+        int64_t t[64];
+        for (int i = 0; i < 64; i++) {
+            w.f.nodes[i].prof.memory_bytes = range(layer, 20 * layer);
+            t[i] = w.f.nodes[i].prof.fwd_ns[COST_LAYER];
+        }
+        for (int a = 1; a < 64; a++)
+            for (int j = a; j > 0 && t[j - 1] > t[j]; j--) {
+                int64_t x = t[j];
+                t[j] = t[j - 1];
+                t[j - 1] = x;
+            }
+        median = t[32];
+    }
+    for (int i = 0; i < 64; i++) w.f.nodes[i].no_data = w.f.nodes[i].prof.fwd_ns[COST_LAYER] < median;
+    plan *p = malloc(sizeof *p), *q = malloc(sizeof *q);
+    char err[512] = "";
+    CHECK(plan_compute(p, &w.f, &w.job, PLAN_AUTO, NULL, err, sizeof err) == 0, "64 nodes: %s", err);
+    CHECK(!w.f.nodes[p->stage[0].node[0]].no_data, "64 nodes: no_data node first");
+    check_memory(p, &w, "64 nodes no_data");
+    shuffled(&w, &s);
+    CHECK(plan_compute(q, &s.f, &s.job, PLAN_AUTO, NULL, err, sizeof err) == 0 &&
+              plan_hash(q, &s.f) == plan_hash(p, &w.f),
+          "64 nodes no_data: listing order changes the plan");
+    world_free(&w);
+    world_free(&s);
+    free(p);
+    free(q);
+}
+
 int main(void)
 {
     test_exact_against_brute_force();
     test_errors();
     test_uniform_and_split();
     test_large();
+    test_no_data_first_stage();
+    test_no_data_errors();
+    test_no_data_large();
     if (failures) printf("%d failures\n", failures);
     return failures ? 1 : 0;
 }
