@@ -1,0 +1,62 @@
+/* pool_job.h — private to node/: a job as the mesh carries it (prefix pool_).
+ *
+ * `shardnode train --state DIR --job JOB.json` on one member makes a bundle
+ * of the job; the bundle travels to every member in a gossip record; each
+ * member checks that it has the same files (by SHA-256) and writes the job
+ * with its own paths under DIR/jobs/ID/. */
+#ifndef SHARDNODE_POOL_JOB_H
+#define SHARDNODE_POOL_JOB_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define POOL_JOB_ID_LEN 16             /* hex digits */
+#define POOL_BUNDLE_MAX_BYTES 6000     /* compact JSON text: it travels in a gossip record */
+
+/* The bundle of a job file:
+ *   {"v": 1, "id": ID,
+ *    "job": <the job JSON object with every path made absolute>,
+ *    "config": <the model config JSON object, inline>,
+ *    "files": [{"role": "weights"|"tokenizer"|"data", "path": ABS, "sha256": HEX,
+ *               "bytes": N}, ...],        (tokenizer, weights if any, data in order)
+ *    "submitted_by": NAME, "submitted_at": unix seconds}.
+ * The id is the first 16 hex digits of the SHA-256 of the compact, key-sorted
+ * JSON of everything except "id" and "submitted_at". The job is validated
+ * with job_load and the config with llama_config_load; the files are hashed
+ * as streams. Fails naming the file that cannot be read, or when the bundle
+ * would exceed POOL_BUNDLE_MAX_BYTES. NULL on failure. */
+json_t *pool_bundle_make(const char *job_path, const char *submitter, int64_t now_s, char *err,
+                         size_t errlen);
+
+/* Checks a bundle received from a peer: exactly the keys above with their
+ * types, v 1, every path absolute, the files list matching the job's paths
+ * role by role, the job valid (job_parse), the submitter a node name, the
+ * compact text at most POOL_BUNDLE_MAX_BYTES, and the id that of the
+ * content. Returns 0, or -1 with the first fault. */
+int pool_bundle_valid(json_t *bundle, char *err, size_t errlen);
+
+/* On this node: validates the bundle, resolves each of its files (node.json's
+ * optional "paths" object, node_paths, maps a file's base name such as
+ * "kjv.txt" to a local path, relative paths against state_dir; otherwise the
+ * same absolute path), hashes it and compares SHA-256. Writes
+ * DIR/jobs/ID/config.json and DIR/jobs/ID/job.json: the bundle's job with
+ * local paths, "config": that config.json, "out_dir": DIR/jobs/ID/out
+ * (created). A missing or different file is not an error: it is listed in
+ * *lacks (a new JSON array of {"role", "path", "why", "local"}; "path" as the
+ * bundle names it, "local" where it was looked for, "why" "missing" or
+ * "sha256 differs (have X..., job has Y...)" — a size difference reads
+ * "sha256 differs (have N bytes, job has M bytes)" without hashing), and its
+ * path in job.json stays as the bundle names it. Returns -1 on an invalid
+ * bundle or node_paths entry, and on I/O errors writing DIR/jobs/ID (*lacks
+ * is then NULL). */
+int pool_bundle_check(json_t *bundle, const char *state_dir, json_t *node_paths, json_t **lacks,
+                      char *err, size_t errlen);
+
+/* Whether the lacks leave this node able to be the first stage (it has the
+ * tokenizer and every data file, and can hold a stage at all) and able to
+ * hold any stage (it has the initial weights if the job names any). */
+void pool_lacks_roles(json_t *lacks, bool *can_first, bool *can_any);
+
+#endif
