@@ -58,9 +58,10 @@ void daemon_log(daemon_t *d, const char *fmt, ...)
     char ts[32];
     gmtime_r(&t, &tm);
     strftime(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", &tm);
-    fprintf(stderr, "%s %s: %s\n", ts, d->name, line);
+    const char *mark = d->insecure ? "INSECURE (no overlay) " : "";
+    fprintf(stderr, "%s %s: %s%s\n", ts, d->name, mark, line);
     if (d->logf) {
-        fprintf(d->logf, "%s %s: %s\n", ts, d->name, line);
+        fprintf(d->logf, "%s %s: %s%s\n", ts, d->name, mark, line);
         fflush(d->logf);
     }
 }
@@ -135,9 +136,15 @@ bool daemon_peer_direct(const daemon_peer *p)
     return p && p->handshake_s > 0 && time(NULL) - p->handshake_s <= DAEMON_DIRECT_S;
 }
 
+bool daemon_prefix_insecure(const char *prefix)
+{
+    return prefix && strncmp(prefix, "127.", 4) == 0;
+}
+
 int daemon_set_member_peer(daemon_t *d, const gossip_member *m, const char *endpoint)
 {
     char cidr[GOSSIP_ADDR_MAX + 8], err[512];
+    if (!d->wg) return 0; /* insecure loopback: no WireGuard */
     daemon_host_cidr(m->rec.address, cidr, sizeof cidr);
     const char *allowed[1] = {cidr};
     if (mesh_wg_set_peer(d->wg, m->rec.wg_pub, endpoint, allowed, 1, DAEMON_KEEPALIVE_S, err,
@@ -173,7 +180,7 @@ static void member_changed(void *ctx, const gossip_member *m, int before)
          * wg_poll withdraws the address after DAEMON_DEAD_KEEP_S. */
         break;
     case GOSSIP_LEFT:
-        if (mesh_wg_remove_peer(d->wg, m->rec.wg_pub, err, sizeof err) != 0)
+        if (d->wg && mesh_wg_remove_peer(d->wg, m->rec.wg_pub, err, sizeof err) != 0)
             daemon_log(d, "wireguard: cannot remove %s: %s", m->rec.name, err);
         break;
     }
@@ -195,6 +202,7 @@ static void wg_poll(daemon_t *d)
     mesh_wg_peer_info *info = NULL;
     size_t n = 0;
     char err[512];
+    if (!d->wg) return;
     if (mesh_wg_get_peers(d->wg, &info, &n, err, sizeof err) != 0) {
         daemon_log(d, "wireguard: %s", err);
         return;
@@ -309,6 +317,7 @@ static void tick(evutil_socket_t fd, short what, void *arg)
         return;
     }
     gossip_tick(d->g, now);
+    pool_tick(d, now);
     if (now >= d->next_poll_ms) {
         d->next_poll_ms = now + DAEMON_WG_POLL_MS;
         wg_poll(d);
@@ -393,6 +402,10 @@ static int open_gossip(daemon_t *d, char *err, size_t errlen)
 int daemon_open_wireguard(daemon_t *d, const uint8_t priv[GOSSIP_KEY_LEN], const char *address,
                           char *err, size_t errlen)
 {
+    if (d->insecure) {
+        d->wg = NULL; /* loopback: nothing to bring up */
+        return 0;
+    }
     mesh_wg_config wc;
     memset(&wc, 0, sizeof wc);
     wc.ifname = d->ifname;
@@ -415,6 +428,7 @@ void daemon_free(daemon_t *d)
     if (d->sigterm) event_free(d->sigterm);
     if (d->tcp) evconnlistener_free(d->tcp);
     if (d->ctl) evconnlistener_free(d->ctl);
+    pool_close(d);
     daemon_conns_close(d);
     if (d->base) event_base_free(d->base);
     if (d->udp_fd >= 0) close(d->udp_fd);
@@ -468,8 +482,9 @@ static int run_loop(daemon_t *d, char *err, size_t errlen)
             daemon_sync_start(d, ms[i]->rec.address, ms[i]->rec.port);
     daemon_log(d, "up: overlay %s, gossip %s:%d (udp, tcp), wireguard %s (%s) port %d, "
                "incarnation %llu, %zu members known", d->overlay, d->overlay, d->gossip_port,
-               d->ifname, mesh_wg_driver_in_use(d->wg) == MESH_WG_KERNEL ? "kernel"
-                                                                         : "wireguard-go",
+               d->insecure ? "none" : d->ifname,
+               !d->wg ? "loopback, not encrypted"
+               : mesh_wg_driver_in_use(d->wg) == MESH_WG_KERNEL ? "kernel" : "wireguard-go",
                d->listen_port, (unsigned long long)d->incarnation, nm);
     event_base_dispatch(d->base);
     char e2[1024];
@@ -484,6 +499,14 @@ int daemon_run(const char *state, const daemon_options *opt)
     int rc = 1;
     signal(SIGPIPE, SIG_IGN);
     if (daemon_open_state(&d, state, err, sizeof err) != 0) goto fail;
+    if (opt) {
+        d->threads = opt->threads;
+        d->no_compute = opt->no_compute;
+    }
+    if (pool_open(d) != 0) {
+        node_errf(err, sizeof err, "out of memory");
+        goto fail;
+    }
     if (opt && opt->token_text && daemon_join(d, opt->token_text, err, sizeof err) != 0)
         goto fail;
     if (!d->joined) {

@@ -22,6 +22,7 @@
 #define DAEMON_PATH_MAX 4096
 #define DAEMON_MAX_PEERS 1024
 #define DAEMON_MAX_INVITES 64
+#define DAEMON_CONTROL_MAX 65536 /* one control request line */
 #define DAEMON_DIRECT_S 180 /* a handshake this recent makes a link "direct" */
 
 struct event_base;
@@ -47,6 +48,8 @@ typedef struct {
 } daemon_invite;
 
 typedef struct daemon_conn daemon_conn;
+typedef struct pool pool;
+#define POOL_DATA_PORT 7947 /* the pipeline's activations and gradients, on the overlay */
 
 typedef struct daemon_t {
     char state[DAEMON_PATH_MAX - 64]; /* room for "/invites.json" and the like */
@@ -81,6 +84,12 @@ typedef struct daemon_t {
     size_t ninvites;
     int64_t invites_mtime_ns;
 
+    pool *pool;                     /* the job (pool.c) */
+    bool insecure;                  /* prefix in 127.0.0.0/8: the overlay is loopback, no
+                                       WireGuard, nothing encrypted (the non-root demo) */
+    int threads;                    /* --threads: compute threads (0: all) */
+    bool no_compute;                /* --no-compute: votes, holds no stage */
+
     bool dirty, leaving;
     int leave_sends;
     int64_t next_poll_ms, next_save_ms, leave_done_ms;
@@ -105,6 +114,10 @@ void daemon_self_record(daemon_t *d, gossip_record *r);
 int daemon_open_wireguard(daemon_t *d, const uint8_t priv[GOSSIP_KEY_LEN], const char *address,
                           char *err, size_t errlen);
 void daemon_free(daemon_t *d);
+
+/* A mesh prefix inside 127.0.0.0/8: members are processes on one machine
+ * talking over loopback without WireGuard (insecure; the non-root demo). */
+bool daemon_prefix_insecure(const char *prefix);
 
 /* daemon_state.c */
 int daemon_open_state(daemon_t **out, const char *state, char *err, size_t errlen);
@@ -133,6 +146,17 @@ void daemon_conns_close(daemon_t *d);
  * buffer. */
 int daemon_frame(const gossip_msg *m, uint8_t **out, size_t *len, char *err, size_t errlen);
 json_t *daemon_status_json(daemon_t *d);
+
+/* pool.c: the job's share of this node */
+int pool_open(daemon_t *d);
+void pool_close(daemon_t *d);
+void pool_tick(daemon_t *d, int64_t now_ms);
+json_t *pool_submit(daemon_t *d, json_t *bundle);
+json_t *pool_stop(daemon_t *d);
+json_t *pool_status_json(daemon_t *d);
+/* Fills the FETCH_REPLY r for request m; *data (free it after sending)
+ * holds the bytes r->data points at. -1: out of memory. */
+int pool_fetch(daemon_t *d, const gossip_msg *m, gossip_msg *r, uint8_t **data);
 
 /* daemon_join.c: the joiner's side, before the loop starts. */
 int daemon_join(daemon_t *d, const char *token_text, char *err, size_t errlen);

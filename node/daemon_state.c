@@ -125,6 +125,7 @@ int daemon_open_state(daemon_t **out, const char *state, char *err, size_t errle
     d->left = json_bool_or(d->mesh, "left", 0);
     if (mesh_overlay_address(d->prefix, d->wg_pub, d->overlay, sizeof d->overlay, err, errlen))
         return -1;
+    d->insecure = daemon_prefix_insecure(d->prefix);
     const char *ov = node_json_str(d->node, "overlay_address");
     if (ov && strcmp(ov, d->overlay) != 0)
         return node_errf(err, errlen, "%s/node.json: \"overlay_address\" %s is not the one "
@@ -277,7 +278,7 @@ void daemon_invites_refresh(daemon_t *d, bool force)
         bool keep = false;
         for (size_t j = 0; j < nfresh; j++)
             keep |= memcmp(d->invites[i].pub, fresh[j].pub, GOSSIP_KEY_LEN) == 0;
-        if (!keep && mesh_wg_remove_peer(d->wg, d->invites[i].pub, err, sizeof err) != 0)
+        if (!keep && d->wg && mesh_wg_remove_peer(d->wg, d->invites[i].pub, err, sizeof err) != 0)
             daemon_log(d, "wireguard: cannot remove an expired invite: %s", err);
     }
     for (size_t j = 0; j < nfresh; j++) {
@@ -288,7 +289,7 @@ void daemon_invites_refresh(daemon_t *d, bool force)
         char cidr[GOSSIP_ADDR_MAX + 8];
         daemon_host_cidr(fresh[j].address, cidr, sizeof cidr);
         const char *allowed[1] = {cidr};
-        if (mesh_wg_set_peer(d->wg, fresh[j].pub, NULL, allowed, 1, 0, err, sizeof err) != 0)
+        if (d->wg && mesh_wg_set_peer(d->wg, fresh[j].pub, NULL, allowed, 1, 0, err, sizeof err) != 0)
             daemon_log(d, "wireguard: cannot add an invite: %s", err);
         else
             daemon_peer_of(d, fresh[j].pub);

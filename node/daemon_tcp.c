@@ -160,7 +160,7 @@ static void bootstrap_endpoint(daemon_t *d, const uint8_t pub[GOSSIP_KEY_LEN], c
     size_t n = 0;
     char err[256];
     out[0] = '\0';
-    if (mesh_wg_get_peers(d->wg, &info, &n, err, sizeof err) != 0) return;
+    if (!d->wg || mesh_wg_get_peers(d->wg, &info, &n, err, sizeof err) != 0) return;
     for (size_t i = 0; i < n; i++)
         if (memcmp(info[i].public_key, pub, GOSSIP_KEY_LEN) == 0)
             snprintf(out, outlen, "%s", info[i].endpoint);
@@ -252,6 +252,13 @@ static void gossip_readable(struct bufferevent *bev, void *arg)
     } else if (m.type == GOSSIP_MSG_SYNC && c->kind == CONN_SYNC_OUT &&
                (m.flags & GOSSIP_SYNC_REPLY)) {
         gossip_merge(d->g, &m, now);
+    } else if (m.type == GOSSIP_MSG_FETCH && c->kind == CONN_GOSSIP_IN &&
+               gossip_find_addr(d->g, c->addr)) {
+        gossip_msg r;
+        uint8_t *data = NULL;
+        memset(&r, 0, sizeof r);
+        if (pool_fetch(d, &m, &r, &data) == 0) conn_send(c, &r);
+        free(data);
     } else {
         daemon_log(d, "gossip: unexpected message type %d from %s; dropped", (int)m.type,
                    c->addr);
@@ -324,7 +331,8 @@ json_t *daemon_status_json(daemon_t *d)
         const daemon_peer *p = daemon_peer_find(d, m->rec.wg_pub);
         bool live = m->state == GOSSIP_ALIVE || m->state == GOSSIP_SUSPECT;
         bool direct = daemon_peer_direct(p);
-        const char *link = m->self ? "self" : !live ? "none" : direct ? "direct" : "indirect";
+        const char *link = m->self ? "self" : !live ? "none" : d->insecure ? "loopback"
+                                                       : direct ? "direct" : "indirect";
         char wg[KEYS_BASE64_LEN + 1];
         keys_to_base64(m->rec.wg_pub, wg);
         const char *ep = p && p->endpoint[0] ? p->endpoint
@@ -345,10 +353,12 @@ json_t *daemon_status_json(daemon_t *d)
                             heard, "link", link, "software", m->rec.software, "mem_free",
                             (json_int_t)m->rec.mem_free, "devices",
                             dev ? dev : json_object()));
+        json_object_set_new(json_array_get(list, json_array_size(list) - 1), "gossip_port",
+                            json_integer(m->rec.port));
     }
-    return json_pack("{s:s, s:s, s:s, s:s, s:i, s:o}", "self", d->name, "mesh_id", mesh_hex,
+    return json_pack("{s:s, s:s, s:s, s:s, s:i, s:o, s:o}", "self", d->name, "mesh_id", mesh_hex,
                      "prefix", d->prefix, "interface", d->ifname, "gossip_port",
-                     d->gossip_port, "members", list);
+                     d->gossip_port, "members", list, "job", pool_status_json(d));
 }
 
 static void control_readable(struct bufferevent *bev, void *arg)
@@ -359,7 +369,7 @@ static void control_readable(struct bufferevent *bev, void *arg)
     size_t n;
     char *line = evbuffer_readln(bufferevent_get_input(bev), &n, EVBUFFER_EOL_LF);
     if (!line) {
-        if (evbuffer_get_length(bufferevent_get_input(bev)) > 4096) conn_free(c);
+        if (evbuffer_get_length(bufferevent_get_input(bev)) > DAEMON_CONTROL_MAX) conn_free(c);
         return;
     }
     json_t *req = json_loads(line, 0, NULL);
@@ -376,9 +386,13 @@ static void control_readable(struct bufferevent *bev, void *arg)
     } else if (cmd && strcmp(cmd, "leave") == 0) {
         daemon_leave(d);
         reply = json_pack("{s:b}", "left", 1);
+    } else if (cmd && strcmp(cmd, "submit") == 0) {
+        reply = pool_submit(d, json_object_get(req, "bundle"));
+    } else if (cmd && strcmp(cmd, "stop") == 0) {
+        reply = pool_stop(d);
     } else {
         reply = json_pack("{s:s}", "error", "unknown request: expected {\"cmd\": \"status\"}, "
-                                            "\"leave\" or \"invites\"");
+                                            "\"leave\", \"invites\", \"submit\" or \"stop\"");
     }
     json_decref(req);
     char *text = reply ? json_dumps(reply, JSON_COMPACT) : NULL;

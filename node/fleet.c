@@ -142,8 +142,8 @@ static int device_spec(json_t *table, const char *table_path, const char *name, 
 
 /* ---- profiles written by `shardnode profile` --------------------------------- */
 
-static int profile_parse(json_t *pj, const cost_shape *shape, cost_profile *pf, const char *where,
-                         char *err, size_t errlen)
+int fleet_profile_parse(json_t *pj, const cost_shape *shape, cost_profile *pf, const char *where,
+                        char *err, size_t errlen)
 {
     static const struct { const char *key; size_t off; } model_keys[] = {
         {"hidden_size", offsetof(cost_shape, hidden)},
@@ -299,7 +299,7 @@ static int parse_node(loader *ld, json_t *nj, int entry, int *at, const char *de
                 return rc;
             }
         }
-        int rc = profile_parse(pj, shape, &proto.prof, where, ld->err, ld->errlen);
+        int rc = fleet_profile_parse(pj, shape, &proto.prof, where, ld->err, ld->errlen);
         const char *dn = json_string_value(json_object_get(pj, "device_name"));
         snprintf(proto.device, sizeof proto.device, "%s", dn ? dn : "profiled");
         if (pj != prof) json_decref(pj);

@@ -55,7 +55,10 @@ static void usage(FILE *out)
             "  status --state DIR [--json]\n"
             "      the members as the running node sees them\n"
             "  leave --state DIR\n"
-            "      leave the mesh for good (the others list this node as left)\n");
+            "      leave the mesh for good (the others list this node as left)\n"
+            "  demo [--job JOB.json] [--dir DIR] [--keep]\n"
+            "      (root) a pool of 3 nodes in network namespaces on this machine trains\n"
+            "      the job (default configs/kjv/job.json), then samples the model\n");
 }
 
 /* OpenBLAS reads OPENBLAS_CORETYPE only when it loads, so a weak automatic
@@ -84,6 +87,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "train") == 0) return cmd_train(argc, argv);
     if (strcmp(argv[1], "batches") == 0) return cmd_batches(argc, argv);
     if (strcmp(argv[1], "export") == 0) return cmd_export(argc, argv);
+    if (strcmp(argv[1], "probe-links") == 0) return cmd_probe_links(argc, argv);
     if (strcmp(argv[1], "plan") == 0) return cmd_plan(argc, argv);
     if (strcmp(argv[1], "profile") == 0) return cmd_profile(argc, argv);
     if (strcmp(argv[1], "link") == 0) return cmd_link(argc, argv);
@@ -93,6 +97,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "join") == 0) return cmd_join(argc, argv);
     if (strcmp(argv[1], "status") == 0) return cmd_status(argc, argv);
     if (strcmp(argv[1], "leave") == 0) return cmd_leave(argc, argv);
+    if (strcmp(argv[1], "demo") == 0) return cmd_demo(argc, argv);
     if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
         strcmp(argv[1], "-h") == 0) {
         usage(stdout);

@@ -19,34 +19,56 @@
 #include <time.h>
 #include <unistd.h>
 
+/* --threads N and --no-compute: how this node takes part in jobs. */
+static int compute_options(const char *threads, bool no_compute, daemon_options *opt, char *err,
+                           size_t errlen)
+{
+    long n = 0;
+    if (threads && args_int(threads, "--threads", 1, 1024, &n, err, errlen)) return -1;
+    opt->threads = (int)n;
+    opt->no_compute = no_compute;
+    return 0;
+}
+
 int cmd_up(int argc, char **argv)
 {
-    const char *state = NULL;
-    const args_option opts[] = {{"--state", &state, NULL}};
+    const char *state = NULL, *threads = NULL;
+    bool no_compute = false;
+    const args_option opts[] = {{"--state", &state, NULL},
+                                {"--threads", &threads, NULL},
+                                {"--no-compute", NULL, &no_compute}};
     static const char *const required[] = {"--state", NULL};
     char err[512];
-    if (args_parse(argc, argv, 2, opts, 1, err, sizeof err) != 0 ||
-        args_require(opts, 1, required, err, sizeof err) != 0) {
-        fprintf(stderr, "shardnode up: %s\nusage: shardnode up --state DIR\n", err);
+    daemon_options opt = {0};
+    if (args_parse(argc, argv, 2, opts, 3, err, sizeof err) != 0 ||
+        args_require(opts, 3, required, err, sizeof err) != 0 ||
+        compute_options(threads, no_compute, &opt, err, sizeof err) != 0) {
+        fprintf(stderr, "shardnode up: %s\nusage: shardnode up --state DIR [--threads N] "
+                        "[--no-compute]\n", err);
         return 2;
     }
-    return daemon_run(state, NULL);
+    return daemon_run(state, &opt);
 }
 
 int cmd_join(int argc, char **argv)
 {
-    const char *state = NULL, *name = NULL, *port_s = NULL, *endpoint = NULL;
+    const char *state = NULL, *name = NULL, *port_s = NULL, *endpoint = NULL, *threads = NULL;
+    bool no_compute = false;
     const args_option opts[] = {{"--state", &state, NULL},
                                 {"--name", &name, NULL},
                                 {"--listen-port", &port_s, NULL},
-                                {"--endpoint", &endpoint, NULL}};
+                                {"--endpoint", &endpoint, NULL},
+                                {"--threads", &threads, NULL},
+                                {"--no-compute", NULL, &no_compute}};
     const int nopts = (int)(sizeof opts / sizeof *opts);
     static const char *const required[] = {"--state", NULL};
     char err[2048];
+    daemon_options opt = {0};
     if (argc < 3 || argv[2][0] == '-' || args_parse(argc, argv, 3, opts, nopts, err, sizeof err) ||
-        args_require(opts, nopts, required, err, sizeof err) != 0) {
+        args_require(opts, nopts, required, err, sizeof err) != 0 ||
+        compute_options(threads, no_compute, &opt, err, sizeof err) != 0) {
         fprintf(stderr, "shardnode join: %s\nusage: shardnode join TOKEN --state DIR [--name "
-                "NAME] [--listen-port P] [--endpoint HOST:PORT]\n",
+                "NAME] [--listen-port P] [--endpoint HOST:PORT] [--threads N] [--no-compute]\n",
                 argc < 3 || argv[2][0] == '-' ? "the token comes first" : err);
         return 2;
     }
@@ -93,13 +115,21 @@ int cmd_join(int argc, char **argv)
         return 2;
     }
     memset(&t, 0, sizeof t);
-    daemon_options opt = {.token_text = text};
+    opt.token_text = text;
     return daemon_run(state, &opt);
 }
 
 /* One request over DIR/control.sock; returns the reply (json_decref it) or
  * NULL with err. */
 json_t *node_control_request(const char *state, const char *cmd, char *err, size_t errlen)
+{
+    json_t *req = json_pack("{s:s}", "cmd", cmd);
+    json_t *r = node_control_call(state, req, err, errlen);
+    json_decref(req);
+    return r;
+}
+
+json_t *node_control_call(const char *state, json_t *request, char *err, size_t errlen)
 {
     struct sockaddr_un un;
     memset(&un, 0, sizeof un);
@@ -116,12 +146,20 @@ json_t *node_control_request(const char *state, const char *cmd, char *err, size
         if (fd >= 0) close(fd);
         return NULL;
     }
-    char req[64];
-    snprintf(req, sizeof req, "{\"cmd\": \"%s\"}\n", cmd);
-    size_t len = strlen(req), off = 0;
+    char *req = json_dumps(request, JSON_COMPACT);
+    size_t len = req ? strlen(req) : 0, off = 0;
     char *buf = NULL;
     json_t *j = NULL;
-    if (send(fd, req, len, MSG_NOSIGNAL) != (ssize_t)len) goto io;
+    if (!req || len + 1 > DAEMON_CONTROL_MAX) {
+        free(req);
+        node_errf(err, errlen, "the request to the node on %s is too large", state);
+        close(fd);
+        return NULL;
+    }
+    req[len] = 0;
+    ssize_t sent = send(fd, req, len, MSG_NOSIGNAL);
+    free(req);
+    if (sent != (ssize_t)len || send(fd, "\n", 1, MSG_NOSIGNAL) != 1) goto io;
     size_t cap = 0;
     for (;;) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
@@ -150,6 +188,91 @@ io:
     free(buf);
     close(fd);
     return NULL;
+}
+
+/* The job section of status: the job, each member's part, the plan and
+ * progress, and what stands in the way. */
+static void print_job(json_t *job)
+{
+    if (!json_is_object(job)) return;
+    json_t *c = json_object_get(job, "committed"), *run = json_object_get(job, "run");
+    json_t *members = json_object_get(job, "members");
+    printf("\njob %s  submitted by %s%s\n", node_json_str(job, "id"),
+           node_json_str(job, "submitted_by") ? node_json_str(job, "submitted_by") : "?",
+           json_is_true(json_object_get(job, "stop")) ? "  (stopped)" : "");
+    printf("%-16s %-8s %-8s %-12s %-22s %s\n", "MEMBER", "COMPUTE", "READY", "LAYER F+B",
+           "VOTE", "RUN");
+    const char *name;
+    json_t *m;
+    json_object_foreach(members, name, m) {
+        json_t *pr = json_object_get(m, "prof"), *v = json_object_get(m, "vote");
+        json_t *r = json_object_get(m, "run");
+        char fb[32] = "-", vote[40] = "-", rs[96] = "-";
+        if (json_is_object(pr))
+            snprintf(fb, sizeof fb, "%.2f ms",
+                     1e-6 * (double)(json_integer_value(json_array_get(json_object_get(pr, "f"), 1)) +
+                                     json_integer_value(json_array_get(json_object_get(pr, "k"), 1))));
+        if (json_is_object(v))
+            snprintf(vote, sizeof vote, "e%lld %.8s",
+                     (long long)json_integer_value(json_object_get(v, "e")),
+                     node_json_str(v, "p") ? node_json_str(v, "p") : "?");
+        if (json_is_object(r))
+            snprintf(rs, sizeof rs, "%s step %lld", node_json_str(r, "state"),
+                     (long long)json_integer_value(json_object_get(r, "step")));
+        printf("%-16s %-8s %-8s %-12s %-22s %s\n", name,
+               json_is_true(json_object_get(m, "compute")) ? "yes" : "no",
+               json_is_true(json_object_get(m, "ready")) ? "yes" : "no", fb, vote, rs);
+    }
+    json_object_foreach(members, name, m) {
+        size_t i;
+        json_t *l;
+        json_array_foreach(json_object_get(m, "lack"), i, l)
+            printf("problem: %s lacks the job's %s %s: %s\n", name, node_json_str(l, "role"),
+                   node_json_str(l, "path"), node_json_str(l, "why"));
+        if (node_json_str(m, "error"))
+            printf("problem: %s cannot set the job up: %s\n", name, node_json_str(m, "error"));
+        if (node_json_str(m, "prof_error"))
+            printf("problem: %s: %s\n", name, node_json_str(m, "prof_error"));
+    }
+    if (!json_is_object(c)) {
+        const char *why = NULL;
+        json_object_foreach(members, name, m) if (node_json_str(m, "why")) why = node_json_str(m, "why");
+        if (why) printf("problem: no plan fits: %s\n", why);
+        else printf("plan: not committed yet (members profile themselves, then vote)\n");
+        return;
+    }
+    printf("plan: epoch %lld, hash %s, micro-batch %lld, predicted step %.1f ms\n",
+           (long long)json_integer_value(json_object_get(c, "e")), node_json_str(c, "h"),
+           (long long)json_integer_value(json_object_get(c, "mb")),
+           1e-6 * (double)json_integer_value(json_object_get(c, "step_ns")));
+    size_t i;
+    json_t *s;
+    json_array_foreach(json_object_get(c, "stages"), i, s)
+        printf("  stage %zu: %-16s layers %lld..%lld\n", i, json_string_value(json_array_get(s, 0)),
+               (long long)json_integer_value(json_array_get(s, 1)),
+               (long long)json_integer_value(json_array_get(s, 2)) - 1);
+    /* progress: the last stage's view (every stage has the loss) */
+    json_t *best = NULL;
+    json_object_foreach(members, name, m) {
+        json_t *r = json_object_get(m, "run");
+        if (json_is_object(r) && (!best || json_integer_value(json_object_get(r, "step")) >
+                                               json_integer_value(json_object_get(best, "step"))))
+            best = r;
+    }
+    if (best && json_is_integer(json_object_get(best, "step")))
+        printf("progress: step %lld/%lld  loss %.4f  %.0f tok/s\n",
+               (long long)json_integer_value(json_object_get(best, "step")),
+               (long long)json_integer_value(json_object_get(best, "steps")),
+               json_number_value(json_object_get(best, "loss")),
+               json_number_value(json_object_get(best, "tps")));
+    json_object_foreach(members, name, m) {
+        json_t *r = json_object_get(m, "run");
+        if (node_json_str(r, "error")) printf("problem: %s: %s\n", name, node_json_str(r, "error"));
+    }
+    if (json_is_object(run) && json_is_boolean(json_object_get(run, "gathered")))
+        printf("model: %s %s\n",
+               json_is_true(json_object_get(run, "gathered")) ? "gathered into" : "gathering failed for",
+               node_json_str(job, "out_dir") ? node_json_str(job, "out_dir") : "?");
 }
 
 static void print_table(json_t *st)
@@ -189,6 +312,7 @@ static void print_table(json_t *st)
                    "behind NAT?); it is heard through other members\n",
                    node_json_str(m, "name"));
     }
+    print_job(json_object_get(st, "job"));
 }
 
 int cmd_status(int argc, char **argv)

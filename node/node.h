@@ -31,6 +31,8 @@ int cmd_up(int argc, char **argv);          /* mesh_cmd.c */
 int cmd_join(int argc, char **argv);        /* mesh_cmd.c */
 int cmd_status(int argc, char **argv);      /* mesh_cmd.c */
 int cmd_leave(int argc, char **argv);       /* mesh_cmd.c */
+int cmd_demo(int argc, char **argv);        /* demo_cmd.c */
+int cmd_probe_links(int argc, char **argv); /* pool_fetch.c (run by the daemon) */
 
 /* ---- init_cmd.c: the state directory ---- */
 /* Makes a node's state directory: keys (0600), node.json and mesh.json.
@@ -58,12 +60,16 @@ const char *node_json_str(struct json_t *obj, const char *key);
  * ("no node is running on ..."). mesh_cmd.c */
 struct json_t *node_control_request(const char *state, const char *cmd, char *err,
                                     size_t errlen);
+/* The same with a whole request object (it must hold "cmd"). */
+struct json_t *node_control_call(const char *state, struct json_t *req, char *err, size_t errlen);
 /* The node's name rule: 1..63 of A-Z a-z 0-9 . _ - */
 int node_name_valid(const char *s);
 
 /* ---- daemon.c: the running node ---- */
 typedef struct {
     const char *token_text;   /* join: the invite token; NULL: `up` */
+    int threads;              /* compute threads for profiling and training; 0: all */
+    bool no_compute;          /* a member that votes and watches but holds no stage */
 } daemon_options;
 /* Runs the node of DIR in the foreground until SIGINT/SIGTERM or `leave`;
  * with a token, first joins the mesh through it. Returns 0, or 1 with the
@@ -108,6 +114,9 @@ cost_shape fleet_shape(const llama_config *cfg, int64_t seq);
 /* devices: configs/devices.json, or NULL for the fleet's "devices" key, else
  * devices.json in the folder above the fleet file. Spec-sheet nodes are
  * estimated at the shape and micro-batch size. */
+/* A profile written by `shardnode profile`, checked against the shape. */
+int fleet_profile_parse(struct json_t *pj, const cost_shape *shape, cost_profile *pf,
+                        const char *where, char *err, size_t errlen);
 int fleet_load(fleet_file *ff, const char *path, const char *devices, const cost_shape *shape,
                int64_t micro_batch, char *err, size_t errlen);
 void fleet_free(fleet_file *ff);
@@ -213,6 +222,17 @@ int cluster_find(const cluster_spec *c, const char *name);
 int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
                  const cluster_spec *cl, int self, long stop, FILE *metrics, char *err,
                  size_t errlen);
+
+/* ---- export_cmd.c / pool_fetch.c: one model from the stages ------------- */
+/* Merges STAGE_DIR/stage-NAME.safetensors of the n stages into OUT
+ * (model.safetensors, config.json, tokenizer.json), with the model config
+ * and tokenizer the job file names. */
+int export_merge(const char *job_path, const char *stage_dir, const char *const *names, int n,
+                 const char *out, char *err, size_t errlen);
+/* Gathers the stage files of the mesh's committed plan from their nodes
+ * (FETCH over the overlay) into STATE/jobs/ID/gathered, then merges them
+ * into out (NULL: the job's out_dir). */
+int pool_export(const char *state, const char *out, char *err, size_t errlen);
 
 /* ---- args.c: "--name value" and "--flag" options ---------------------- */
 /* Formats a message into err (NUL-terminated, truncated to errlen); returns

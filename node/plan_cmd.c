@@ -213,7 +213,12 @@ int cmd_plan(int argc, char **argv)
                                                                              : PLAN_AUTO;
     cost_shape shape = fleet_shape(&cfg, T);
     if (fleet_load(&ff, fleet, devices, &shape, B, err, sizeof err)) goto fail;
-    plan_job job = {shape, N, B, strcmp(wire, "bf16") ? 4 : 2, ff.margin_permille, budget_n};
+    plan_job job = {.shape = shape,
+                    .batch = N,
+                    .max_micro_batch = B,
+                    .wire_bytes = strcmp(wire, "bf16") ? 4 : 2,
+                    .margin_permille = ff.margin_permille,
+                    .search_budget = budget_n};
     int n = ff.fleet.nnodes;
     rp.p = malloc(sizeof *rp.p);
     ua.p = malloc(sizeof *ua.p);

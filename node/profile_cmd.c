@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -155,13 +157,13 @@ static json_t *unit_json(const part_times *t, const cost_bytes *cb, int u)
 int cmd_profile(int argc, char **argv)
 {
     const char *model = NULL, *micro = "1", *seq = NULL, *iters_s = "3", *threads = NULL,
-               *cache = NULL, *out_path = NULL, *layers_s = "1";
+               *cache = NULL, *out_path = NULL, *layers_s = "1", *lock_path = NULL;
     bool as_json = false, fresh = false;
     const args_option opts[] = {
         {"--model", &model, NULL},  {"--micro-batch", &micro, NULL}, {"--seq", &seq, NULL},
         {"--iters", &iters_s, NULL}, {"--threads", &threads, NULL}, {"--cache", &cache, NULL},
         {"--out", &out_path, NULL}, {"--json", NULL, &as_json},     {"--fresh", NULL, &fresh},
-        {"--layers", &layers_s, NULL},
+        {"--layers", &layers_s, NULL}, {"--lock", &lock_path, NULL},
     };
     const char *required[] = {"--model", NULL};
     int nopts = (int)(sizeof opts / sizeof opts[0]);
@@ -221,6 +223,13 @@ int cmd_profile(int argc, char **argv)
     proc_field("/proc/meminfo", "MemAvailable", avail, sizeof avail);
     json_int_t mem = (json_int_t)strtoll(avail, NULL, 10) * 1024;   /* "123 kB"; now, not cached */
     if (cached) json_object_set_new(pj, "memory_bytes", json_integer(mem));
+    /* --lock FILE: nodes sharing one machine measure one at a time, or
+     * they would time each other's load. Held until the process exits. */
+    int lock_fd = -1;
+    if (!cached && lock_path) {
+        lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (lock_fd >= 0) flock(lock_fd, LOCK_EX);
+    }
     if (!cached) {
         part_times t;
         if (measure(&cfg, (int)B, (int)T, (int)nl, (int)iters, &t, err, sizeof err)) goto fail;

@@ -5,6 +5,9 @@
 #include "node.h"
 
 #include "kernels.h"
+#include "pool_job.h"
+
+#include <jansson.h>
 
 #include <errno.h>
 #include <math.h>
@@ -333,16 +336,158 @@ out:
     return rc;
 }
 
+/* `train --state DIR --job JOB.json [--wait]`: the job goes to the mesh
+ * through the running node; `--stop` stops the mesh's job on every node. */
+static int run_mesh(const char *state, const char *job, bool stop, bool wait)
+{
+    char err[2048], path[4200];
+    json_t *reply = NULL;
+    if (stop) {
+        if (job || wait) {
+            fprintf(stderr, "shardnode train: --stop takes only --state\n");
+            return 2;
+        }
+        reply = node_control_request(state, "stop", err, sizeof err);
+    } else {
+        if (!job) {
+            fprintf(stderr, "shardnode train: --state needs --job JOB.json (or --stop)\n");
+            return 2;
+        }
+        snprintf(path, sizeof path, "%s/node.json", state);
+        json_t *nodej = node_load_json(path, err, sizeof err);
+        const char *name = nodej ? node_json_str(nodej, "name") : NULL;
+        json_t *bundle = name ? pool_bundle_make(job, name, (int64_t)time(NULL), err, sizeof err)
+                              : NULL;
+        if (nodej && !name) snprintf(err, sizeof err, "%.1000s: no \"name\"", path);
+        json_decref(nodej);
+        if (bundle) {
+            json_t *req = json_pack("{s:s,s:o}", "cmd", "submit", "bundle", bundle);
+            reply = node_control_call(state, req, err, sizeof err);
+            json_decref(req);
+        }
+    }
+    if (reply && node_json_str(reply, "error")) {
+        snprintf(err, sizeof err, "%s", node_json_str(reply, "error"));
+        json_decref(reply);
+        reply = NULL;
+    }
+    if (!reply) {
+        fprintf(stderr, "shardnode train: %s\n", err);
+        return 1;
+    }
+    if (stop) {
+        printf("train: job %s stopped on every node\n", node_json_str(reply, "stopped"));
+        json_decref(reply);
+        return 0;
+    }
+    char id[POOL_JOB_ID_LEN + 1];
+    snprintf(id, sizeof id, "%s", node_json_str(reply, "job"));
+    printf("train: job %s submitted to the mesh (%lld members); follow it with `shardnode "
+           "status --state %s`\n", id, (long long)json_integer_value(json_object_get(reply, "members")),
+           state);
+    json_decref(reply);
+    if (!wait) return 0;
+    /* --wait: the plan, then progress, until the run ends */
+    char last[512] = "";
+    for (;;) {
+        sleep(2);
+        json_t *st = node_control_request(state, "status", err, sizeof err);
+        if (!st) {
+            fprintf(stderr, "shardnode train: %s\n", err);
+            return 1;
+        }
+        json_t *j = json_object_get(st, "job");
+        const char *jid = node_json_str(j, "id");
+        if (!jid || strcmp(jid, id) != 0) {
+            json_decref(st);
+            fprintf(stderr, "shardnode train: the mesh moved on to another job\n");
+            return 1;
+        }
+        json_t *c = json_object_get(j, "committed"), *members = json_object_get(j, "members");
+        if (!json_is_object(c)) c = NULL;
+        char line[512] = "", problem[512] = "";
+        const char *nm;
+        json_t *m, *best = NULL;
+        int done = 0, failed = 0, named = 0;
+        json_object_foreach(members, nm, m) {
+            json_t *r = json_object_get(m, "run");
+            const char *rs = node_json_str(r, "state");
+            if (rs && strcmp(rs, "done") == 0) done++;
+            if (rs && (strcmp(rs, "failed") == 0 || strcmp(rs, "stopped") == 0)) {
+                failed++;
+                snprintf(problem, sizeof problem, "%s: %s", nm,
+                         node_json_str(r, "error") ? node_json_str(r, "error") : rs);
+            }
+            if (json_is_object(r) && (!best || json_integer_value(json_object_get(r, "step")) >
+                                                   json_integer_value(json_object_get(best, "step"))))
+                best = r;
+            if (!c && node_json_str(m, "why")) snprintf(problem, sizeof problem, "no plan fits: %s", node_json_str(m, "why"));
+            size_t i;
+            json_t *l;
+            json_array_foreach(json_object_get(m, "lack"), i, l)
+                snprintf(problem, sizeof problem, "%s lacks %s (%s)", nm, node_json_str(l, "path"),
+                         node_json_str(l, "why"));
+        }
+        named = c ? (int)json_array_size(json_object_get(c, "stages")) : 0;
+        if (!c) {
+            snprintf(line, sizeof line, "train: waiting for a plan%s%.400s", problem[0] ? ": " : "", problem);
+        } else if (!best || !json_is_integer(json_object_get(best, "step"))) {
+            size_t i;
+            json_t *s;
+            int off = snprintf(line, sizeof line, "train: plan committed (epoch %lld):",
+                               (long long)json_integer_value(json_object_get(c, "e")));
+            json_array_foreach(json_object_get(c, "stages"), i, s) if (off < (int)sizeof line - 64)
+                off += snprintf(line + off, sizeof line - (size_t)off, " %s layers %lld-%lld;",
+                                json_string_value(json_array_get(s, 0)),
+                                (long long)json_integer_value(json_array_get(s, 1)),
+                                (long long)json_integer_value(json_array_get(s, 2)) - 1);
+        } else {
+            snprintf(line, sizeof line, "train: step %lld/%lld  loss %.4f  %.0f tok/s",
+                     (long long)json_integer_value(json_object_get(best, "step")),
+                     (long long)json_integer_value(json_object_get(best, "steps")),
+                     json_number_value(json_object_get(best, "loss")),
+                     json_number_value(json_object_get(best, "tps")));
+        }
+        if (strcmp(line, last) != 0) {
+            printf("%s\n", line);
+            fflush(stdout);
+            snprintf(last, sizeof last, "%s", line);
+        }
+        json_t *run = json_object_get(j, "run");
+        bool gathered = json_is_boolean(json_object_get(run, "gathered"));
+        bool submitter = node_json_str(j, "submitted_by") && node_json_str(st, "self") &&
+                         strcmp(node_json_str(j, "submitted_by"), node_json_str(st, "self")) == 0;
+        int rc = -1;
+        if (failed) {
+            fprintf(stderr, "shardnode train: the run failed: %s\n", problem);
+            rc = 1;
+        } else if (c && named && done >= named && (!submitter || gathered)) {
+            if (gathered && !json_is_true(json_object_get(run, "gathered"))) {
+                fprintf(stderr, "shardnode train: gathering the model failed (see %s/jobs/%s/export.log)\n",
+                        state, id);
+                rc = 1;
+            } else {
+                printf("train: done%s%s\n", gathered ? "; model gathered into " : "",
+                       gathered ? node_json_str(j, "out_dir") : "");
+                rc = 0;
+            }
+        }
+        json_decref(st);
+        if (rc >= 0) return rc;
+    }
+}
+
 int cmd_train(int argc, char **argv)
 {
     const char *job = NULL, *steps = NULL, *metrics = NULL, *threads = NULL, *cluster = NULL,
-               *node = NULL;
-    bool resume = false;
+               *node = NULL, *state = NULL;
+    bool resume = false, stop_job = false, wait = false;
     const args_option opts[] = {
         {"--job", &job, NULL},         {"--steps", &steps, NULL},
         {"--metrics", &metrics, NULL}, {"--threads", &threads, NULL},
         {"--resume", NULL, &resume},   {"--cluster", &cluster, NULL},
-        {"--node", &node, NULL},
+        {"--node", &node, NULL},       {"--state", &state, NULL},
+        {"--stop", NULL, &stop_job},   {"--wait", NULL, &wait},
     };
     const char *required[] = {"--job", NULL};
     int nopts = (int)(sizeof opts / sizeof opts[0]);
@@ -351,6 +496,18 @@ int cmd_train(int argc, char **argv)
     trainer t;
     memset(&t, 0, sizeof t);
     int rc = 1;
+    if (args_parse(argc, argv, 2, opts, nopts, err, sizeof err) == 0 && state) {
+        if (steps || metrics || threads || cluster || node || resume) {
+            fprintf(stderr, "shardnode train: --state submits to the mesh; it takes --job, "
+                            "--wait or --stop only\n");
+            return 2;
+        }
+        return run_mesh(state, job, stop_job, wait);
+    }
+    if (stop_job || wait) {
+        fprintf(stderr, "shardnode train: --stop and --wait need --state DIR\n");
+        return 2;
+    }
     if (args_parse(argc, argv, 2, opts, nopts, err, sizeof err) ||
         args_require(opts, nopts, required, err, sizeof err) ||
         (steps && args_int(steps, "--steps", 1, 1L << 40, &stop, err, sizeof err)) ||

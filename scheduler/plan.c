@@ -182,7 +182,8 @@ oom:
 static int micro_sizes(const plan_job *job, int64_t *sizes, int max)
 {
     int n = 0;
-    for (int64_t b = 1; b <= job->max_micro_batch && b <= job->batch && n < max; b++)
+    int64_t lo = job->min_micro_batch > 0 ? job->min_micro_batch : 1;
+    for (int64_t b = lo; b <= job->max_micro_batch && b <= job->batch && n < max; b++)
         if (job->batch % b == 0) sizes[n++] = b;
     return n;
 }
@@ -388,6 +389,7 @@ static int diagnose(const plan_fleet *f, const plan_job *job, const int *canon, 
             }
         plan_job one = *job;
         one.max_micro_batch = 1;
+        one.min_micro_batch = 0;
         int p = n < L ? n : L;
         if (plan_uniform(tmp, f, &one, order, p, why, sizeof why) == 0)
             snprintf(why, sizeof why, "only splits the planner did not reach fit");

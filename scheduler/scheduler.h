@@ -174,6 +174,9 @@ typedef struct {
     cost_shape shape;
     int64_t batch;                 /* sequences per step */
     int64_t max_micro_batch;       /* micro-batch sizes b | batch, b <= this, are tried */
+    int64_t min_micro_batch;       /* ... and b >= this (0: 1); equal to max pins the size
+                                      (a pool job keeps its micro_batch: the same sums
+                                      as one process) */
     int wire_bytes;                /* 4 fp32, 2 bf16 */
     int margin_permille;           /* memory kept free on every node */
     int64_t search_budget;         /* orders the heuristic's local search may try from

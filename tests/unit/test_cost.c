@@ -198,7 +198,7 @@ static void test_link_estimate(void)
 static void test_evaluate(void)
 {
     cost_shape sh = {4, 32, 64, 4, 2, 50, 8, false};
-    plan_job job = {sh, 4, 1, 4, 0, 0};
+    plan_job job = {.shape = sh, .batch = 4, .max_micro_batch = 1, .wire_bytes = 4};
     plan_node nodes[2];
     memset(nodes, 0, sizeof nodes);
     for (int i = 0; i < 2; i++) {

@@ -494,6 +494,33 @@ static void test_no_data_large(void)
     free(q);
 }
 
+/* A pinned micro-batch (min = max, as a pool job keeps its own): every
+ * plan found uses exactly it, and without the pin the planner may not. */
+static void test_pinned_micro_batch(void)
+{
+    int pinned_differs = 0;
+    for (int trial = 0; trial < 40; trial++) {
+        world w;
+        random_world(&w, 1 + trial % 4, 6);
+        w.job.batch = 8;
+        w.job.max_micro_batch = 8;
+        plan *p = malloc(sizeof *p);
+        for (int64_t b = 1; b <= 8; b *= 2) {
+            w.job.min_micro_batch = b;
+            w.job.max_micro_batch = b;
+            if (plan_compute(p, &w.f, &w.job, PLAN_AUTO, NULL, NULL, 0) == 0) {
+                CHECK(p->micro_batch == b && p->micro_batches == 8 / b,
+                      "trial %d: pinned %lld, plan uses %lld x %lld", trial, (long long)b,
+                      (long long)p->micro_batches, (long long)p->micro_batch);
+                pinned_differs += b == 8;
+            }
+        }
+        free(p);
+        world_free(&w);
+    }
+    CHECK(pinned_differs > 0, "no pinned plan was feasible at micro-batch 8");
+}
+
 int main(void)
 {
     test_exact_against_brute_force();
@@ -503,6 +530,7 @@ int main(void)
     test_no_data_first_stage();
     test_no_data_errors();
     test_no_data_large();
+    test_pinned_micro_batch();
     if (failures) printf("%d failures\n", failures);
     return failures ? 1 : 0;
 }

@@ -1,0 +1,989 @@
+/* demo_cmd.c — `shardnode demo`: a pool of three nodes on this machine, each
+ * in its own network namespace behind wireguard-go, joined by invite tokens;
+ * it trains a job (the KJV one by default) across them, shows the plan,
+ * progress and loss, and ends with a sample from the gathered model.
+ *
+ * Every command runs through fork/execvp (`ip netns exec NS ...`), never a
+ * shell. Whatever the demo started is taken down on the way out: on success,
+ * on any failure and on SIGINT/SIGTERM/SIGHUP (the handlers only set a flag;
+ * every wait below polls it).
+ *
+ * Namespaces and WireGuard need root. A loopback mode (the nodes on
+ * 127.0.0.x of the host namespace) may come later for unprivileged users;
+ * until then the demo refuses to start without root. */
+#define _DEFAULT_SOURCE /* realpath */
+#include "keys.h"
+#include "node.h"
+
+#include <jansson.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <dirent.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEMO_NODES 3
+#define DEMO_PATH 4096
+#define DEMO_IFACES 8
+
+static const char *const demo_ns_hub = "sndemo-hub";
+static const char *const demo_names[DEMO_NODES] = {"a", "b", "c"};
+static const char *const demo_ns[DEMO_NODES] = {"sndemo-a", "sndemo-b", "sndemo-c"};
+static const char *const demo_ip[DEMO_NODES] = {"10.210.0.11", "10.210.0.12", "10.210.0.13"};
+#define DEMO_PORT "51820"
+#define DEMO_PREFIX "10.79.0.0/16"
+
+static volatile sig_atomic_t demo_signal;
+
+static void demo_on_signal(int sig)
+{
+    demo_signal = sig;
+}
+
+typedef struct {
+    char exe[DEMO_PATH];                 /* this shardnode binary */
+    char dir[DEMO_PATH];                 /* absolute --dir */
+    char state[DEMO_NODES][DEMO_PATH];   /* DIR/a ... */
+    char log[DEMO_NODES][DEMO_PATH];     /* DIR/a.log ... */
+    pid_t node[DEMO_NODES];              /* node processes (each its own group); 0: none */
+    int node_status[DEMO_NODES];         /* exit status once reaped */
+    bool node_reaped[DEMO_NODES];
+    bool ns_made;                        /* the namespaces may exist */
+    char ifaces[DEMO_IFACES][32];        /* interface names seen in the namespaces */
+    int nifaces;
+} demo_t;
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- child processes ---------------------------------------------------- */
+
+/* Forks and execs argv. out_fd / err_fd: where stdout / stderr go (-1:
+ * inherit; -2 for stderr: same as stdout). new_group: setsid, so a terminal's
+ * ^C reaches only the demo. stdin is /dev/null. Returns the pid or -1. */
+static pid_t spawn(char *const argv[], int out_fd, int err_fd, bool new_group, char *err,
+                   size_t errlen)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) return node_errf(err, errlen, "%s: fork: %s", argv[0], strerror(errno));
+    if (pid == 0) {
+        if (new_group) setsid();
+        int null = open("/dev/null", O_RDONLY);
+        if (null >= 0) {
+            dup2(null, 0);
+            if (null > 2) close(null);
+        }
+        if (out_fd >= 0) dup2(out_fd, 1);
+        if (err_fd == -2) dup2(1, 2);
+        else if (err_fd >= 0) dup2(err_fd, 2);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+        signal(SIGPIPE, SIG_DFL);
+        execvp(argv[0], argv);
+        fprintf(stderr, "shardnode demo: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Waits for pid up to timeout_s (0: no limit); on timeout or a signal to the
+ * demo, SIGTERMs it (then SIGKILLs) and fails. Returns the exit code (128 + n
+ * for signal n) or -1 with err. */
+static int wait_child(pid_t pid, const char *what, double timeout_s, char *err, size_t errlen)
+{
+    double end = now_s() + timeout_s;
+    for (;;) {
+        int st;
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (r < 0 && errno != EINTR)
+            return node_errf(err, errlen, "%s: waitpid: %s", what, strerror(errno));
+        bool stop = demo_signal != 0, late = timeout_s > 0 && now_s() > end;
+        if (stop || late) {
+            kill(pid, SIGTERM);
+            for (int i = 0; i < 50 && waitpid(pid, &st, WNOHANG) == 0; i++) sleep_ms(100);
+            if (waitpid(pid, &st, WNOHANG) == 0) {
+                kill(pid, SIGKILL);
+                waitpid(pid, &st, 0);
+            }
+            if (stop) return node_errf(err, errlen, "%s: interrupted (signal %d)", what,
+                                       (int)demo_signal);
+            return node_errf(err, errlen, "%s: still running after %.0f s", what, timeout_s);
+        }
+        sleep_ms(50);
+    }
+}
+
+/* Runs argv to the end with output to the terminal (or to out_fd). Returns
+ * its exit code, or -1 with err when it could not run or was cut short. */
+static int run_cmd(char *const argv[], int out_fd, double timeout_s, char *err, size_t errlen)
+{
+    pid_t pid = spawn(argv, out_fd, out_fd >= 0 ? -2 : -1, false, err, errlen);
+    if (pid < 0) return -1;
+    return wait_child(pid, argv[0], timeout_s, err, errlen);
+}
+
+/* Runs argv with ok==0 required; err names the command. */
+static int run_ok(char *const argv[], double timeout_s, char *err, size_t errlen)
+{
+    char why[512];
+    int rc = run_cmd(argv, -1, timeout_s, why, sizeof why);
+    if (rc == 0) return 0;
+    char cmd[512];
+    int off = 0;
+    for (int i = 0; argv[i] && off < (int)sizeof cmd - 2; i++)
+        off += snprintf(cmd + off, sizeof cmd - (size_t)off, "%s%s", i ? " " : "", argv[i]);
+    if (rc < 0) return node_errf(err, errlen, "%s: %s", cmd, why);
+    return node_errf(err, errlen, "%s: exited %d", cmd, rc);
+}
+
+/* Runs argv and collects its stdout (NUL-terminated, truncated to len);
+ * stderr goes to the terminal. Returns the exit code or -1. */
+static int run_capture(char *const argv[], char *out, size_t len, double timeout_s, char *err,
+                       size_t errlen)
+{
+    int fd[2];
+    if (pipe(fd) != 0) return node_errf(err, errlen, "%s: pipe: %s", argv[0], strerror(errno));
+    pid_t pid = spawn(argv, fd[1], -1, false, err, errlen);
+    close(fd[1]);
+    if (pid < 0) {
+        close(fd[0]);
+        return -1;
+    }
+    size_t got = 0;
+    double end = now_s() + timeout_s;
+    for (;;) {
+        struct pollfd p = {fd[0], POLLIN, 0};
+        int n = poll(&p, 1, 100);
+        if (n > 0) {
+            char buf[4096];
+            ssize_t r = read(fd[0], buf, sizeof buf);
+            if (r == 0) break;
+            if (r < 0 && errno != EINTR) break;
+            if (r > 0 && got + 1 < len) {
+                size_t take = (size_t)r < len - 1 - got ? (size_t)r : len - 1 - got;
+                memcpy(out + got, buf, take);
+                got += take;
+            }
+        }
+        if (demo_signal || now_s() > end) break;
+    }
+    close(fd[0]);
+    if (len) out[got] = '\0';
+    return wait_child(pid, argv[0], timeout_s > 0 ? end - now_s() + 1 : 0, err, errlen);
+}
+
+/* ---- files -------------------------------------------------------------- */
+
+static int remove_tree(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(st.st_mode)) return unlink(path);
+    DIR *d = opendir(path);
+    if (!d) return -1;
+    struct dirent *e;
+    int rc = 0;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        char sub[DEMO_PATH];
+        if (snprintf(sub, sizeof sub, "%s/%s", path, e->d_name) >= (int)sizeof sub) {
+            rc = -1;
+            continue;
+        }
+        if (remove_tree(sub) != 0) rc = -1;
+    }
+    closedir(d);
+    return rmdir(path) == 0 ? rc : -1;
+}
+
+static int make_dirs(const char *path, char *err, size_t errlen)
+{
+    char p[DEMO_PATH];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p)
+        return node_errf(err, errlen, "%.200s...: path too long", path);
+    for (char *s = p + 1;; s++) {
+        if (*s == '/' || *s == '\0') {
+            char c = *s;
+            *s = '\0';
+            if (mkdir(p, 0755) != 0 && errno != EEXIST)
+                return node_errf(err, errlen, "%s: cannot create: %s", p, strerror(errno));
+            *s = c;
+            if (!c) break;
+        }
+    }
+    return 0;
+}
+
+/* The last n lines of a file, indented, on stderr. */
+static void print_tail(const char *path, int n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "---- %s: %s\n", path, strerror(errno));
+        return;
+    }
+    static char buf[65536];
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    long from = size > (long)sizeof buf - 1 ? size - (long)sizeof buf + 1 : 0;
+    fseek(f, from, SEEK_SET);
+    size_t got = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[got] = '\0';
+    size_t start = got;
+    int lines = 0;
+    if (start > 0 && buf[start - 1] == '\n') start--;
+    while (start > 0) {
+        if (buf[start - 1] == '\n' && ++lines == n) break;
+        start--;
+    }
+    fprintf(stderr, "---- %s (last %d lines)\n%s%s", path, n, buf + start,
+            got && buf[got - 1] != '\n' ? "\n" : "");
+}
+
+/* ---- namespaces ---------------------------------------------------------- */
+
+static void add_iface(demo_t *d, const char *name)
+{
+    if (strlen(name) >= sizeof d->ifaces[0]) return;
+    for (int i = 0; i < d->nifaces; i++)
+        if (strcmp(d->ifaces[i], name) == 0) return;
+    if (d->nifaces < DEMO_IFACES) snprintf(d->ifaces[d->nifaces++], sizeof d->ifaces[0], "%s", name);
+}
+
+/* The WireGuard interface a state directory's node uses (as daemon_state.c
+ * names it: node.json "ifname", else "sn" + its public key's first bytes),
+ * so the UAPI socket of a wireguard-go killed with SIGKILL (its interface
+ * gone with it) can still be found. Best effort. */
+static void note_state_iface(demo_t *d, const char *state)
+{
+    char path[DEMO_PATH + 16], err[256];
+    snprintf(path, sizeof path, "%s/node.json", state);
+    json_t *node = access(path, F_OK) == 0 ? node_load_json(path, err, sizeof err) : NULL;
+    const char *ifname = node ? node_json_str(node, "ifname") : NULL;
+    if (ifname && *ifname) {
+        add_iface(d, ifname);
+    } else {
+        uint8_t priv[KEYS_LEN], pub[KEYS_LEN];
+        snprintf(path, sizeof path, "%s/wg.key", state);
+        if (access(path, F_OK) == 0 && keys_file_read(path, priv, err, sizeof err) == 0 &&
+            keys_x25519_public(priv, pub, err, sizeof err) == 0) {
+            char hex[9], name[16];
+            node_hex_encode(pub, 4, hex);
+            snprintf(name, sizeof name, "sn%s", hex);
+            add_iface(d, name);
+        }
+        memset(priv, 0, sizeof priv);
+    }
+    json_decref(node);
+}
+
+/* Interface names in ns other than ours (lo, eth0, br0, the veths): the
+ * wireguard-go interfaces, whose UAPI sockets a SIGKILL leaves behind. */
+static void note_ifaces(demo_t *d, const char *ns)
+{
+    char *argv[] = {"ip", "-n", (char *)ns, "-o", "link", "show", NULL};
+    char out[16384], err[256];
+    if (run_capture(argv, out, sizeof out, 10, err, sizeof err) != 0) return;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        char *p = strchr(line, ':');
+        if (!p) continue;
+        p += strspn(p + 1, " ") + 1;
+        size_t k = strcspn(p, ":@");
+        if (k == 0 || k >= sizeof d->ifaces[0]) continue;
+        char name[32];
+        memcpy(name, p, k);
+        name[k] = '\0';
+        if (strcmp(name, "lo") == 0 || strcmp(name, "eth0") == 0 || strcmp(name, "br0") == 0 ||
+            strncmp(name, "v-", 2) == 0)
+            continue;
+        add_iface(d, name);
+    }
+}
+
+/* Pids of the processes whose network namespace is ns (as `ip netns pids`). */
+static int ns_pids(const char *ns, pid_t *pids, int max)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/run/netns/%s", ns);
+    struct stat nst;
+    if (stat(path, &nst) != 0) return 0;
+    DIR *proc = opendir("/proc");
+    if (!proc) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(proc)) != NULL && n < max) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 0 || pid == (long)getpid()) continue;
+        char link[300];
+        snprintf(link, sizeof link, "/proc/%ld/ns/net", pid);
+        struct stat st;
+        if (stat(link, &st) == 0 && st.st_ino == nst.st_ino && st.st_dev == nst.st_dev)
+            pids[n++] = (pid_t)pid;
+    }
+    closedir(proc);
+    return n;
+}
+
+/* Kills whatever runs in ns (SIGTERM, up to wait_s, then SIGKILL); returns
+ * how many processes it found. */
+static int ns_kill_all(const char *ns, double wait_s)
+{
+    pid_t pids[256];
+    int n = ns_pids(ns, pids, 256), found = n;
+    if (!n) return 0;
+    for (int i = 0; i < n; i++) kill(pids[i], SIGTERM);
+    double end = now_s() + wait_s;
+    while ((n = ns_pids(ns, pids, 256)) > 0 && now_s() < end) {
+        while (waitpid(-1, NULL, WNOHANG) > 0) {}
+        sleep_ms(100);
+    }
+    for (int i = 0; i < n; i++) kill(pids[i], SIGKILL);
+    for (int i = 0; i < 20 && ns_pids(ns, pids, 256) > 0; i++) {
+        while (waitpid(-1, NULL, WNOHANG) > 0) {}
+        sleep_ms(100);
+    }
+    return found;
+}
+
+static bool ns_exists(const char *ns)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/run/netns/%s", ns);
+    return access(path, F_OK) == 0;
+}
+
+/* A live UAPI socket answers connect(); a stale one (its wireguard-go
+ * killed) refuses. */
+static bool socket_live(const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (fd < 0) return true;
+    struct sockaddr_un a;
+    memset(&a, 0, sizeof a);
+    a.sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof a.sun_path) {
+        close(fd);
+        return true;
+    }
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    bool live = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return live;
+}
+
+/* Deletes the demo's namespaces (and kills what runs there); prints what it
+ * did when loud. Returns the number of problems. */
+static int ns_destroy(demo_t *d, bool loud)
+{
+    const char *all[DEMO_NODES + 1] = {demo_ns[0], demo_ns[1], demo_ns[2], demo_ns_hub};
+    int problems = 0, killed = 0, deleted = 0;
+    for (int i = 0; i < DEMO_NODES; i++) note_state_iface(d, d->state[i]);
+    for (int i = 0; i <= DEMO_NODES; i++)
+        if (ns_exists(all[i])) note_ifaces(d, all[i]);
+    for (int i = 0; i <= DEMO_NODES; i++)
+        if (ns_exists(all[i])) killed += ns_kill_all(all[i], 5);
+    for (int i = 0; i <= DEMO_NODES; i++) {
+        if (!ns_exists(all[i])) continue;
+        pid_t left[4];
+        int n = ns_pids(all[i], left, 4);
+        if (n) {
+            fprintf(stderr, "shardnode demo: namespace %s: %d process(es) survive SIGKILL "
+                            "(pid %ld...)\n", all[i], n, (long)left[0]);
+            problems++;
+        }
+        char *argv[] = {"ip", "netns", "del", (char *)all[i], NULL};
+        char err[600];
+        if (run_ok(argv, 30, err, sizeof err) != 0) {
+            fprintf(stderr, "shardnode demo: %s\n", err);
+            problems++;
+        } else {
+            deleted++;
+        }
+    }
+    int sockets = 0;
+    for (int i = 0; i < d->nifaces; i++) {
+        char path[128];
+        snprintf(path, sizeof path, "/var/run/wireguard/%s.sock", d->ifaces[i]);
+        if (access(path, F_OK) == 0 && !socket_live(path) && unlink(path) == 0) sockets++;
+    }
+    if (loud || killed || deleted || sockets)
+        printf("%s%d namespace(s) deleted, %d leftover process(es) killed in them, "
+               "%d stale wireguard socket(s) removed\n", loud ? "cleanup: " : "leftovers: ",
+               deleted, killed, sockets);
+    d->nifaces = 0;
+    return problems;
+}
+
+static int ip_run(char *err, size_t errlen, ...)
+{
+    char *argv[24];
+    int n = 0;
+    argv[n++] = "ip";
+    va_list ap;
+    va_start(ap, errlen);
+    char *a;
+    while ((a = va_arg(ap, char *)) != NULL && n < 23) argv[n++] = a;
+    va_end(ap);
+    argv[n] = NULL;
+    return run_ok(argv, 30, err, errlen);
+}
+
+static int ns_build(demo_t *d, char *err, size_t errlen)
+{
+    char *hub = (char *)demo_ns_hub;
+    d->ns_made = true;
+    if (ip_run(err, errlen, "netns", "add", hub, NULL) ||
+        ip_run(err, errlen, "-n", hub, "link", "set", "lo", "up", NULL) ||
+        ip_run(err, errlen, "-n", hub, "link", "add", "br0", "type", "bridge", NULL) ||
+        ip_run(err, errlen, "-n", hub, "link", "set", "br0", "up", NULL))
+        return -1;
+    for (int i = 0; i < DEMO_NODES; i++) {
+        char *ns = (char *)demo_ns[i], veth[16], addr[32];
+        snprintf(veth, sizeof veth, "v-%s", demo_names[i]);
+        snprintf(addr, sizeof addr, "%s/24", demo_ip[i]);
+        if (ip_run(err, errlen, "netns", "add", ns, NULL) ||
+            ip_run(err, errlen, "-n", ns, "link", "set", "lo", "up", NULL) ||
+            ip_run(err, errlen, "-n", hub, "link", "add", veth, "type", "veth", "peer", "name",
+                   "eth0", "netns", ns, NULL) ||
+            ip_run(err, errlen, "-n", hub, "link", "set", veth, "master", "br0", "up", NULL) ||
+            ip_run(err, errlen, "-n", ns, "addr", "add", addr, "dev", "eth0", NULL) ||
+            ip_run(err, errlen, "-n", ns, "link", "set", "eth0", "up", NULL))
+            return -1;
+    }
+    return 0;
+}
+
+/* ---- the nodes ------------------------------------------------------------ */
+
+static int node_start(demo_t *d, int i, char *const args[], char *err, size_t errlen)
+{
+    char *argv[32];
+    int n = 0;
+    argv[n++] = "ip";
+    argv[n++] = "netns";
+    argv[n++] = "exec";
+    argv[n++] = (char *)demo_ns[i];
+    argv[n++] = d->exe;
+    for (int k = 0; args[k] && n < 31; k++) argv[n++] = args[k];
+    argv[n] = NULL;
+    int fd = open(d->log[i], O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) return node_errf(err, errlen, "%s: cannot open: %s", d->log[i], strerror(errno));
+    pid_t pid = spawn(argv, fd, -2, true, err, errlen);
+    close(fd);
+    if (pid < 0) return -1;
+    d->node[i] = pid;
+    d->node_reaped[i] = false;
+    return 0;
+}
+
+/* Fails when a node process has exited. */
+static int nodes_check(demo_t *d, char *err, size_t errlen)
+{
+    for (int i = 0; i < DEMO_NODES; i++) {
+        if (!d->node[i] || d->node_reaped[i]) continue;
+        int st;
+        if (waitpid(d->node[i], &st, WNOHANG) == d->node[i]) {
+            d->node_reaped[i] = true;
+            d->node_status[i] = st;
+            return node_errf(err, errlen, "node %s exited (%s %d); see %s", demo_names[i],
+                             WIFEXITED(st) ? "status" : "signal",
+                             WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), d->log[i]);
+        }
+    }
+    if (demo_signal) return node_errf(err, errlen, "interrupted (signal %d)", (int)demo_signal);
+    return 0;
+}
+
+static int alive_members(json_t *st)
+{
+    int n = 0;
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(st, "members"), i, m) {
+        const char *s = node_json_str(m, "state");
+        if (s && strcmp(s, "alive") == 0) n++;
+    }
+    return n;
+}
+
+/* Polls the control socket of node i (it works across namespaces) until
+ * want members are alive (want 0: until it answers at all). */
+static int wait_status(demo_t *d, int i, int want, double timeout_s, char *err, size_t errlen)
+{
+    double end = now_s() + timeout_s;
+    char why[1024] = "";
+    int alive = 0;
+    while (now_s() < end) {
+        if (nodes_check(d, err, errlen) != 0) return -1;
+        json_t *st = node_control_request(d->state[i], "status", why, sizeof why);
+        if (st) {
+            alive = alive_members(st);
+            const char *ifname = node_json_str(st, "interface");
+            if (ifname) add_iface(d, ifname);
+            json_decref(st);
+            if (alive >= want) return 0;
+        }
+        sleep_ms(500);
+    }
+    if (want == 0)
+        return node_errf(err, errlen, "node %s: no answer on %s/control.sock after %.0f s (%s)",
+                         demo_names[i], d->state[i], timeout_s, why);
+    return node_errf(err, errlen, "node %s sees %d of %d members alive after %.0f s",
+                     demo_names[i], alive, want, timeout_s);
+}
+
+/* Stops the nodes: SIGTERM to each process group, up to 10 s, SIGKILL. */
+static int nodes_stop(demo_t *d)
+{
+    int stopped = 0;
+    for (int i = 0; i < DEMO_NODES; i++)
+        if (d->node[i]) kill(-d->node[i], SIGTERM);
+    double end = now_s() + 10;
+    for (;;) {
+        bool any = false;
+        for (int i = 0; i < DEMO_NODES; i++) {
+            if (!d->node[i]) continue;
+            int st;
+            if (!d->node_reaped[i] && waitpid(d->node[i], &st, WNOHANG) == d->node[i]) {
+                d->node_reaped[i] = true;
+                d->node_status[i] = st;
+            }
+            /* the group may still hold wireguard-go after the node itself */
+            if (!d->node_reaped[i] || kill(-d->node[i], 0) == 0) any = true;
+        }
+        if (!any || now_s() > end) break;
+        sleep_ms(100);
+    }
+    for (int i = 0; i < DEMO_NODES; i++) {
+        if (!d->node[i]) continue;
+        if (!d->node_reaped[i] || kill(-d->node[i], 0) == 0) {
+            fprintf(stderr, "shardnode demo: node %s did not stop in 10 s: SIGKILL\n",
+                    demo_names[i]);
+            kill(-d->node[i], SIGKILL);
+            if (!d->node_reaped[i]) waitpid(d->node[i], NULL, 0);
+        }
+        d->node[i] = 0;
+        stopped++;
+    }
+    return stopped;
+}
+
+static void cleanup(demo_t *d, bool keep)
+{
+    int problems = 0;
+    /* a second ^C during cleanup must not cut it short */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    sig_atomic_t was = demo_signal;
+    demo_signal = 0;
+    printf("== cleanup\n");
+    for (int i = 0; i < DEMO_NODES; i++)
+        if (ns_exists(demo_ns[i])) note_ifaces(d, demo_ns[i]);
+    int stopped = nodes_stop(d);
+    printf("cleanup: %d node process group(s) stopped\n", stopped);
+    if (d->ns_made) problems += ns_destroy(d, true);
+    if (!keep) {
+        int removed = 0;
+        for (int i = 0; i < DEMO_NODES; i++) {
+            if (access(d->state[i], F_OK) == 0) {
+                if (remove_tree(d->state[i]) != 0) {
+                    fprintf(stderr, "shardnode demo: cannot remove %s: %s\n", d->state[i],
+                            strerror(errno));
+                    problems++;
+                } else {
+                    removed++;
+                }
+            }
+            unlink(d->log[i]);
+        }
+        rmdir(d->dir);   /* only if nothing else is in it */
+        printf("cleanup: %d state dir(s) and their logs removed from %s\n", removed, d->dir);
+    } else {
+        printf("cleanup: state dirs and logs kept in %s (--keep)\n", d->dir);
+    }
+    if (problems) printf("cleanup: %d problem(s), see above\n", problems);
+    fflush(stdout);
+    demo_signal = was;
+}
+
+static void print_logs(demo_t *d)
+{
+    for (int i = 0; i < DEMO_NODES; i++) {
+        char path[DEMO_PATH + 16];
+        print_tail(d->log[i], 20);
+        snprintf(path, sizeof path, "%s/node.log", d->state[i]);
+        if (access(path, F_OK) == 0) print_tail(path, 20);
+    }
+}
+
+/* ---- preconditions and inputs ---------------------------------------------- */
+
+static bool on_path(const char *name)
+{
+    const char *path = getenv("PATH");
+    if (!path || !*path) path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    while (*path) {
+        size_t k = strcspn(path, ":");
+        char full[DEMO_PATH];
+        if (k && snprintf(full, sizeof full, "%.*s/%s", (int)k, path, name) < (int)sizeof full &&
+            access(full, X_OK) == 0)
+            return true;
+        path += k;
+        if (*path == ':') path++;
+    }
+    return false;
+}
+
+/* Makes the KJV corpus and tokenizer as scripts/quickstart.sh does. */
+static int make_kjv(demo_t *d, const job_spec *job, char *err, size_t errlen)
+{
+    const char *data = job->data_files[0];
+    if (access(data, F_OK) != 0) {
+        if (!on_path("bible"))
+            return node_errf(err, errlen, "%s is missing and the `bible` command that makes it "
+                             "is not installed (apt-get install bible-kjv)", data);
+        char dir[DEMO_PATH], tmp[DEMO_PATH + 8];
+        snprintf(dir, sizeof dir, "%s", data);
+        char *slash = strrchr(dir, '/');
+        if (slash && slash != dir) {
+            *slash = '\0';
+            if (make_dirs(dir, err, errlen) != 0) return -1;
+        }
+        snprintf(tmp, sizeof tmp, "%s.part", data);
+        printf("== corpus: the King James Bible (Debian package bible-kjv) into %s\n", data);
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0) return node_errf(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+        char *argv[] = {"bible", "Gen1:1-Rev22:21", NULL};
+        char why[512];
+        pid_t pid = spawn(argv, fd, -1, false, why, sizeof why);
+        close(fd);
+        int rc = pid < 0 ? -1 : wait_child(pid, "bible", 600, why, sizeof why);
+        if (rc != 0) {
+            unlink(tmp);
+            if (rc > 0) snprintf(why, sizeof why, "exited %d", rc);
+            return node_errf(err, errlen, "bible 'Gen1:1-Rev22:21' > %s: %s", data, why);
+        }
+        if (rename(tmp, data) != 0) {
+            unlink(tmp);
+            return node_errf(err, errlen, "%s: cannot rename to %s: %s", tmp, data,
+                             strerror(errno));
+        }
+    }
+    if (access(job->tokenizer, F_OK) != 0) {
+        printf("== tokenizer: byte-level BPE, 2048 tokens, into %s\n", job->tokenizer);
+        char *argv[] = {d->exe, "tokenizer", "train", "--input", (char *)data, "--vocab-size",
+                        "2048", "--out", job->tokenizer, NULL};
+        if (run_ok(argv, 0, err, errlen) != 0) return -1;
+    }
+    return 0;
+}
+
+static int check_inputs(demo_t *d, const char *job_path, bool is_default, char *err,
+                        size_t errlen)
+{
+    job_spec job;
+    if (job_load(&job, job_path, err, errlen) != 0) return -1;
+    const char *missing = NULL;
+    if (access(job.tokenizer, R_OK) != 0) missing = job.tokenizer;
+    for (int i = 0; i < job.ndata && !missing; i++)
+        if (access(job.data_files[i], R_OK) != 0) missing = job.data_files[i];
+    int rc = 0;
+    if (missing && is_default && job.ndata == 1) {
+        rc = make_kjv(d, &job, err, errlen);
+    } else if (missing) {
+        rc = node_errf(err, errlen, "%s: the job's file %s is missing (%s)", job_path, missing,
+                       strerror(errno));
+    } else if (access(job.config, R_OK) != 0) {
+        rc = node_errf(err, errlen, "%s: the job's model config %s: %s", job_path, job.config,
+                       strerror(errno));
+    }
+    job_free(&job);
+    return rc;
+}
+
+/* ---- the demo ------------------------------------------------------------------ */
+
+static int demo_pool(demo_t *d, char *err, size_t errlen)
+{
+    printf("== pool: %d nodes in network namespaces (wireguard-go)\n", DEMO_NODES);
+    double t0 = now_s();
+    if (ns_build(d, err, errlen) != 0) return -1;
+    printf("namespaces %s (bridge br0), %s %s %s at %s %s %s\n", demo_ns_hub, demo_ns[0],
+           demo_ns[1], demo_ns[2], demo_ip[0], demo_ip[1], demo_ip[2]);
+
+    char endpoint[DEMO_NODES][40];
+    for (int i = 0; i < DEMO_NODES; i++)
+        snprintf(endpoint[i], sizeof endpoint[i], "%s:%s", demo_ip[i], DEMO_PORT);
+    char *init[] = {"ip", "netns", "exec", (char *)demo_ns[0], d->exe, "init", "--state",
+                    d->state[0], "--name", "a", "--listen-port", DEMO_PORT, "--endpoint",
+                    endpoint[0], "--prefix", DEMO_PREFIX, NULL};
+    int fd = open(d->log[0], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return node_errf(err, errlen, "%s: cannot open: %s", d->log[0], strerror(errno));
+    char why[512];
+    int rc = run_cmd(init, fd, 60, why, sizeof why);
+    close(fd);
+    if (rc != 0) {
+        print_tail(d->log[0], 20);
+        if (rc > 0) snprintf(why, sizeof why, "exited %d", rc);
+        return node_errf(err, errlen, "shardnode init --state %s: %s", d->state[0], why);
+    }
+    char *up[] = {"up", "--state", d->state[0], "--threads", "1", NULL};
+    if (node_start(d, 0, up, err, errlen) != 0) return -1;
+    printf("node a: up (mesh %s, endpoint %s), log %s\n", DEMO_PREFIX, endpoint[0], d->log[0]);
+    for (int i = 1; i < DEMO_NODES; i++) {
+        if (wait_status(d, i - 1, 0, 30, err, errlen) != 0) return -1;
+        char *invite[] = {"ip", "netns", "exec", (char *)demo_ns[i - 1], d->exe, "invite",
+                          "--state", d->state[i - 1], NULL};
+        char out[4096];
+        rc = run_capture(invite, out, sizeof out, 30, why, sizeof why);
+        if (rc != 0) {
+            if (rc > 0) snprintf(why, sizeof why, "exited %d", rc);
+            return node_errf(err, errlen, "shardnode invite --state %s: %s", d->state[i - 1],
+                             why);
+        }
+        /* the token is the last word of stdout */
+        size_t len = strlen(out);
+        while (len && (out[len - 1] == '\n' || out[len - 1] == ' ' || out[len - 1] == '\t'))
+            out[--len] = '\0';
+        char *tok = out + len;
+        while (tok > out && tok[-1] != ' ' && tok[-1] != '\n' && tok[-1] != '\t') tok--;
+        if (!*tok)
+            return node_errf(err, errlen, "shardnode invite --state %s printed no token",
+                             d->state[i - 1]);
+        char name[8];
+        snprintf(name, sizeof name, "%s", demo_names[i]);
+        char *join[] = {"join", tok, "--state", d->state[i], "--name", name, "--listen-port",
+                        DEMO_PORT, "--endpoint", endpoint[i], "--threads", "1", NULL};
+        unlink(d->log[i]);
+        if (node_start(d, i, join, err, errlen) != 0) return -1;
+        printf("node %s: joining through an invite from %s (endpoint %s), log %s\n", name,
+               demo_names[i - 1], endpoint[i], d->log[i]);
+    }
+    /* every node must see every member alive, not only a */
+    double end = now_s() + 60;
+    for (int i = 0; i < DEMO_NODES; i++)
+        if (wait_status(d, i, DEMO_NODES, end - now_s() > 1 ? end - now_s() : 1, err, errlen))
+            return -1;
+    printf("pool: %d members alive after %.1f s\n", DEMO_NODES, now_s() - t0);
+    char *status[] = {d->exe, "status", "--state", d->state[0], NULL};
+    if (run_ok(status, 30, err, errlen) != 0) return -1;
+    return 0;
+}
+
+static int demo_run(demo_t *d, const char *job_path, char *err, size_t errlen)
+{
+    printf("== job: %s on the pool, submitted through node a\n", job_path);
+    double t0 = now_s();
+    char *train[] = {d->exe, "train", "--state", d->state[0], "--job", (char *)job_path,
+                     "--wait", NULL};
+    char why[512];
+    int rc = run_cmd(train, -1, 0, why, sizeof why);
+    if (rc != 0) {
+        if (rc > 0) snprintf(why, sizeof why, "exited %d", rc);
+        return node_errf(err, errlen, "shardnode train --state %s --job %s --wait: %s",
+                         d->state[0], job_path, why);
+    }
+    printf("job: finished in %.1f s\n", now_s() - t0);
+    char *status[] = {d->exe, "status", "--state", d->state[0], NULL};
+    if (run_ok(status, 30, err, errlen) != 0) return -1;
+
+    json_t *st = node_control_request(d->state[0], "status", why, sizeof why);
+    if (!st) return node_errf(err, errlen, "status of node a: %s", why);
+    const char *o = node_json_str(json_object_get(st, "job"), "out_dir");
+    char out[PATH_MAX > DEMO_PATH ? PATH_MAX : DEMO_PATH];
+    if (o && realpath(o, out)) o = out;   /* configs/kjv/../../out/kjv reads better as out/kjv */
+    if (!o || (o != out && snprintf(out, sizeof out, "%s", o) >= (int)sizeof out)) {
+        json_decref(st);
+        return node_errf(err, errlen, "status of node a names no job.out_dir");
+    }
+    json_decref(st);
+
+    printf("== sample from the gathered model (%s)\n", out);
+    char *gen[] = {d->exe, "generate", "--model", out, "--prompt", "And God said", "--tokens",
+                   "80", "--temperature", "0.8", "--seed", "7", NULL};
+    return run_ok(gen, 300, err, errlen);
+}
+
+int cmd_demo(int argc, char **argv)
+{
+    const char *job_opt = NULL, *dir_opt = NULL;
+    bool keep = false;
+    const args_option opts[] = {
+        {"--job", &job_opt, NULL}, {"--dir", &dir_opt, NULL}, {"--keep", NULL, &keep}};
+    char err[2 * DEMO_PATH];
+    if (args_parse(argc, argv, 2, opts, (int)(sizeof opts / sizeof *opts), err, sizeof err) !=
+        0) {
+        fprintf(stderr, "shardnode demo: %s\n", err);
+        fprintf(stderr, "usage: shardnode demo [--job JOB.json] [--dir DIR] [--keep]\n");
+        return 2;
+    }
+    const char *default_job = "configs/kjv/job.json";
+    const char *job_path = job_opt ? job_opt : default_job;
+    const char *dir = dir_opt ? dir_opt : "out/demo";
+
+    if (geteuid() != 0) {
+        fprintf(stderr, "shardnode demo: needs root: it makes network namespaces and "
+                        "WireGuard interfaces (run it with sudo)\n");
+        return 2;
+    }
+    if (access("/dev/net/tun", R_OK | W_OK) != 0) {
+        fprintf(stderr, "shardnode demo: /dev/net/tun: %s (wireguard-go needs the TUN device)\n",
+                strerror(errno));
+        return 2;
+    }
+    if (!on_path("wireguard-go")) {
+        fprintf(stderr, "shardnode demo: wireguard-go is not on PATH (apt-get install "
+                        "wireguard-go)\n");
+        return 2;
+    }
+    if (!on_path("ip")) {
+        fprintf(stderr, "shardnode demo: ip is not on PATH (apt-get install iproute2)\n");
+        return 2;
+    }
+
+    static demo_t d;
+    memset(&d, 0, sizeof d);
+    ssize_t n = readlink("/proc/self/exe", d.exe, sizeof d.exe - 1);
+    if (n <= 0 || (size_t)n >= sizeof d.exe - 1) {
+        fprintf(stderr, "shardnode demo: readlink /proc/self/exe: %s\n",
+                n < 0 ? strerror(errno) : "path too long");
+        return 1;
+    }
+    d.exe[n] = '\0';
+
+    char job_abs[PATH_MAX];
+    if (!realpath(job_path, job_abs)) {
+        fprintf(stderr, "shardnode demo: --job %s: %s%s\n", job_path, strerror(errno),
+                job_opt ? "" : " (run the demo from the repository root, or give --job)");
+        return 2;
+    }
+    char def_abs[PATH_MAX];
+    bool is_default = !job_opt || (realpath(default_job, def_abs) && strcmp(def_abs, job_abs) == 0);
+
+    if (make_dirs(dir, err, sizeof err) != 0) {
+        fprintf(stderr, "shardnode demo: --dir: %s\n", err);
+        return 1;
+    }
+    char dir_abs[PATH_MAX];
+    if (!realpath(dir, dir_abs)) {
+        fprintf(stderr, "shardnode demo: --dir %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    snprintf(d.dir, sizeof d.dir, "%s", dir_abs);
+    for (int i = 0; i < DEMO_NODES; i++) {
+        if (snprintf(d.state[i], sizeof d.state[i], "%s/%s", d.dir, demo_names[i]) >=
+                (int)sizeof d.state[i] - 32 ||
+            snprintf(d.log[i], sizeof d.log[i], "%s/%s.log", d.dir, demo_names[i]) >=
+                (int)sizeof d.log[i]) {
+            fprintf(stderr, "shardnode demo: --dir %.200s...: path too long\n", d.dir);
+            return 2;
+        }
+    }
+
+    /* one demo at a time: a second one would take the first's namespaces
+     * down (the lock goes with the process, however it ends) */
+    const char *lock_path = "/run/shardnode-demo.lock";
+    int lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    if (lock_fd < 0 || fcntl(lock_fd, F_SETLK, &fl) != 0) {
+        int e = errno;
+        if (lock_fd >= 0 && (e == EACCES || e == EAGAIN) && fcntl(lock_fd, F_GETLK, &fl) == 0 &&
+            fl.l_type != F_UNLCK)
+            fprintf(stderr, "shardnode demo: another demo is running (pid %ld holds %s)\n",
+                    (long)fl.l_pid, lock_path);
+        else
+            fprintf(stderr, "shardnode demo: %s: %s\n", lock_path, strerror(e));
+        if (lock_fd >= 0) close(lock_fd);
+        return 1;
+    }
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = demo_on_signal;
+    sigemptyset(&sa.sa_mask);
+    struct sigaction old_int, old_term, old_hup;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGHUP, &sa, &old_hup);
+    /* a closed pipe on stdout (`demo | head`) must not skip the cleanup */
+    struct sigaction ign, old_pipe;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGPIPE, &ign, &old_pipe);
+
+    double t0 = now_s();
+    int rc = 1;
+    /* leftovers of an earlier demo that was killed before its cleanup */
+    ns_destroy(&d, false);
+    for (int i = 0; i < DEMO_NODES; i++) {
+        if (access(d.state[i], F_OK) == 0 && remove_tree(d.state[i]) != 0) {
+            fprintf(stderr, "shardnode demo: cannot remove the earlier %s: %s\n", d.state[i],
+                    strerror(errno));
+            goto out;
+        }
+        unlink(d.log[i]);
+    }
+    if (check_inputs(&d, job_abs, is_default, err, sizeof err) != 0) {
+        fprintf(stderr, "shardnode demo: %s\n", err);
+        goto out;
+    }
+    if (demo_pool(&d, err, sizeof err) != 0) {
+        fprintf(stderr, "shardnode demo: %s\n", err);
+        if (!demo_signal) print_logs(&d);
+        goto out;
+    }
+    if (demo_run(&d, job_abs, err, sizeof err) != 0) {
+        fprintf(stderr, "shardnode demo: %s\n", err);
+        if (!demo_signal) print_logs(&d);
+        goto out;
+    }
+    rc = 0;
+out:
+    if (d.ns_made || d.node[0]) cleanup(&d, keep);
+    else if (!keep) rmdir(d.dir);
+    if (demo_signal) {
+        fprintf(stderr, "shardnode demo: stopped by signal %d\n", (int)demo_signal);
+        rc = 128 + demo_signal;
+    }
+    if (rc == 0) printf("demo: done in %.1f s\n", now_s() - t0);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGHUP, &old_hup, NULL);
+    sigaction(SIGPIPE, &old_pipe, NULL);
+    close(lock_fd);
+    return rc;
+}

@@ -1,0 +1,1179 @@
+/* pool.c — the running node's share of a training job (docs/PROTOCOL.md,
+ * "Jobs" and "Plan election"): it adopts the job a member submitted,
+ * checks its files, profiles itself and measures its links (child
+ * processes, so gossip never waits), votes in the leaderless election,
+ * runs its stage of the committed plan as a `shardnode train --cluster`
+ * child, and gossips all of it in the `job` text of its signed record. */
+#include "daemon_internal.h"
+#include "pool_job.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define POOL_TICK_MS 500
+#define POOL_QUIET_MS 3000       /* the view must not change for this long before a vote */
+#define POOL_DOC_MS 2000         /* progress goes into the record at most this often */
+#define POOL_DEFAULT_LAT_NS 1000000
+#define POOL_DEFAULT_BW 100000000 /* bytes/s: a link nobody measured */
+#define POOL_MAX_PARTS 256
+#define POOL_PROFILE_LOCK "/tmp/shardnode-profile.lock" /* one machine profiles one node at a time */
+
+struct pool {
+    json_t *bundle;              /* the job (NULL: none) */
+    char id[POOL_JOB_ID_LEN + 1];
+    char dir[DAEMON_PATH_MAX];   /* STATE/jobs/ID */
+    json_t *pool_names;          /* M before any commit: the members when it was submitted */
+    bool stop;                   /* the job was stopped (by anyone) */
+    json_t *lacks;
+    bool can_first, can_any;
+    char setup_err[512];         /* the job could not be set up here */
+    llama_config cfg;
+    job_spec job;
+    bool job_loaded;
+
+    pid_t prof_pid, probe_pid, run_pid, export_pid;
+    json_t *prof;                /* compact profile for the record, NULL until measured */
+    json_t *links;               /* {name: [latency_ns, bytes_per_s]} */
+    bool links_done;
+    char prof_err[512];
+
+    /* election */
+    elect_vote vote;             /* mine (epoch 0: none) */
+    json_t *vote_members;        /* the view members of my vote */
+    uint64_t view, plan;         /* my current view and the plan computed from it */
+    json_t *view_members, *layout; /* ... its members and stages */
+    int64_t view_since_ms;
+    char why[768];               /* why no plan fits this view */
+    uint64_t failed_view;        /* the view of my vote in an epoch that failed */
+    json_t *committed;           /* {e, h, m, mb, step_ns, stages} */
+
+    /* the run */
+    json_t *run;                 /* {state, step, steps, loss, tps, error} */
+    bool exported;
+    int64_t next_ms, next_doc_ms;
+    bool doc_dirty;
+};
+
+static void hex64(uint64_t v, char out[17]) { snprintf(out, 17, "%016llx", (unsigned long long)v); }
+
+static uint64_t unhex64(const char *s)
+{
+    return s ? (uint64_t)strtoull(s, NULL, 16) : 0;
+}
+
+static void self_exe(char *out, size_t len)
+{
+    ssize_t n = readlink("/proc/self/exe", out, len - 1);
+    out[n > 0 ? n : 0] = 0;
+}
+
+/* A child `shardnode ARGS...` with stdout and stderr appended to log. */
+static pid_t spawn(daemon_t *d, const char *log, char *const *args)
+{
+    char exe[DAEMON_PATH_MAX];
+    self_exe(exe, sizeof exe);
+    pid_t pid = fork();
+    if (pid < 0) {
+        daemon_log(d, "pool: cannot start %s: %s", args[1], strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        int nul = open("/dev/null", O_RDONLY);
+        if (nul >= 0) dup2(nul, 0);
+        for (int k = 3; k < 1024; k++) close(k); /* not the daemon's sockets */
+        setpgid(0, 0);
+        execv(exe, args);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* 1: the child ended (status in *st), 0: still running or none. */
+static int reaped(pid_t *pid, int *st)
+{
+    if (*pid <= 0) return 0;
+    pid_t r = waitpid(*pid, st, WNOHANG);
+    if (r == 0) return 0;
+    if (r < 0) *st = -1;
+    *pid = 0;
+    return 1;
+}
+
+static void kill_child(pid_t *pid)
+{
+    if (*pid <= 0) return;
+    kill(-*pid, SIGTERM);
+    kill(*pid, SIGTERM);
+    for (int i = 0; i < 50; i++) {
+        if (waitpid(*pid, NULL, WNOHANG) != 0) {
+            *pid = 0;
+            return;
+        }
+        nanosleep(&(struct timespec){0, 20000000}, NULL);
+    }
+    kill(-*pid, SIGKILL);
+    kill(*pid, SIGKILL);
+    waitpid(*pid, NULL, 0);
+    *pid = 0;
+}
+
+static void last_line(const char *path, char *out, size_t len)
+{
+    out[0] = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        if (line[0]) snprintf(out, len, "%.*s", (int)(len - 1), line);
+    }
+    fclose(f);
+}
+
+/* ---- the job ---- */
+
+static void pool_clear(pool *p)
+{
+    json_decref(p->bundle);
+    json_decref(p->pool_names);
+    json_decref(p->lacks);
+    json_decref(p->prof);
+    json_decref(p->links);
+    json_decref(p->vote_members);
+    json_decref(p->view_members);
+    json_decref(p->layout);
+    json_decref(p->committed);
+    json_decref(p->run);
+    if (p->job_loaded) job_free(&p->job);
+    memset(p, 0, sizeof *p);
+}
+
+static void pool_stop_children(pool *p)
+{
+    kill_child(&p->prof_pid);
+    kill_child(&p->probe_pid);
+    kill_child(&p->run_pid);
+    kill_child(&p->export_pid);
+}
+
+static void set_run(pool *p, const char *state, const char *error)
+{
+    if (!p->run) p->run = json_object();
+    json_object_set_new(p->run, "state", json_string(state));
+    if (error) json_object_set_new(p->run, "error", json_string(error));
+    p->doc_dirty = true;
+}
+
+static void load_state(daemon_t *d);
+
+/* Takes up a job: the bundle's files checked here, job.json written. */
+static void adopt(daemon_t *d, json_t *bundle, json_t *names)
+{
+    pool *p = d->pool;
+    pool_stop_children(p);
+    pool_clear(p);
+    p->bundle = json_incref(bundle);
+    p->pool_names = json_incref(names);
+    snprintf(p->id, sizeof p->id, "%s", json_string_value(json_object_get(bundle, "id")));
+    snprintf(p->dir, sizeof p->dir, "%s/jobs/%s", d->state, p->id);
+    p->doc_dirty = true;
+    char err[1024];
+    json_t *paths = json_object_get(d->node, "paths");
+    if (pool_bundle_check(bundle, d->state, paths, &p->lacks, err, sizeof err) != 0) {
+        snprintf(p->setup_err, sizeof p->setup_err, "%.500s", err);
+        daemon_log(d, "pool: job %s cannot be set up here: %s", p->id, err);
+        return;
+    }
+    pool_lacks_roles(p->lacks, &p->can_first, &p->can_any);
+    char path[DAEMON_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/job.json", p->dir);
+    if (job_load(&p->job, path, err, sizeof err) != 0 ||
+        llama_config_load(&p->cfg, p->job.config, err, sizeof err) != 0) {
+        snprintf(p->setup_err, sizeof p->setup_err, "%.500s", err);
+        daemon_log(d, "pool: job %s: %s", p->id, err);
+        return;
+    }
+    p->job_loaded = true;
+    daemon_log(d, "pool: took up job %s (submitted by %s); %zu file(s) lacking here", p->id,
+               json_string_value(json_object_get(bundle, "submitted_by")),
+               json_array_size(p->lacks));
+    load_state(d);
+}
+
+/* ---- what this node says in its record ---- */
+
+static json_t *vote_json(const elect_vote *v, json_t *members)
+{
+    char b[17], view[17], plan[17];
+    hex64(v->base_plan, b);
+    hex64(v->view, view);
+    hex64(v->plan, plan);
+    json_t *named = json_array();
+    for (int i = 0; i < v->nnamed; i++) json_array_append_new(named, json_string(v->named[i]));
+    return json_pack("{s:I,s:I,s:s,s:s,s:s,s:o,s:O}", "e", (json_int_t)v->epoch, "b",
+                     (json_int_t)v->base, "bp", b, "v", view, "p", plan, "n", named, "m",
+                     members ? members : json_null());
+}
+
+static int vote_parse(json_t *j, elect_vote *v)
+{
+    memset(v, 0, sizeof *v);
+    if (!json_is_object(j)) return -1;
+    v->epoch = json_integer_value(json_object_get(j, "e"));
+    v->base = json_integer_value(json_object_get(j, "b"));
+    v->base_plan = unhex64(json_string_value(json_object_get(j, "bp")));
+    v->view = unhex64(json_string_value(json_object_get(j, "v")));
+    v->plan = unhex64(json_string_value(json_object_get(j, "p")));
+    json_t *n = json_object_get(j, "n");
+    size_t i;
+    json_t *x;
+    json_array_foreach(n, i, x) {
+        if (v->nnamed >= ELECT_MAX_NAMED || !json_is_string(x)) return -1;
+        snprintf(v->named[v->nnamed++], PLAN_NAME_MAX, "%s", json_string_value(x));
+    }
+    return v->epoch > 0 ? 0 : -1;
+}
+
+/* What must survive a restart: the committed plan and this node's run, so
+ * a restarted node neither votes again nor re-runs a finished stage. */
+static void save_state(pool *p)
+{
+    if (!p->bundle || !p->dir[0]) return;
+    char path[DAEMON_PATH_MAX + 32], tmp[DAEMON_PATH_MAX + 40];
+    snprintf(path, sizeof path, "%s/state.json", p->dir);
+    snprintf(tmp, sizeof tmp, "%s/state.json.tmp", p->dir);
+    json_t *st = json_pack("{s:O,s:O,s:b,s:o}", "committed",
+                           p->committed ? p->committed : json_null(), "run",
+                           p->run ? p->run : json_null(), "stop", p->stop, "vote",
+                           p->vote.epoch ? vote_json(&p->vote, p->vote_members) : json_null());
+    if (st && json_dump_file(st, tmp, JSON_COMPACT) == 0) rename(tmp, path);
+    json_decref(st);
+}
+
+static void load_state(daemon_t *d)
+{
+    pool *p = d->pool;
+    char path[DAEMON_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/state.json", p->dir);
+    json_t *st = json_load_file(path, 0, NULL);
+    if (!st) return;
+    json_t *c = json_object_get(st, "committed"), *r = json_object_get(st, "run");
+    if (json_is_object(c) && json_is_array(json_object_get(c, "stages"))) p->committed = json_incref(c);
+    if (json_is_true(json_object_get(st, "stop"))) p->stop = true;
+    /* a vote once cast stands, across restarts too (one vote per epoch) */
+    if (vote_parse(json_object_get(st, "vote"), &p->vote) == 0) {
+        json_t *m = json_object_get(json_object_get(st, "vote"), "m");
+        p->vote_members = json_is_array(m) ? json_incref(m) : NULL;
+    } else {
+        memset(&p->vote, 0, sizeof p->vote);
+    }
+    if (json_is_object(r)) {
+        p->run = json_deep_copy(r);
+        const char *rs = json_string_value(json_object_get(p->run, "state"));
+        if (rs && strcmp(rs, "running") == 0)
+            set_run(p, "failed", "this node restarted during the run");
+    }
+    daemon_log(d, "pool: job %s resumed from %s", p->id, path);
+    json_decref(st);
+}
+
+static void publish(daemon_t *d, int64_t now)
+{
+    pool *p = d->pool;
+    save_state(p);
+    json_t *doc = json_object();
+    if (p->bundle) {
+        json_object_set(doc, "id", json_object_get(p->bundle, "id"));
+        json_object_set(doc, "bundle", p->bundle);
+        if (p->pool_names) json_object_set(doc, "pool", p->pool_names);
+        if (p->stop) json_object_set_new(doc, "stop", json_true());
+        json_object_set_new(doc, "compute", json_boolean(!d->no_compute));
+        json_object_set_new(doc, "first", json_boolean(p->can_first));
+        json_object_set_new(doc, "any", json_boolean(p->can_any));
+        if (json_array_size(p->lacks)) json_object_set(doc, "lack", p->lacks);
+        if (p->setup_err[0]) json_object_set_new(doc, "error", json_string(p->setup_err));
+        if (p->prof) json_object_set(doc, "prof", p->prof);
+        if (p->prof_err[0]) json_object_set_new(doc, "prof_error", json_string(p->prof_err));
+        if (p->links) json_object_set(doc, "links", p->links);
+        json_object_set_new(doc, "ready", json_boolean(p->prof && p->links_done));
+        if (p->vote.epoch) json_object_set_new(doc, "vote", vote_json(&p->vote, p->vote_members));
+        if (p->why[0]) json_object_set_new(doc, "why", json_string(p->why));
+        if (p->committed) json_object_set(doc, "committed", p->committed);
+        if (p->run) json_object_set(doc, "run", p->run);
+    }
+    char *text = json_object_size(doc) ? json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(doc);
+    char err[256];
+    if (gossip_set_job(d->g, text ? text : "", now, err, sizeof err) != 0)
+        daemon_log(d, "pool: cannot publish the job state: %s", err);
+    free(text);
+    p->doc_dirty = false;
+    p->next_doc_ms = now + POOL_DOC_MS;
+}
+
+/* ---- reading the others ---- */
+
+typedef struct {
+    const gossip_member *m;
+    json_t *doc;                 /* its job text, parsed (NULL: none) */
+    bool live;                   /* alive or suspect */
+} part;
+
+static int gather(daemon_t *d, part *parts, int max)
+{
+    const gossip_member *const *list;
+    size_t n = gossip_members(d->g, &list);
+    int k = 0;
+    for (size_t i = 0; i < n && k < max; i++) {
+        const gossip_member *m = list[i];
+        parts[k].m = m;
+        parts[k].live = m->state == GOSSIP_ALIVE || m->state == GOSSIP_SUSPECT;
+        parts[k].doc = m->rec.job[0] ? json_loads(m->rec.job, 0, NULL) : NULL;
+        k++;
+    }
+    return k;
+}
+
+static void release(part *parts, int n)
+{
+    for (int i = 0; i < n; i++) json_decref(parts[i].doc);
+}
+
+static bool doc_job(const part *q, const char *id)
+{
+    const char *x = json_string_value(json_object_get(q->doc, "id"));
+    return x && id && strcmp(x, id) == 0;
+}
+
+/* ---- profile and links (children) ---- */
+
+/* Whether the model's state cannot fit the free memory of the members that
+ * compute, even as one stage with one micro-batch in flight: then nobody
+ * profiles (a layer that big would take long to time) and the shortfall is
+ * the report. */
+static bool pool_too_small(daemon_t *d, part *parts, int n)
+{
+    pool *p = d->pool;
+    cost_shape shape = fleet_shape(&p->cfg, p->job.seq_len);
+    cost_bytes cb;
+    char err[256];
+    if (cost_bytes_compute(&cb, &shape, 1, 4, err, sizeof err) != 0) return false;
+    int64_t need = cost_stage_memory(&cb, shape.tied, 1, true, shape.layers, true, 1);
+    int64_t have = 0;
+    int members = 0;
+    for (int i = 0; i < n; i++) {
+        json_t *doc = parts[i].doc;
+        bool compute = parts[i].m->self ? !d->no_compute && p->can_any
+                                        : json_is_true(json_object_get(doc, "compute")) &&
+                                              json_is_true(json_object_get(doc, "any"));
+        if (!parts[i].live || !compute || (!parts[i].m->self && !doc_job(&parts[i], p->id)))
+            continue;
+        have += (int64_t)(parts[i].m->rec.mem_free / 1000 * 950);
+        members++;
+    }
+    if (members == 0 || need <= have) return false;
+    char a[32], b[32], c[32];
+    cost_format_bytes(a, sizeof a, need);
+    cost_format_bytes(b, sizeof b, have);
+    cost_format_bytes(c, sizeof c, need - have);
+    snprintf(p->why, sizeof p->why, "the model needs at least %s (weights, gradients and AdamW "
+             "moments of %d layers) and the %d member(s) that compute have %s free: %s missing",
+             a, shape.layers, members, b, c);
+    return true;
+}
+
+static void measure(daemon_t *d, part *parts, int n)
+{
+    pool *p = d->pool;
+    if (!p->job_loaded || d->no_compute || !p->can_any) return;
+    if (!p->prof && !p->prof_pid && pool_too_small(d, parts, n)) {
+        p->doc_dirty = true;
+        return;
+    }
+    char log[DAEMON_PATH_MAX + 32], out[DAEMON_PATH_MAX + 32];
+    snprintf(log, sizeof log, "%s/measure.log", p->dir);
+    int st;
+    if (reaped(&p->prof_pid, &st)) {
+        snprintf(out, sizeof out, "%s/profile.json", p->dir);
+        json_t *pj = json_load_file(out, 0, NULL);
+        cost_profile pf;
+        char err[512];
+        cost_shape shape = fleet_shape(&p->cfg, p->job.seq_len);
+        if (st == 0 && pj && fleet_profile_parse(pj, &shape, &pf, out, err, sizeof err) == 0) {
+            p->prof = json_pack("{s:I,s:[I,I,I],s:[I,I,I],s:[I,I,I],s:I,s:i,s:s}", "b",
+                                (json_int_t)pf.micro_batch, "f", (json_int_t)pf.fwd_ns[0],
+                                (json_int_t)pf.fwd_ns[1], (json_int_t)pf.fwd_ns[2], "k",
+                                (json_int_t)pf.bwd_ns[0], (json_int_t)pf.bwd_ns[1],
+                                (json_int_t)pf.bwd_ns[2], "o", (json_int_t)pf.opt_ns[0],
+                                (json_int_t)pf.opt_ns[1], (json_int_t)pf.opt_ns[2], "mem",
+                                (json_int_t)pf.memory_bytes, "s", pf.scratch_slots, "d",
+                                json_string_value(json_object_get(pj, "device_name")));
+            daemon_log(d, "pool: profiled: layer forward %.2f ms, backward %.2f ms",
+                       (double)pf.fwd_ns[1] * 1e-6, (double)pf.bwd_ns[1] * 1e-6);
+        } else {
+            char line[400];
+            last_line(log, line, sizeof line);
+            snprintf(p->prof_err, sizeof p->prof_err, "profiling failed: %.480s",
+                     pj ? err : line);
+            daemon_log(d, "pool: %s", p->prof_err);
+        }
+        json_decref(pj);
+        p->doc_dirty = true;
+    }
+    if (reaped(&p->probe_pid, &st)) {
+        snprintf(out, sizeof out, "%s/links.json", p->dir);
+        json_t *lj = json_load_file(out, 0, NULL);
+        json_decref(p->links);
+        p->links = json_is_object(lj) ? lj : json_object();
+        if (!json_is_object(lj)) json_decref(lj);
+        p->links_done = true;
+        p->doc_dirty = true;
+    }
+    if (!p->prof && !p->prof_err[0] && !p->prof_pid) {
+        char mb[32], seq[32], thr[32], cache[DAEMON_PATH_MAX], cfgp[DAEMON_PATH_MAX + 32];
+        snprintf(out, sizeof out, "%s/profile.json", p->dir);
+        snprintf(cfgp, sizeof cfgp, "%s/config.json", p->dir);
+        snprintf(cache, sizeof cache, "%s/profiles", d->state);
+        snprintf(mb, sizeof mb, "%d", p->job.micro_batch);
+        snprintf(seq, sizeof seq, "%d", p->job.seq_len);
+        snprintf(thr, sizeof thr, "%d", d->threads);
+        char *args[] = {"shardnode", "profile", "--model", cfgp, "--micro-batch", mb, "--seq", seq,
+                        "--cache", cache, "--out", out, "--lock", POOL_PROFILE_LOCK,
+                        d->threads ? "--threads" : NULL, thr, NULL};
+        p->prof_pid = spawn(d, log, args);
+    }
+    /* links: once the profile is in, to every live member with the job */
+    if (p->prof && !p->links_done && !p->probe_pid) {
+        char *args[POOL_MAX_PARTS + 8];
+        char targets[64][GOSSIP_ADDR_MAX + MESH_NAME_MAX + 16];
+        int a = 0, t = 0;
+        snprintf(out, sizeof out, "%s/links.json", p->dir);
+        args[a++] = "shardnode";
+        args[a++] = "probe-links";
+        char mesh_hex[2 * GOSSIP_MESH_ID_LEN + 1];
+        node_hex_encode(d->mesh_id, GOSSIP_MESH_ID_LEN, mesh_hex);
+        args[a++] = "--out";
+        args[a++] = out;
+        args[a++] = "--mesh";
+        args[a++] = mesh_hex;
+        args[a++] = "--from";
+        args[a++] = d->name;
+        for (int i = 0; i < n && t < 64; i++) {
+            if (parts[i].m->self || !parts[i].live || !doc_job(&parts[i], p->id)) continue;
+            snprintf(targets[t], sizeof targets[t], "%s=%s:%d", parts[i].m->rec.name,
+                     parts[i].m->rec.address, parts[i].m->rec.port);
+            args[a++] = targets[t++];
+        }
+        args[a] = NULL;
+        p->probe_pid = spawn(d, log, args);
+    }
+}
+
+/* ---- the plan this node's view gives ---- */
+
+typedef struct {
+    const char *name;
+    json_t *doc;
+    const char *address;
+} voter_in;
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(((const voter_in *)a)->name, ((const voter_in *)b)->name);
+}
+
+static int64_t jint(json_t *a, size_t i) { return (int64_t)json_integer_value(json_array_get(a, i)); }
+
+/* Computes view hash, members, plan hash and layout from the live members
+ * that have the job. Returns false while someone is not ready. */
+static bool compute_view(daemon_t *d, part *parts, int n)
+{
+    pool *p = d->pool;
+    voter_in in[POOL_MAX_PARTS];
+    int k = 0;
+    bool ready = true;
+    for (int i = 0; i < n && k < POOL_MAX_PARTS; i++) {
+        if (!parts[i].live || !doc_job(&parts[i], p->id)) continue;
+        json_t *doc = parts[i].doc;
+        bool compute = json_is_true(json_object_get(doc, "compute")) &&
+                       json_is_true(json_object_get(doc, "any"));
+        if (compute && !json_is_true(json_object_get(doc, "ready")) &&
+            !json_object_get(doc, "prof_error"))
+            ready = false;
+        in[k++] = (voter_in){parts[i].m->rec.name, doc, parts[i].m->rec.address};
+    }
+    qsort(in, (size_t)k, sizeof in[0], by_name);
+    /* the canonical inputs: what each says that the plan depends on */
+    json_t *canon = json_array(), *members = json_array();
+    for (int i = 0; i < k; i++) {
+        json_t *doc = in[i].doc;
+        json_array_append_new(members, json_string(in[i].name));
+        json_array_append_new(
+            canon, json_pack("{s:s,s:O,s:O,s:O,s:O,s:O}", "name", in[i].name, "compute",
+                             json_object_get(doc, "compute"), "first", json_object_get(doc, "first"),
+                             "any", json_object_get(doc, "any"), "prof",
+                             json_object_get(doc, "prof") ? json_object_get(doc, "prof") : json_null(),
+                             "links",
+                             json_object_get(doc, "links") ? json_object_get(doc, "links") : json_null()));
+    }
+    char *text = json_dumps(canon, JSON_COMPACT | JSON_SORT_KEYS);
+    uint64_t view = elect_hash(ELECT_HASH_INIT, p->id, strlen(p->id));
+    if (text) view = elect_hash(view, text, strlen(text));
+    free(text);
+    json_decref(canon);
+    if (view != p->view) {
+        p->view = view;
+        p->view_since_ms = daemon_now_ms();
+        json_decref(p->view_members);
+        p->view_members = members;
+    } else {
+        json_decref(members);
+    }
+    if (!ready || !p->job_loaded) return false;
+    if (p->layout && p->plan) return true;  /* same view: same plan */
+
+    /* the fleet: members that compute and can hold a stage, by name */
+    plan_node nodes[POOL_MAX_PARTS];
+    const char *addr[POOL_MAX_PARTS];
+    json_t *links_of[POOL_MAX_PARTS];
+    int f = 0;
+    memset(nodes, 0, sizeof nodes);
+    for (int i = 0; i < k; i++) {
+        json_t *doc = in[i].doc, *pr = json_object_get(doc, "prof");
+        if (!json_is_true(json_object_get(doc, "compute")) ||
+            !json_is_true(json_object_get(doc, "any")) || !json_is_object(pr))
+            continue;
+        plan_node *nd = &nodes[f];
+        snprintf(nd->name, sizeof nd->name, "%s", in[i].name);
+        snprintf(nd->device, sizeof nd->device, "%s",
+                 json_string_value(json_object_get(pr, "d")) ? json_string_value(json_object_get(pr, "d")) : "cpu");
+        nd->no_data = !json_is_true(json_object_get(doc, "first"));
+        nd->prof.micro_batch = json_integer_value(json_object_get(pr, "b"));
+        for (int u = 0; u < COST_UNITS; u++) {
+            nd->prof.fwd_ns[u] = jint(json_object_get(pr, "f"), (size_t)u);
+            nd->prof.bwd_ns[u] = jint(json_object_get(pr, "k"), (size_t)u);
+            nd->prof.opt_ns[u] = jint(json_object_get(pr, "o"), (size_t)u);
+        }
+        nd->prof.memory_bytes = json_integer_value(json_object_get(pr, "mem"));
+        nd->prof.scratch_slots = (int)json_integer_value(json_object_get(pr, "s"));
+        addr[f] = in[i].address;
+        links_of[f] = json_object_get(doc, "links");
+        f++;
+    }
+    json_decref(p->layout);
+    p->layout = NULL;
+    p->plan = 0;
+    p->why[0] = 0;
+    if (pool_too_small(d, parts, n)) return true;
+    if (f == 0) {
+        snprintf(p->why, sizeof p->why, "no member can hold a stage (none computes with the "
+                                        "job's files)");
+        return true;
+    }
+    cost_link *links = calloc((size_t)f * (size_t)f, sizeof *links);
+    plan *pl = calloc(1, sizeof *pl);
+    if (!links || !pl) {
+        free(links);
+        free(pl);
+        return false;
+    }
+    for (int i = 0; i < f; i++)
+        for (int j = 0; j < f; j++) {
+            json_t *l = json_object_get(links_of[i], nodes[j].name);
+            if (!l) l = json_object_get(links_of[j], nodes[i].name);
+            cost_link *c = &links[i * f + j];
+            c->latency_ns = l ? jint(l, 0) : POOL_DEFAULT_LAT_NS;
+            c->bandwidth = l ? jint(l, 1) : POOL_DEFAULT_BW;
+            if (c->latency_ns < 0) c->latency_ns = POOL_DEFAULT_LAT_NS;
+            if (c->bandwidth <= 0) c->bandwidth = POOL_DEFAULT_BW;
+        }
+    plan_fleet fleet = {.nnodes = f, .nodes = nodes, .links = links};
+    plan_job pj = {.shape = fleet_shape(&p->cfg, p->job.seq_len),
+                   .batch = p->job.batch,
+                   .max_micro_batch = p->job.micro_batch,
+                   .min_micro_batch = p->job.micro_batch,
+                   .wire_bytes = 4,
+                   .margin_permille = 50};
+    char err[700];
+    if (plan_fleet_check(&fleet, err, sizeof err) != 0 ||
+        plan_compute(pl, &fleet, &pj, PLAN_AUTO, NULL, err, sizeof err) != 0) {
+        snprintf(p->why, sizeof p->why, "%s", err);
+    } else {
+        p->plan = plan_hash(pl, &fleet);
+        if (!p->plan) p->plan = 1;
+        json_t *stages = json_array();
+        for (int s = 0; s < pl->nstages; s++) {
+            int nd = pl->stage[s].node[0];
+            json_array_append_new(stages, json_pack("[s,i,i,s,I]", nodes[nd].name,
+                                                    pl->stage[s].layer_begin, pl->stage[s].layer_end,
+                                                    addr[nd], (json_int_t)pl->stage[s].time_ns));
+        }
+        p->layout = json_pack("{s:I,s:I,s:o}", "mb", (json_int_t)pl->micro_batch, "step_ns",
+                              (json_int_t)pl->step_ns, "stages", stages);
+    }
+    free(links);
+    free(pl);
+    return true;
+}
+
+/* ---- the election ---- */
+
+static json_t *base_members(pool *p)
+{
+    return p->committed ? json_object_get(p->committed, "m") : p->pool_names;
+}
+
+static void cast(daemon_t *d, int64_t epoch)
+{
+    pool *p = d->pool;
+    elect_vote *v = &p->vote;
+    memset(v, 0, sizeof *v);
+    v->epoch = epoch;
+    v->base = p->committed ? json_integer_value(json_object_get(p->committed, "e")) : 0;
+    v->base_plan = p->committed ? unhex64(json_string_value(json_object_get(p->committed, "h"))) : 0;
+    v->view = p->view;
+    v->plan = p->plan;
+    json_t *st = p->layout ? json_object_get(p->layout, "stages") : NULL;
+    size_t i;
+    json_t *x;
+    json_array_foreach(st, i, x) {
+        if (v->nnamed < ELECT_MAX_NAMED)
+            snprintf(v->named[v->nnamed++], PLAN_NAME_MAX, "%s",
+                     json_string_value(json_array_get(x, 0)));
+    }
+    json_decref(p->vote_members);
+    p->vote_members = json_deep_copy(p->view_members);
+    p->doc_dirty = true;
+    char vh[17], ph[17];
+    hex64(v->view, vh);
+    hex64(v->plan, ph);
+    daemon_log(d, "pool: vote epoch %lld: view %s plan %s (%d stages)%s%s", (long long)epoch, vh,
+               ph, v->nnamed, p->plan ? "" : ": ", p->plan ? "" : p->why);
+}
+
+static void commit(daemon_t *d, int64_t epoch, uint64_t plan, json_t *members, json_t *layout)
+{
+    pool *p = d->pool;
+    char h[17];
+    hex64(plan, h);
+    json_decref(p->committed);
+    p->committed = json_pack("{s:I,s:s,s:O,s:O,s:O,s:O}", "e", (json_int_t)epoch, "h", h, "m",
+                             members, "mb", json_object_get(layout, "mb"), "step_ns",
+                             json_object_get(layout, "step_ns"), "stages",
+                             json_object_get(layout, "stages"));
+    p->doc_dirty = true;
+    daemon_log(d, "pool: epoch %lld committed plan %s", (long long)epoch, h);
+}
+
+/* The committed section a named member gossips for (epoch, plan). */
+static json_t *committed_from(part *parts, int n, int64_t epoch, const char *h)
+{
+    for (int i = 0; i < n; i++) {
+        json_t *c = json_object_get(parts[i].doc, "committed");
+        const char *ch = json_string_value(json_object_get(c, "h"));
+        if (c && json_integer_value(json_object_get(c, "e")) == epoch && ch &&
+            (!h || strcmp(ch, h) == 0))
+            return c;
+    }
+    return NULL;
+}
+
+static void elect(daemon_t *d, part *parts, int n, int64_t now)
+{
+    pool *p = d->pool;
+    int64_t ce = p->committed ? json_integer_value(json_object_get(p->committed, "e")) : 0;
+    /* what the others voted (live or not: a gone member's last vote stands) */
+    elect_vote votes[POOL_MAX_PARTS];
+    elect_voter voters[POOL_MAX_PARTS];
+    int nv = 0;
+    int64_t later = 0;
+    for (int i = 0; i < n && nv < POOL_MAX_PARTS; i++) {
+        voters[nv].name = parts[i].m->rec.name;
+        voters[nv].gone = !parts[i].live;
+        voters[nv].vote = NULL;
+        if (parts[i].m->self) {
+            if (p->vote.epoch) voters[nv].vote = &p->vote;
+        } else if (doc_job(&parts[i], p->id) &&
+                   vote_parse(json_object_get(parts[i].doc, "vote"), &votes[nv]) == 0) {
+            voters[nv].vote = &votes[nv];
+            if (votes[nv].epoch > later) later = votes[nv].epoch;
+        }
+        nv++;
+    }
+    json_t *m = base_members(p);
+    const char *names[POOL_MAX_PARTS];
+    int nm = 0;
+    size_t i;
+    json_t *x;
+    json_array_foreach(m, i, x) if (nm < POOL_MAX_PARTS && json_is_string(x)) names[nm++] =
+        json_string_value(x);
+    int64_t epoch = p->vote.epoch ? p->vote.epoch : ce + 1;
+    /* A commit another member gossips for this epoch or a later one: the
+     * votes that made it may already be gone from their records. */
+    for (int k = 0; k < n; k++) {
+        json_t *c = doc_job(&parts[k], p->id) ? json_object_get(parts[k].doc, "committed") : NULL;
+        int64_t e = c ? (int64_t)json_integer_value(json_object_get(c, "e")) : 0;
+        const char *h = json_string_value(json_object_get(c, "h"));
+        if (!c || e < epoch || !h || !json_is_array(json_object_get(c, "stages"))) continue;
+        json_t *lay = json_pack("{s:O,s:O,s:O}", "mb", json_object_get(c, "mb"), "step_ns",
+                                json_object_get(c, "step_ns"), "stages",
+                                json_object_get(c, "stages"));
+        daemon_log(d, "pool: %s gossips the commit of epoch %lld", parts[k].m->rec.name,
+                   (long long)e);
+        commit(d, e, unhex64(h), json_object_get(c, "m"), lay);
+        json_decref(lay);
+        return;
+    }
+    if (p->vote.epoch) {
+        elect_result r;
+        elect_decide(epoch, names, nm, voters, nv, &r);
+        if (r.outcome == ELECT_COMMITTED) {
+            char h[17];
+            uint64_t plan = r.winner ? r.winner->plan : r.base_plan;
+            int64_t ep = r.winner ? epoch : r.base;
+            hex64(plan, h);
+            if (r.winner && plan == p->plan && p->layout) {
+                commit(d, ep, plan, p->vote_members, p->layout);
+            } else {
+                json_t *c = committed_from(parts, n, ep, h);
+                if (!c) return; /* wait until a member that ran the numbers says it */
+                json_t *lay = json_pack("{s:O,s:O,s:O}", "mb", json_object_get(c, "mb"), "step_ns",
+                                        json_object_get(c, "step_ns"), "stages",
+                                        json_object_get(c, "stages"));
+                commit(d, ep, plan, json_object_get(c, "m"), lay);
+                json_decref(lay);
+            }
+            /* The vote stays in the record: members that decide later
+             * still need to see it. */
+            return;
+        }
+        if (r.outcome == ELECT_FAILED) {
+            daemon_log(d, "pool: epoch %lld failed (%d of %d base members voted)", (long long)epoch,
+                       r.votes, nm);
+            p->failed_view = r.from_later ? 0 : p->vote.view;
+            if (r.from_later && r.base > ce) return; /* learn the commit first */
+            int64_t next = r.from_later && later > epoch ? later : epoch + 1;
+            memset(&p->vote, 0, sizeof p->vote);
+            epoch = next;
+        } else {
+            return; /* open: wait */
+        }
+    } else if (later > epoch) {
+        /* the others are ahead: the epochs between are decided */
+        elect_result r;
+        elect_decide(epoch, names, nm, voters, nv, &r);
+        if (r.outcome == ELECT_COMMITTED && r.from_later && r.base > ce) {
+            char h[17];
+            hex64(r.base_plan, h);
+            json_t *c = committed_from(parts, n, r.base, h);
+            if (!c) return;
+            json_t *lay = json_pack("{s:O,s:O,s:O}", "mb", json_object_get(c, "mb"), "step_ns",
+                                    json_object_get(c, "step_ns"), "stages",
+                                    json_object_get(c, "stages"));
+            commit(d, r.base, r.base_plan, json_object_get(c, "m"), lay);
+            json_decref(lay);
+            return;
+        }
+        epoch = later;
+    }
+    /* vote when the view has been quiet, unless it is the one that just failed */
+    if (now - p->view_since_ms < POOL_QUIET_MS) return;
+    if (p->failed_view && p->failed_view == p->view && !p->plan) return;
+    cast(d, epoch);
+}
+
+/* ---- running this node's stage ---- */
+
+static int write_run_files(daemon_t *d, const char *self, char *job_path, char *cl_path,
+                           size_t len, char *err, size_t errlen)
+{
+    pool *p = d->pool;
+    json_t *c = p->committed;
+    int64_t e = json_integer_value(json_object_get(c, "e"));
+    char src[DAEMON_PATH_MAX + 32];
+    snprintf(src, sizeof src, "%s/job.json", p->dir);
+    snprintf(job_path, len, "%s/job-e%lld.json", p->dir, (long long)e);
+    snprintf(cl_path, len, "%s/cluster-e%lld.json", p->dir, (long long)e);
+    json_error_t je;
+    json_t *job = json_load_file(src, 0, &je);
+    if (!job) return node_errf(err, errlen, "%s: %s", src, je.text);
+    json_object_set(job, "micro_batch", json_object_get(c, "mb"));
+    json_t *nodes = json_array();
+    size_t i;
+    json_t *s;
+    json_array_foreach(json_object_get(c, "stages"), i, s)
+        json_array_append_new(nodes, json_pack("{s:O,s:O,s:i,s:[O,O]}", "name",
+                                               json_array_get(s, 0), "host", json_array_get(s, 3),
+                                               "port", POOL_DATA_PORT, "layers",
+                                               json_array_get(s, 1), json_array_get(s, 2)));
+    char run[64];
+    snprintf(run, sizeof run, "job-%s-e%lld", p->id, (long long)e);
+    json_t *cl = json_pack("{s:s,s:s,s:i,s:o}", "run", run, "schedule", "1f1b", "timeout_ms",
+                           60000, "nodes", nodes);
+    int rc = 0;
+    if (node_write_json(job_path, job, 0644, err, errlen) ||
+        node_write_json(cl_path, cl, 0644, err, errlen))
+        rc = -1;
+    json_decref(job);
+    json_decref(cl);
+    (void)self;
+    return rc;
+}
+
+static bool named_here(daemon_t *d)
+{
+    json_t *st = json_object_get(d->pool->committed, "stages");
+    size_t i;
+    json_t *s;
+    json_array_foreach(st, i, s) {
+        const char *name = json_string_value(json_array_get(s, 0));
+        if (name && strcmp(name, d->name) == 0) return true;
+    }
+    return false;
+}
+
+static void progress(pool *p)
+{
+    char path[DAEMON_PATH_MAX + 32], line[1024];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", p->dir);
+    last_line(path, line, sizeof line);
+    json_t *m = line[0] ? json_loads(line, 0, NULL) : NULL;
+    if (m && p->run) {
+        json_t *step = json_object_get(m, "step");
+        if (!json_equal(step, json_object_get(p->run, "step"))) {
+            json_object_set(p->run, "step", step);
+            json_object_set(p->run, "loss", json_object_get(m, "loss"));
+            json_object_set(p->run, "tps", json_object_get(m, "tokens_per_s"));
+            json_object_set(p->run, "step_ms", json_object_get(m, "step_ms"));
+            p->doc_dirty = true;
+        }
+    }
+    json_decref(m);
+}
+
+static void run_stage(daemon_t *d, part *parts, int n)
+{
+    pool *p = d->pool;
+    (void)parts;
+    (void)n;
+    int st;
+    if (reaped(&p->run_pid, &st)) {
+        progress(p);
+        if (st == 0) {
+            set_run(p, "done", NULL);
+            daemon_log(d, "pool: stage finished");
+        } else {
+            char path[DAEMON_PATH_MAX + 32], line[800];
+            snprintf(path, sizeof path, "%s/train.log", p->dir);
+            last_line(path, line, sizeof line);
+            set_run(p, "failed", line[0] ? line : "the training process failed");
+            daemon_log(d, "pool: stage failed: %s", line);
+        }
+        return;
+    }
+    if (p->run_pid) {
+        progress(p);
+        return;
+    }
+    if (p->run || !p->committed || !named_here(d)) return;
+    char job_path[DAEMON_PATH_MAX + 64], cl_path[DAEMON_PATH_MAX + 64], err[1024];
+    if (write_run_files(d, d->name, job_path, cl_path, sizeof job_path, err, sizeof err) != 0) {
+        set_run(p, "failed", err);
+        return;
+    }
+    char log[DAEMON_PATH_MAX + 32], metrics[DAEMON_PATH_MAX + 32], thr[32];
+    snprintf(log, sizeof log, "%s/train.log", p->dir);
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", p->dir);
+    snprintf(thr, sizeof thr, "%d", d->threads);
+    char *args[] = {"shardnode", "train", "--job", job_path, "--cluster", cl_path, "--node",
+                    d->name, "--metrics", metrics, d->threads ? "--threads" : NULL, thr, NULL};
+    p->run_pid = spawn(d, log, args);
+    set_run(p, p->run_pid > 0 ? "running" : "failed",
+            p->run_pid > 0 ? NULL : "cannot start the training process");
+    json_object_set_new(p->run, "steps", json_integer(p->job.steps));
+}
+
+/* The submitter gathers the model when every stage is done. */
+static void gather_model(daemon_t *d, part *parts, int n)
+{
+    pool *p = d->pool;
+    int st;
+    if (reaped(&p->export_pid, &st)) {
+        p->exported = true;
+        json_object_set_new(p->run ? p->run : (p->run = json_object()), "gathered",
+                            json_boolean(st == 0));
+        p->doc_dirty = true;
+        daemon_log(d, "pool: gathering the model %s", st == 0 ? "done" : "failed (see export.log)");
+    }
+    const char *by = json_string_value(json_object_get(p->bundle, "submitted_by"));
+    if (p->exported || p->export_pid || !p->committed || !by || strcmp(by, d->name) != 0) return;
+    json_t *stages = json_object_get(p->committed, "stages");
+    size_t i;
+    json_t *s;
+    json_array_foreach(stages, i, s) {
+        const char *name = json_string_value(json_array_get(s, 0));
+        bool done = false;
+        if (!name) return;
+        for (int k = 0; k < n; k++)
+            if (strcmp(parts[k].m->rec.name, name) == 0 && doc_job(&parts[k], p->id)) {
+                const char *rs = json_string_value(
+                    json_object_get(json_object_get(parts[k].doc, "run"), "state"));
+                done = rs && strcmp(rs, "done") == 0;
+            }
+        if (!done) return;
+    }
+    char log[DAEMON_PATH_MAX + 32];
+    snprintf(log, sizeof log, "%s/export.log", p->dir);
+    char *args[] = {"shardnode", "export", "--state", d->state, NULL};
+    p->export_pid = spawn(d, log, args);
+}
+
+/* ---- the daemon's entry points ---- */
+
+int pool_open(daemon_t *d)
+{
+    d->pool = calloc(1, sizeof *d->pool);
+    return d->pool ? 0 : -1;
+}
+
+void pool_close(daemon_t *d)
+{
+    if (!d->pool) return;
+    pool_stop_children(d->pool);
+    pool_clear(d->pool);
+    free(d->pool);
+    d->pool = NULL;
+}
+
+void pool_tick(daemon_t *d, int64_t now)
+{
+    pool *p = d->pool;
+    if (!p || now < p->next_ms) return;
+    p->next_ms = now + POOL_TICK_MS;
+    part parts[POOL_MAX_PARTS];
+    int n = gather(d, parts, POOL_MAX_PARTS);
+    /* a job someone else submitted or stopped */
+    for (int i = 0; i < n; i++) {
+        if (parts[i].m->self || !parts[i].doc) continue;
+        json_t *doc = parts[i].doc;
+        const char *id = json_string_value(json_object_get(doc, "id"));
+        if (!id) continue;
+        if (p->bundle && strcmp(id, p->id) == 0) {
+            if (json_is_true(json_object_get(doc, "stop")) && !p->stop) {
+                p->stop = true;
+                pool_stop_children(p);
+                set_run(p, "stopped", NULL);
+                daemon_log(d, "pool: job %s stopped by %s", p->id, parts[i].m->rec.name);
+            }
+            continue;
+        }
+        json_t *b = json_object_get(doc, "bundle");
+        if (!parts[i].live) continue;
+        int64_t at = json_integer_value(json_object_get(b, "submitted_at"));
+        int64_t mine = p->bundle ? json_integer_value(json_object_get(p->bundle, "submitted_at")) : -1;
+        char err[512];
+        if (at > mine && pool_bundle_valid(b, err, sizeof err) == 0) {
+            /* a stopped job is taken up too, as stopped: status then shows it */
+            adopt(d, b, json_object_get(doc, "pool"));
+            if (json_is_true(json_object_get(doc, "stop")) && !p->stop) {
+                p->stop = true;
+                set_run(p, "stopped", NULL);
+            }
+        } else if (at > mine)
+            daemon_log(d, "pool: %s gossips a job this node refuses: %s", parts[i].m->rec.name, err);
+    }
+    if (p->bundle && !p->stop) {
+        measure(d, parts, n);
+        if (!p->committed || !p->run) {
+            if (compute_view(d, parts, n) && !p->committed) elect(d, parts, n, now);
+        }
+        run_stage(d, parts, n);
+        gather_model(d, parts, n);
+    }
+    release(parts, n);
+    if (p->doc_dirty && now >= p->next_doc_ms) publish(d, now);
+}
+
+/* A committed run that has neither finished on every stage nor failed. */
+static bool run_active(daemon_t *d)
+{
+    pool *p = d->pool;
+    if (!p->bundle || p->stop || !p->committed) return false;
+    part parts[POOL_MAX_PARTS];
+    int n = gather(d, parts, POOL_MAX_PARTS);
+    bool active = false;
+    size_t i;
+    json_t *s;
+    json_array_foreach(json_object_get(p->committed, "stages"), i, s) {
+        const char *name = json_string_value(json_array_get(s, 0)), *rs = NULL;
+        if (!name) continue;
+        for (int k = 0; k < n; k++)
+            if (strcmp(parts[k].m->rec.name, name) == 0 && doc_job(&parts[k], p->id))
+                rs = json_string_value(json_object_get(json_object_get(parts[k].doc, "run"), "state"));
+        if (rs && (strcmp(rs, "failed") == 0 || strcmp(rs, "stopped") == 0)) {
+            active = false;
+            break;
+        }
+        if (!rs || strcmp(rs, "done") != 0) active = true;
+    }
+    release(parts, n);
+    return active;
+}
+
+json_t *pool_submit(daemon_t *d, json_t *bundle)
+{
+    char err[512];
+    if (pool_bundle_valid(bundle, err, sizeof err) != 0)
+        return json_pack("{s:s}", "error", err);
+    pool *p = d->pool;
+    if (run_active(d))
+        return json_pack("{s:s}", "error", "a job is running in this mesh; stop it first with "
+                                           "shardnode train --state DIR --stop");
+    /* the members it goes to: the base membership of its first epoch */
+    json_t *names = json_array();
+    const gossip_member *const *list;
+    size_t n = gossip_members(d->g, &list);
+    for (size_t i = 0; i < n; i++)
+        if (list[i]->state == GOSSIP_ALIVE || list[i]->state == GOSSIP_SUSPECT)
+            json_array_append_new(names, json_string(list[i]->rec.name));
+    adopt(d, bundle, names);
+    json_decref(names);
+    p->next_doc_ms = 0;
+    publish(d, daemon_now_ms());
+    return json_pack("{s:s,s:I}", "job", p->id, "members", (json_int_t)n);
+}
+
+json_t *pool_stop(daemon_t *d)
+{
+    pool *p = d->pool;
+    if (!p->bundle) return json_pack("{s:s}", "error", "no job in this mesh");
+    p->stop = true;
+    pool_stop_children(p);
+    set_run(p, "stopped", NULL);
+    publish(d, daemon_now_ms());
+    return json_pack("{s:s}", "stopped", p->id);
+}
+
+/* Every member's job state, for status. */
+json_t *pool_status_json(daemon_t *d)
+{
+    pool *p = d->pool;
+    if (!p || !p->bundle) return json_null();
+    part parts[POOL_MAX_PARTS];
+    int n = gather(d, parts, POOL_MAX_PARTS);
+    json_t *members = json_object();
+    for (int i = 0; i < n; i++) {
+        if (!doc_job(&parts[i], p->id)) continue;
+        json_t *doc = json_deep_copy(parts[i].doc);
+        json_object_del(doc, "bundle");
+        json_object_del(doc, "pool");
+        json_object_set_new(doc, "state", json_string(gossip_state_name(parts[i].m->state)));
+        json_object_set_new(doc, "address", json_string(parts[i].m->rec.address));
+        json_object_set_new(members, parts[i].m->rec.name, doc);
+    }
+    release(parts, n);
+    json_t *job = json_object_get(p->bundle, "job");
+    char path[DAEMON_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/job.json", p->dir);
+    return json_pack("{s:s,s:O,s:O,s:s,s:O,s:O,s:O,s:o}", "id", p->id, "submitted_by",
+                     json_object_get(p->bundle, "submitted_by"), "out_dir",
+                     json_object_get(job, "out_dir") ? json_object_get(job, "out_dir") : json_null(),
+                     "job_file", path, "committed", p->committed ? p->committed : json_null(),
+                     "run", p->run ? p->run : json_null(), "stop", json_boolean(p->stop), "members",
+                     members);
+}
+
+/* FETCH: "probe/N" (N zero bytes, for link measurement) and the stage files
+ * under jobs/ID/out/ (export gathers them). Nothing else is served. */
+int pool_fetch(daemon_t *d, const gossip_msg *m, gossip_msg *r, uint8_t **data)
+{
+    *data = NULL;
+    r->type = GOSSIP_MSG_FETCH_REPLY;
+    r->version = MESH_PROTOCOL_VERSION;
+    memcpy(r->mesh_id, d->mesh_id, GOSSIP_MESH_ID_LEN);
+    snprintf(r->from, sizeof r->from, "%s", d->name);
+    r->ok = false;
+    if (strncmp(m->path, "probe/", 6) == 0) {
+        long nbytes = strtol(m->path + 6, NULL, 10);
+        if (nbytes < 0 || nbytes > (long)GOSSIP_FETCH_CHUNK) {
+            snprintf(r->reason, sizeof r->reason, "probe size %ld out of range", nbytes);
+            return 0;
+        }
+        *data = calloc(1, (size_t)nbytes + 1);
+        if (!*data) return -1;
+        r->ok = true;
+        r->total = (uint64_t)nbytes;
+        r->offset = 0;
+        r->data = *data;
+        r->data_len = (size_t)nbytes;
+        return 0;
+    }
+    /* jobs/<16 hex>/out/stage-<name>.safetensors */
+    const char *s = m->path;
+    bool ok = strncmp(s, "jobs/", 5) == 0 && strlen(s) > 5 + POOL_JOB_ID_LEN + 11;
+    for (int i = 0; ok && i < POOL_JOB_ID_LEN; i++)
+        ok = strchr("0123456789abcdef", s[5 + i]) != NULL;
+    const char *rest = s + 5 + POOL_JOB_ID_LEN;
+    ok = ok && strncmp(rest, "/out/stage-", 11) == 0;
+    const char *name = rest + 11, *dot = ok ? strstr(name, ".safetensors") : NULL;
+    if (ok && dot && strcmp(dot, ".safetensors") == 0) {
+        char nm[MESH_NAME_MAX];
+        size_t nl = (size_t)(dot - name);
+        ok = nl > 0 && nl < sizeof nm;
+        if (ok) {
+            memcpy(nm, name, nl);
+            nm[nl] = 0;
+            ok = node_name_valid(nm);
+        }
+    } else {
+        ok = false;
+    }
+    if (!ok) {
+        snprintf(r->reason, sizeof r->reason, "%.200s: not a file this node serves", m->path);
+        return 0;
+    }
+    char path[DAEMON_PATH_MAX + 300];
+    snprintf(path, sizeof path, "%s/%s", d->state, m->path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        snprintf(r->reason, sizeof r->reason, "%.200s: %s", m->path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return 0;
+    }
+    uint64_t total = (uint64_t)sb.st_size;
+    if (m->offset > total) {
+        close(fd);
+        snprintf(r->reason, sizeof r->reason, "offset %llu is past the end (%llu bytes)",
+                 (unsigned long long)m->offset, (unsigned long long)total);
+        return 0;
+    }
+    size_t want = total - m->offset < GOSSIP_FETCH_CHUNK ? (size_t)(total - m->offset)
+                                                          : GOSSIP_FETCH_CHUNK;
+    *data = malloc(want + 1);
+    ssize_t got = *data ? pread(fd, *data, want, (off_t)m->offset) : -1;
+    close(fd);
+    if (got != (ssize_t)want) {
+        snprintf(r->reason, sizeof r->reason, "%.200s: short read", m->path);
+        return 0;
+    }
+    r->ok = true;
+    r->total = total;
+    r->offset = m->offset;
+    r->data = *data;
+    r->data_len = want;
+    return 0;
+}

@@ -1,0 +1,300 @@
+/* pool_fetch.c — the client side of FETCH over a member's gossip TCP port
+ * (blocking, for child processes and commands, never the daemon's loop):
+ * `shardnode probe-links` (link latency and bandwidth, run by the daemon
+ * for each job) and `shardnode export --state DIR` (the stage files of a
+ * finished run gathered into one model). */
+#include "daemon_internal.h"
+#include "pool_job.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FETCH_TIMEOUT_MS 10000
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int connect_to(const char *addr, int port, int timeout_ms, char *err, size_t errlen)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    if (daemon_sockaddr(addr, port, &ss, &sl) != 0)
+        return node_errf(err, errlen, "%s: not an address", addr);
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return node_errf(err, errlen, "socket: %s", strerror(errno));
+    if (connect(fd, (struct sockaddr *)&ss, sl) != 0 && errno != EINPROGRESS) {
+        node_errf(err, errlen, "connect to %s port %d: %s", addr, port, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    struct pollfd pf = {.fd = fd, .events = POLLOUT};
+    int soerr = 0;
+    socklen_t el = sizeof soerr;
+    if (poll(&pf, 1, timeout_ms) != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &el) != 0 ||
+        soerr) {
+        node_errf(err, errlen, "connect to %s port %d: %s", addr, port,
+                  soerr ? strerror(soerr) : "timed out");
+        close(fd);
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+static int io_all(int fd, void *buf, size_t n, bool rd)
+{
+    uint8_t *b = buf;
+    while (n) {
+        ssize_t k = rd ? read(fd, b, n) : write(fd, b, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        b += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* One FETCH and its reply (decoded into *r: gossip_msg_free it). */
+static int fetch_once(const char *addr, int port, const uint8_t mesh_id[GOSSIP_MESH_ID_LEN],
+                      const char *from, const char *path, uint64_t off, gossip_msg *r, char *err,
+                      size_t errlen)
+{
+    memset(r, 0, sizeof *r);
+    gossip_msg q;
+    memset(&q, 0, sizeof q);
+    q.type = GOSSIP_MSG_FETCH;
+    q.version = MESH_PROTOCOL_VERSION;
+    memcpy(q.mesh_id, mesh_id, GOSSIP_MESH_ID_LEN);
+    snprintf(q.from, sizeof q.from, "%s", from);
+    snprintf(q.path, sizeof q.path, "%s", path);
+    q.offset = off;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    if (daemon_frame(&q, &buf, &len, err, errlen) != 0) return -1;
+    int fd = connect_to(addr, port, FETCH_TIMEOUT_MS, err, errlen);
+    if (fd < 0) {
+        free(buf);
+        return -1;
+    }
+    uint8_t pre[4];
+    int rc = -1;
+    if (io_all(fd, buf, len, false) != 0 || io_all(fd, pre, 4, true) != 0) {
+        node_errf(err, errlen, "%s port %d: the connection broke or timed out", addr, port);
+        goto out;
+    }
+    size_t n = (size_t)pre[0] | (size_t)pre[1] << 8 | (size_t)pre[2] << 16 | (size_t)pre[3] << 24;
+    if (n == 0 || n > GOSSIP_TCP_MAX) {
+        node_errf(err, errlen, "%s port %d: a reply frame of %zu bytes", addr, port, n);
+        goto out;
+    }
+    free(buf);
+    buf = malloc(n);
+    if (!buf || io_all(fd, buf, n, true) != 0) {
+        node_errf(err, errlen, "%s port %d: the reply was cut short", addr, port);
+        goto out;
+    }
+    if (gossip_decode(buf, n, r, err, errlen) != 0) goto out;
+    if (r->type != GOSSIP_MSG_FETCH_REPLY) {
+        node_errf(err, errlen, "%s port %d: answered with message type %d", addr, port, (int)r->type);
+        gossip_msg_free(r);
+        goto out;
+    }
+    if (!r->ok) {
+        node_errf(err, errlen, "%s refused %s: %s", addr, path, r->reason);
+        gossip_msg_free(r);
+        goto out;
+    }
+    rc = 0;
+out:
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+/* ---- shardnode probe-links --out FILE --mesh HEX --from NAME NAME=ADDR:PORT ... ---- */
+
+int cmd_probe_links(int argc, char **argv)
+{
+    const char *out = NULL, *mesh = NULL, *from = NULL;
+    uint8_t mesh_id[GOSSIP_MESH_ID_LEN];
+    int first = 2;
+    for (; first + 1 < argc && strncmp(argv[first], "--", 2) == 0; first += 2) {
+        if (strcmp(argv[first], "--out") == 0) out = argv[first + 1];
+        else if (strcmp(argv[first], "--mesh") == 0) mesh = argv[first + 1];
+        else if (strcmp(argv[first], "--from") == 0) from = argv[first + 1];
+        else break;
+    }
+    if (!out || !mesh || !from || node_hex_decode(mesh, mesh_id, sizeof mesh_id) != 0) {
+        fprintf(stderr, "usage: shardnode probe-links --out FILE --mesh HEX --from NAME "
+                        "NAME=ADDR:PORT ...\n");
+        return 2;
+    }
+    static const size_t sizes[] = {64, 262144};
+    json_t *links = json_object();
+    for (int i = first; i < argc; i++) {
+        char name[MESH_NAME_MAX], addr[GOSSIP_ADDR_MAX];
+        int port;
+        char *eq = strchr(argv[i], '='), *colon = strrchr(argv[i], ':');
+        if (!eq || !colon || colon < eq || (size_t)(eq - argv[i]) >= sizeof name ||
+            (size_t)(colon - eq - 1) >= sizeof addr) {
+            fprintf(stderr, "shardnode probe-links: %s is not NAME=ADDR:PORT\n", argv[i]);
+            continue;
+        }
+        snprintf(name, sizeof name, "%.*s", (int)(eq - argv[i]), argv[i]);
+        snprintf(addr, sizeof addr, "%.*s", (int)(colon - eq - 1), eq + 1);
+        port = atoi(colon + 1);
+        cost_probe pr[16];
+        int np = 0;
+        char err[512] = "";
+        for (int round = 0; round < 5; round++)
+            for (int s = 0; s < 2; s++) {
+                char path[64];
+                snprintf(path, sizeof path, "probe/%zu", sizes[s]);
+                gossip_msg r;
+                int64_t t0 = mono_ns();
+                if (fetch_once(addr, port, mesh_id, from, path, 0, &r, err, sizeof err) != 0)
+                    continue;
+                int64_t dt = mono_ns() - t0;
+                bool full = r.data_len == sizes[s];
+                gossip_msg_free(&r);
+                if (round == 0 || !full || np >= 16) continue; /* the first round warms up */
+                pr[np++] = (cost_probe){(int64_t)sizes[s] / 2, dt};
+            }
+        cost_link l;
+        if (np >= 4 && cost_link_estimate(&l, pr, np, err, sizeof err) == 0) {
+            json_object_set_new(links, name, json_pack("[I,I]", (json_int_t)l.latency_ns,
+                                                       (json_int_t)l.bandwidth));
+            printf("link to %s: latency %.3f ms, bandwidth %.1f MB/s\n", name,
+                   (double)l.latency_ns * 1e-6, (double)l.bandwidth * 1e-6);
+        } else {
+            fprintf(stderr, "shardnode probe-links: %s (%s): %s\n", name, addr,
+                    err[0] ? err : "too few probes answered");
+        }
+    }
+    int rc = json_dump_file(links, out, JSON_COMPACT | JSON_SORT_KEYS) == 0 ? 0 : 1;
+    if (rc) fprintf(stderr, "shardnode probe-links: cannot write %s\n", out);
+    json_decref(links);
+    return rc;
+}
+
+/* ---- export --state DIR: gather the stages of the committed plan ---- */
+
+static int fetch_file(const char *addr, int port, const uint8_t mesh_id[GOSSIP_MESH_ID_LEN],
+                      const char *from, const char *path, const char *dest, char *err,
+                      size_t errlen)
+{
+    char tmp[DAEMON_PATH_MAX + 320];
+    snprintf(tmp, sizeof tmp, "%s.part", dest);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return node_errf(err, errlen, "%s: %s", tmp, strerror(errno));
+    uint64_t off = 0, total = 1;
+    int rc = -1;
+    while (off < total) {
+        gossip_msg r;
+        if (fetch_once(addr, port, mesh_id, from, path, off, &r, err, errlen) != 0) goto out;
+        total = r.total;
+        bool bad = r.offset != off || (r.data_len == 0 && off < total);
+        if (!bad && r.data_len && fwrite(r.data, 1, r.data_len, f) != r.data_len) bad = true;
+        off += r.data_len;
+        gossip_msg_free(&r);
+        if (bad) {
+            node_errf(err, errlen, "%s from %s: a chunk at offset %llu is wrong or cannot be "
+                                   "written", path, addr, (unsigned long long)off);
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    if (fclose(f) != 0 && rc == 0) rc = node_errf(err, errlen, "%s: %s", tmp, strerror(errno));
+    if (rc == 0 && rename(tmp, dest) != 0)
+        rc = node_errf(err, errlen, "%s: %s", dest, strerror(errno));
+    if (rc) unlink(tmp);
+    return rc;
+}
+
+int pool_export(const char *state, const char *out, char *err, size_t errlen)
+{
+    json_t *st = node_control_request(state, "status", err, errlen);
+    if (!st) return -1;
+    int rc = -1;
+    uint8_t mesh_id[GOSSIP_MESH_ID_LEN];
+    json_t *job = json_object_get(st, "job");
+    json_t *committed = json_object_get(job, "committed");
+    const char *self = node_json_str(st, "self"), *mesh = node_json_str(st, "mesh_id");
+    const char *id = node_json_str(job, "id"), *job_file = node_json_str(job, "job_file");
+    if (!mesh || !self || node_hex_decode(mesh, mesh_id, sizeof mesh_id) != 0) {
+        node_errf(err, errlen, "the node on %s gave no mesh id", state);
+        goto done;
+    }
+    if (!json_is_object(job) || !id || !job_file) {
+        node_errf(err, errlen, "no job in the mesh of %s", state);
+        goto done;
+    }
+    if (!json_is_object(committed)) {
+        node_errf(err, errlen, "job %s has no committed plan yet (see shardnode status)", id);
+        goto done;
+    }
+    char gdir[DAEMON_PATH_MAX], dest[DAEMON_PATH_MAX + 200], path[300];
+    snprintf(gdir, sizeof gdir, "%s/jobs/%s/gathered", state, id);
+    mkdir(gdir, 0755);
+    json_t *stages = json_object_get(committed, "stages");
+    const char *names[SPLIT_MAX_STAGES];
+    int begin[SPLIT_MAX_STAGES], end[SPLIT_MAX_STAGES], ns = 0;
+    size_t i;
+    json_t *s;
+    json_array_foreach(stages, i, s) {
+        if (ns >= SPLIT_MAX_STAGES) break;
+        const char *name = json_string_value(json_array_get(s, 0));
+        const char *addr = json_string_value(json_array_get(s, 3));
+        if (!name || !addr || !node_name_valid(name)) {
+            node_errf(err, errlen, "job %s: stage %zu of the committed plan is malformed", id, i);
+            goto done;
+        }
+        names[ns] = name;
+        begin[ns] = (int)json_integer_value(json_array_get(s, 1));
+        end[ns] = (int)json_integer_value(json_array_get(s, 2));
+        ns++;
+        snprintf(path, sizeof path, "jobs/%s/out/stage-%s.safetensors", id, name);
+        snprintf(dest, sizeof dest, "%s/stage-%s.safetensors", gdir, name);
+        int port = GOSSIP_DEFAULT_PORT;
+        json_t *ms = json_object_get(st, "members");
+        size_t k;
+        json_t *m;
+        json_array_foreach(ms, k, m) if (strcmp(node_json_str(m, "name"), name) == 0 &&
+                                         json_is_integer(json_object_get(m, "gossip_port")))
+            port = (int)json_integer_value(json_object_get(m, "gossip_port"));
+        if (fetch_file(addr, port, mesh_id, self, path, dest, err, errlen) != 0) goto done;
+        printf("export: stage %s (layers %d..%d) fetched from %s\n", name, begin[ns - 1],
+               end[ns - 1], addr);
+    }
+    const char *dir = out ? out : node_json_str(job, "out_dir");
+    if (!dir) {
+        node_errf(err, errlen, "job %s names no out_dir; give --out", id);
+        goto done;
+    }
+    rc = export_merge(job_file, gdir, names, ns, dir, err, errlen);
+done:
+    json_decref(st);
+    return rc;
+}
