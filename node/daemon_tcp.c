@@ -298,8 +298,23 @@ void daemon_sync_start(daemon_t *d, const char *addr, int port)
     struct sockaddr_storage ss;
     socklen_t sl;
     if (!d->base || daemon_sockaddr(addr, port, &ss, &sl) != 0) return;
-    struct bufferevent *bev = bufferevent_socket_new(d->base, -1, BEV_OPT_CLOSE_ON_FREE);
-    if (!bev) return;
+    /* From the overlay address: members are known by it (on loopback the
+     * kernel would otherwise pick 127.0.0.1). */
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    struct sockaddr_storage own;
+    socklen_t ol;
+    if (fd < 0) return;
+    if (daemon_sockaddr(d->overlay, 0, &own, &ol) == 0) {
+        int one = 1;
+        setsockopt(fd, SOL_IP, IP_FREEBIND, &one, sizeof one);
+        if (bind(fd, (struct sockaddr *)&own, ol) != 0)
+            daemon_log(d, "gossip: cannot bind a sync to %s: %s", d->overlay, strerror(errno));
+    }
+    struct bufferevent *bev = bufferevent_socket_new(d->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (!bev) {
+        close(fd);
+        return;
+    }
     daemon_conn *c = conn_new(d, bev, CONN_SYNC_OUT, addr, gossip_readable);
     if (!c) return;
     struct timeval tv = {5, 0};

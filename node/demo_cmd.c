@@ -45,6 +45,13 @@ static const char *const demo_ns[DEMO_NODES] = {"sndemo-a", "sndemo-b", "sndemo-
 static const char *const demo_ip[DEMO_NODES] = {"10.210.0.11", "10.210.0.12", "10.210.0.13"};
 #define DEMO_PORT "51820"
 #define DEMO_PREFIX "10.79.0.0/16"
+/* Without root: the nodes are plain processes, their mesh prefix inside
+ * 127.0.0.0/8, which the daemon takes as "no overlay": no WireGuard, no
+ * encryption, every log line marked INSECURE. */
+#define DEMO_LOOPBACK_PREFIX "127.0.0.0/8"
+static const char *const demo_lo_endpoint[DEMO_NODES] = {"127.0.0.1:51820", "127.0.0.1:51821",
+                                                       "127.0.0.1:51822"};
+static bool demo_loopback;
 
 static volatile sig_atomic_t demo_signal;
 
@@ -488,10 +495,12 @@ static int node_start(demo_t *d, int i, char *const args[], char *err, size_t er
 {
     char *argv[32];
     int n = 0;
-    argv[n++] = "ip";
-    argv[n++] = "netns";
-    argv[n++] = "exec";
-    argv[n++] = (char *)demo_ns[i];
+    if (!demo_loopback) {
+        argv[n++] = "ip";
+        argv[n++] = "netns";
+        argv[n++] = "exec";
+        argv[n++] = (char *)demo_ns[i];
+    }
     argv[n++] = d->exe;
     for (int k = 0; args[k] && n < 31; k++) argv[n++] = args[k];
     argv[n] = NULL;
@@ -735,18 +744,26 @@ static int check_inputs(demo_t *d, const char *job_path, bool is_default, char *
 
 static int demo_pool(demo_t *d, char *err, size_t errlen)
 {
-    printf("== pool: %d nodes in network namespaces (wireguard-go)\n", DEMO_NODES);
     double t0 = now_s();
-    if (ns_build(d, err, errlen) != 0) return -1;
-    printf("namespaces %s (bridge br0), %s %s %s at %s %s %s\n", demo_ns_hub, demo_ns[0],
-           demo_ns[1], demo_ns[2], demo_ip[0], demo_ip[1], demo_ip[2]);
-
+    const char *prefix = demo_loopback ? DEMO_LOOPBACK_PREFIX : DEMO_PREFIX;
     char endpoint[DEMO_NODES][40];
-    for (int i = 0; i < DEMO_NODES; i++)
-        snprintf(endpoint[i], sizeof endpoint[i], "%s:%s", demo_ip[i], DEMO_PORT);
-    char *init[] = {"ip", "netns", "exec", (char *)demo_ns[0], d->exe, "init", "--state",
-                    d->state[0], "--name", "a", "--listen-port", DEMO_PORT, "--endpoint",
-                    endpoint[0], "--prefix", DEMO_PREFIX, NULL};
+    if (demo_loopback) {
+        printf("== pool: %d nodes as processes on loopback, overlay disabled (INSECURE: "
+               "nothing is encrypted)\n", DEMO_NODES);
+        for (int i = 0; i < DEMO_NODES; i++)
+            snprintf(endpoint[i], sizeof endpoint[i], "%s", demo_lo_endpoint[i]);
+    } else {
+        printf("== pool: %d nodes in network namespaces (wireguard-go)\n", DEMO_NODES);
+        if (ns_build(d, err, errlen) != 0) return -1;
+        printf("namespaces %s (bridge br0), %s %s %s at %s %s %s\n", demo_ns_hub, demo_ns[0],
+               demo_ns[1], demo_ns[2], demo_ip[0], demo_ip[1], demo_ip[2]);
+        for (int i = 0; i < DEMO_NODES; i++)
+            snprintf(endpoint[i], sizeof endpoint[i], "%s:%s", demo_ip[i], DEMO_PORT);
+    }
+    char *init_ns[] = {"ip", "netns", "exec", (char *)demo_ns[0], d->exe, "init", "--state",
+                       d->state[0], "--name", "a", "--listen-port", DEMO_PORT, "--endpoint",
+                       endpoint[0], "--prefix", (char *)prefix, NULL};
+    char **init = demo_loopback ? init_ns + 4 : init_ns;
     int fd = open(d->log[0], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return node_errf(err, errlen, "%s: cannot open: %s", d->log[0], strerror(errno));
     char why[512];
@@ -759,11 +776,12 @@ static int demo_pool(demo_t *d, char *err, size_t errlen)
     }
     char *up[] = {"up", "--state", d->state[0], "--threads", "1", NULL};
     if (node_start(d, 0, up, err, errlen) != 0) return -1;
-    printf("node a: up (mesh %s, endpoint %s), log %s\n", DEMO_PREFIX, endpoint[0], d->log[0]);
+    printf("node a: up (mesh %s, endpoint %s), log %s\n", prefix, endpoint[0], d->log[0]);
     for (int i = 1; i < DEMO_NODES; i++) {
         if (wait_status(d, i - 1, 0, 30, err, errlen) != 0) return -1;
-        char *invite[] = {"ip", "netns", "exec", (char *)demo_ns[i - 1], d->exe, "invite",
-                          "--state", d->state[i - 1], NULL};
+        char *invite_ns[] = {"ip", "netns", "exec", (char *)demo_ns[i - 1], d->exe, "invite",
+                             "--state", d->state[i - 1], NULL};
+        char **invite = demo_loopback ? invite_ns + 4 : invite_ns;
         char out[4096];
         rc = run_capture(invite, out, sizeof out, 30, why, sizeof why);
         if (rc != 0) {
@@ -782,8 +800,10 @@ static int demo_pool(demo_t *d, char *err, size_t errlen)
                              d->state[i - 1]);
         char name[8];
         snprintf(name, sizeof name, "%s", demo_names[i]);
+        char port[8];
+        snprintf(port, sizeof port, "%s", strrchr(endpoint[i], ':') + 1);
         char *join[] = {"join", tok, "--state", d->state[i], "--name", name, "--listen-port",
-                        DEMO_PORT, "--endpoint", endpoint[i], "--threads", "1", NULL};
+                        port, "--endpoint", endpoint[i], "--threads", "1", NULL};
         unlink(d->log[i]);
         if (node_start(d, i, join, err, errlen) != 0) return -1;
         printf("node %s: joining through an invite from %s (endpoint %s), log %s\n", name,
@@ -851,25 +871,18 @@ int cmd_demo(int argc, char **argv)
     const char *job_path = job_opt ? job_opt : default_job;
     const char *dir = dir_opt ? dir_opt : "out/demo";
 
-    if (geteuid() != 0) {
-        fprintf(stderr, "shardnode demo: needs root: it makes network namespaces and "
-                        "WireGuard interfaces (run it with sudo)\n");
-        return 2;
-    }
-    if (access("/dev/net/tun", R_OK | W_OK) != 0) {
-        fprintf(stderr, "shardnode demo: /dev/net/tun: %s (wireguard-go needs the TUN device)\n",
-                strerror(errno));
-        return 2;
-    }
-    if (!on_path("wireguard-go")) {
-        fprintf(stderr, "shardnode demo: wireguard-go is not on PATH (apt-get install "
-                        "wireguard-go)\n");
-        return 2;
-    }
-    if (!on_path("ip")) {
-        fprintf(stderr, "shardnode demo: ip is not on PATH (apt-get install iproute2)\n");
-        return 2;
-    }
+    /* Namespaces and WireGuard need root, /dev/net/tun, wireguard-go and ip;
+     * without any of them the nodes run on loopback, unencrypted, and say so. */
+    const char *why_lo = geteuid() != 0 ? "not root"
+                         : access("/dev/net/tun", R_OK | W_OK) != 0 ? "no /dev/net/tun"
+                         : !on_path("wireguard-go") ? "wireguard-go is not installed"
+                         : !on_path("ip") ? "ip (iproute2) is not installed"
+                                          : NULL;
+    demo_loopback = why_lo != NULL;
+    if (demo_loopback)
+        fprintf(stderr, "shardnode demo: %s: the 3 nodes run as processes on loopback with "
+                        "the overlay disabled (INSECURE: nothing is encrypted; as root the "
+                        "demo uses network namespaces and WireGuard)\n", why_lo);
 
     static demo_t d;
     memset(&d, 0, sizeof d);
@@ -912,7 +925,7 @@ int cmd_demo(int argc, char **argv)
 
     /* one demo at a time: a second one would take the first's namespaces
      * down (the lock goes with the process, however it ends) */
-    const char *lock_path = "/run/shardnode-demo.lock";
+    const char *lock_path = demo_loopback ? "/tmp/shardnode-demo.lock" : "/run/shardnode-demo.lock";
     int lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     struct flock fl;
     memset(&fl, 0, sizeof fl);
@@ -948,7 +961,7 @@ int cmd_demo(int argc, char **argv)
     double t0 = now_s();
     int rc = 1;
     /* leftovers of an earlier demo that was killed before its cleanup */
-    ns_destroy(&d, false);
+    if (!demo_loopback) ns_destroy(&d, false);
     for (int i = 0; i < DEMO_NODES; i++) {
         if (access(d.state[i], F_OK) == 0 && remove_tree(d.state[i]) != 0) {
             fprintf(stderr, "shardnode demo: cannot remove the earlier %s: %s\n", d.state[i],

@@ -216,9 +216,12 @@ static void print_job(json_t *job)
             snprintf(vote, sizeof vote, "e%lld %.8s",
                      (long long)json_integer_value(json_object_get(v, "e")),
                      node_json_str(v, "p") ? node_json_str(v, "p") : "?");
-        if (json_is_object(r))
+        if (json_is_object(r) && node_json_str(r, "state"))
             snprintf(rs, sizeof rs, "%s step %lld", node_json_str(r, "state"),
                      (long long)json_integer_value(json_object_get(r, "step")));
+        else if (json_is_boolean(json_object_get(r, "gathered")))
+            snprintf(rs, sizeof rs, "%s", json_is_true(json_object_get(r, "gathered"))
+                                              ? "gathered the model" : "gathering failed");
         printf("%-16s %-8s %-8s %-12s %-22s %s\n", name,
                json_is_true(json_object_get(m, "compute")) ? "yes" : "no",
                json_is_true(json_object_get(m, "ready")) ? "yes" : "no", fb, vote, rs);
@@ -241,10 +244,15 @@ static void print_job(json_t *job)
         else printf("plan: not committed yet (members profile themselves, then vote)\n");
         return;
     }
-    printf("plan: epoch %lld, hash %s, micro-batch %lld, predicted step %.1f ms\n",
+    printf("plan: epoch %lld, hash %s, micro-batch %lld, predicted step %.1f ms",
            (long long)json_integer_value(json_object_get(c, "e")), node_json_str(c, "h"),
            (long long)json_integer_value(json_object_get(c, "mb")),
            1e-6 * (double)json_integer_value(json_object_get(c, "step_ns")));
+    json_t *shared = json_object_get(c, "step_ns_shared");
+    if (json_integer_value(shared) > json_integer_value(json_object_get(c, "step_ns")))
+        printf(" (%.1f ms with stages sharing a machine's cores)",
+               1e-6 * (double)json_integer_value(shared));
+    printf("\n");
     size_t i;
     json_t *s;
     json_array_foreach(json_object_get(c, "stages"), i, s)

@@ -301,6 +301,9 @@ static void publish(daemon_t *d, int64_t now)
         if (p->pool_names) json_object_set(doc, "pool", p->pool_names);
         if (p->stop) json_object_set_new(doc, "stop", json_true());
         json_object_set_new(doc, "compute", json_boolean(!d->no_compute));
+        json_object_set_new(doc, "host", json_string(d->host_id));
+        json_object_set_new(doc, "cores", json_integer(d->cores));
+        json_object_set_new(doc, "threads", json_integer(d->threads ? d->threads : d->cores));
         json_object_set_new(doc, "first", json_boolean(p->can_first));
         json_object_set_new(doc, "any", json_boolean(p->can_any));
         if (json_array_size(p->lacks)) json_object_set(doc, "lack", p->lacks);
@@ -450,7 +453,8 @@ static void measure(daemon_t *d, part *parts, int n)
         snprintf(mb, sizeof mb, "%d", p->job.micro_batch);
         snprintf(seq, sizeof seq, "%d", p->job.seq_len);
         snprintf(thr, sizeof thr, "%d", d->threads);
-        char *args[] = {"shardnode", "profile", "--model", cfgp, "--micro-batch", mb, "--seq", seq,
+        char *args[] = {"shardnode", "profile", "--model", cfgp, "--iters", "5",
+                        "--micro-batch", mb, "--seq", seq,
                         "--cache", cache, "--out", out, "--lock", POOL_PROFILE_LOCK,
                         d->threads ? "--threads" : NULL, thr, NULL};
         p->prof_pid = spawn(d, log, args);
@@ -471,6 +475,8 @@ static void measure(daemon_t *d, part *parts, int n)
         args[a++] = mesh_hex;
         args[a++] = "--from";
         args[a++] = d->name;
+        args[a++] = "--bind";
+        args[a++] = d->overlay;
         for (int i = 0; i < n && t < 64; i++) {
             if (parts[i].m->self || !parts[i].live || !doc_job(&parts[i], p->id)) continue;
             snprintf(targets[t], sizeof targets[t], "%s=%s:%d", parts[i].m->rec.name,
@@ -506,7 +512,12 @@ static bool compute_view(daemon_t *d, part *parts, int n)
     int k = 0;
     bool ready = true;
     for (int i = 0; i < n && k < POOL_MAX_PARTS; i++) {
-        if (!parts[i].live || !doc_job(&parts[i], p->id)) continue;
+        if (!parts[i].live) continue;
+        /* a live member that has not taken the job up yet: wait for it */
+        if (!doc_job(&parts[i], p->id)) {
+            ready = false;
+            continue;
+        }
         json_t *doc = parts[i].doc;
         bool compute = json_is_true(json_object_get(doc, "compute")) &&
                        json_is_true(json_object_get(doc, "any"));
@@ -522,7 +533,10 @@ static bool compute_view(daemon_t *d, part *parts, int n)
         json_t *doc = in[i].doc;
         json_array_append_new(members, json_string(in[i].name));
         json_array_append_new(
-            canon, json_pack("{s:s,s:O,s:O,s:O,s:O,s:O}", "name", in[i].name, "compute",
+            canon, json_pack("{s:s,s:O*,s:O*,s:O*,s:O,s:O,s:O,s:O,s:O}", "name", in[i].name,
+                             "host", json_object_get(doc, "host"), "cores",
+                             json_object_get(doc, "cores"), "threads",
+                             json_object_get(doc, "threads"), "compute",
                              json_object_get(doc, "compute"), "first", json_object_get(doc, "first"),
                              "any", json_object_get(doc, "any"), "prof",
                              json_object_get(doc, "prof") ? json_object_get(doc, "prof") : json_null(),
@@ -548,7 +562,7 @@ static bool compute_view(daemon_t *d, part *parts, int n)
     /* the fleet: members that compute and can hold a stage, by name */
     plan_node nodes[POOL_MAX_PARTS];
     const char *addr[POOL_MAX_PARTS];
-    json_t *links_of[POOL_MAX_PARTS];
+    json_t *links_of[POOL_MAX_PARTS], *docs[POOL_MAX_PARTS];
     int f = 0;
     memset(nodes, 0, sizeof nodes);
     for (int i = 0; i < k; i++) {
@@ -570,6 +584,7 @@ static bool compute_view(daemon_t *d, part *parts, int n)
         nd->prof.memory_bytes = json_integer_value(json_object_get(pr, "mem"));
         nd->prof.scratch_slots = (int)json_integer_value(json_object_get(pr, "s"));
         addr[f] = in[i].address;
+        docs[f] = doc;
         links_of[f] = json_object_get(doc, "links");
         f++;
     }
@@ -621,8 +636,25 @@ static bool compute_view(daemon_t *d, part *parts, int n)
                                                     pl->stage[s].layer_begin, pl->stage[s].layer_end,
                                                     addr[nd], (json_int_t)pl->stage[s].time_ns));
         }
-        p->layout = json_pack("{s:I,s:I,s:o}", "mb", (json_int_t)pl->micro_batch, "step_ns",
-                              (json_int_t)pl->step_ns, "stages", stages);
+        /* Stages on one machine share its cores: the step stretches by the
+         * threads they ask for over the cores there (a report; the plan
+         * itself takes every node as alone). */
+        int64_t factor = 1000;
+        for (int a = 0; a < pl->nstages; a++) {
+            const char *ha = json_string_value(json_object_get(docs[pl->stage[a].node[0]], "host"));
+            int64_t cores = json_integer_value(json_object_get(docs[pl->stage[a].node[0]], "cores"));
+            int64_t want = 0;
+            if (!ha || cores < 1) continue;
+            for (int b = 0; b < pl->nstages; b++) {
+                json_t *db = docs[pl->stage[b].node[0]];
+                const char *hb = json_string_value(json_object_get(db, "host"));
+                if (hb && strcmp(ha, hb) == 0) want += json_integer_value(json_object_get(db, "threads"));
+            }
+            if (want * 1000 / cores > factor) factor = want * 1000 / cores;
+        }
+        p->layout = json_pack("{s:I,s:I,s:I,s:o}", "mb", (json_int_t)pl->micro_batch, "step_ns",
+                              (json_int_t)pl->step_ns, "step_ns_shared",
+                              (json_int_t)cost_muldiv(pl->step_ns, factor, 1000), "stages", stages);
     }
     free(links);
     free(pl);
@@ -634,6 +666,14 @@ static bool compute_view(daemon_t *d, part *parts, int n)
 static json_t *base_members(pool *p)
 {
     return p->committed ? json_object_get(p->committed, "m") : p->pool_names;
+}
+
+/* The plan part of a committed section (or of a layout). */
+static json_t *layout_of(json_t *c)
+{
+    return json_pack("{s:O,s:O,s:O*,s:O}", "mb", json_object_get(c, "mb"), "step_ns",
+                     json_object_get(c, "step_ns"), "step_ns_shared",
+                     json_object_get(c, "step_ns_shared"), "stages", json_object_get(c, "stages"));
 }
 
 static void cast(daemon_t *d, int64_t epoch)
@@ -670,10 +710,10 @@ static void commit(daemon_t *d, int64_t epoch, uint64_t plan, json_t *members, j
     char h[17];
     hex64(plan, h);
     json_decref(p->committed);
-    p->committed = json_pack("{s:I,s:s,s:O,s:O,s:O,s:O}", "e", (json_int_t)epoch, "h", h, "m",
-                             members, "mb", json_object_get(layout, "mb"), "step_ns",
-                             json_object_get(layout, "step_ns"), "stages",
-                             json_object_get(layout, "stages"));
+    p->committed = layout_of(layout);
+    json_object_set_new(p->committed, "e", json_integer((json_int_t)epoch));
+    json_object_set_new(p->committed, "h", json_string(h));
+    json_object_set(p->committed, "m", members);
     p->doc_dirty = true;
     daemon_log(d, "pool: epoch %lld committed plan %s", (long long)epoch, h);
 }
@@ -728,9 +768,7 @@ static void elect(daemon_t *d, part *parts, int n, int64_t now)
         int64_t e = c ? (int64_t)json_integer_value(json_object_get(c, "e")) : 0;
         const char *h = json_string_value(json_object_get(c, "h"));
         if (!c || e < epoch || !h || !json_is_array(json_object_get(c, "stages"))) continue;
-        json_t *lay = json_pack("{s:O,s:O,s:O}", "mb", json_object_get(c, "mb"), "step_ns",
-                                json_object_get(c, "step_ns"), "stages",
-                                json_object_get(c, "stages"));
+        json_t *lay = layout_of(c);
         daemon_log(d, "pool: %s gossips the commit of epoch %lld", parts[k].m->rec.name,
                    (long long)e);
         commit(d, e, unhex64(h), json_object_get(c, "m"), lay);
@@ -750,9 +788,7 @@ static void elect(daemon_t *d, part *parts, int n, int64_t now)
             } else {
                 json_t *c = committed_from(parts, n, ep, h);
                 if (!c) return; /* wait until a member that ran the numbers says it */
-                json_t *lay = json_pack("{s:O,s:O,s:O}", "mb", json_object_get(c, "mb"), "step_ns",
-                                        json_object_get(c, "step_ns"), "stages",
-                                        json_object_get(c, "stages"));
+                json_t *lay = layout_of(c);
                 commit(d, ep, plan, json_object_get(c, "m"), lay);
                 json_decref(lay);
             }
@@ -780,9 +816,7 @@ static void elect(daemon_t *d, part *parts, int n, int64_t now)
             hex64(r.base_plan, h);
             json_t *c = committed_from(parts, n, r.base, h);
             if (!c) return;
-            json_t *lay = json_pack("{s:O,s:O,s:O}", "mb", json_object_get(c, "mb"), "step_ns",
-                                    json_object_get(c, "step_ns"), "stages",
-                                    json_object_get(c, "stages"));
+            json_t *lay = layout_of(c);
             commit(d, r.base, r.base_plan, json_object_get(c, "m"), lay);
             json_decref(lay);
             return;
@@ -946,6 +980,19 @@ static void gather_model(daemon_t *d, part *parts, int n)
 int pool_open(daemon_t *d)
 {
     d->pool = calloc(1, sizeof *d->pool);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    d->cores = n > 0 ? (int)n : 1;
+    /* which members share a machine (network namespaces do): a hash of
+     * the machine id, not the id itself */
+    char id[128] = "";
+    FILE *f = fopen("/etc/machine-id", "r");
+    if (f) {
+        if (!fgets(id, sizeof id, f)) id[0] = 0;
+        fclose(f);
+    }
+    if (!id[0]) gethostname(id, sizeof id - 1);
+    id[strcspn(id, "\n")] = 0;
+    hex64(elect_hash(ELECT_HASH_INIT, id, strlen(id)), d->host_id);
     return d->pool ? 0 : -1;
 }
 

@@ -29,14 +29,22 @@ static int64_t mono_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static int connect_to(const char *addr, int port, int timeout_ms, char *err, size_t errlen)
+/* from: this node's overlay address (members are known by it), or NULL. */
+static int connect_to(const char *addr, int port, const char *from, int timeout_ms, char *err,
+                      size_t errlen)
 {
-    struct sockaddr_storage ss;
-    socklen_t sl;
+    struct sockaddr_storage ss, fs;
+    socklen_t sl, fsl;
     if (daemon_sockaddr(addr, port, &ss, &sl) != 0)
         return node_errf(err, errlen, "%s: not an address", addr);
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return node_errf(err, errlen, "socket: %s", strerror(errno));
+    if (from && from[0] && (daemon_sockaddr(from, 0, &fs, &fsl) != 0 ||
+                            bind(fd, (struct sockaddr *)&fs, fsl) != 0)) {
+        node_errf(err, errlen, "cannot connect from %s: %s", from, strerror(errno));
+        close(fd);
+        return -1;
+    }
     if (connect(fd, (struct sockaddr *)&ss, sl) != 0 && errno != EINPROGRESS) {
         node_errf(err, errlen, "connect to %s port %d: %s", addr, port, strerror(errno));
         close(fd);
@@ -77,8 +85,8 @@ static int io_all(int fd, void *buf, size_t n, bool rd)
 
 /* One FETCH and its reply (decoded into *r: gossip_msg_free it). */
 static int fetch_once(const char *addr, int port, const uint8_t mesh_id[GOSSIP_MESH_ID_LEN],
-                      const char *from, const char *path, uint64_t off, gossip_msg *r, char *err,
-                      size_t errlen)
+                      const char *from, const char *bind_addr, const char *path, uint64_t off,
+                      gossip_msg *r, char *err, size_t errlen)
 {
     memset(r, 0, sizeof *r);
     gossip_msg q;
@@ -92,7 +100,7 @@ static int fetch_once(const char *addr, int port, const uint8_t mesh_id[GOSSIP_M
     uint8_t *buf = NULL;
     size_t len = 0;
     if (daemon_frame(&q, &buf, &len, err, errlen) != 0) return -1;
-    int fd = connect_to(addr, port, FETCH_TIMEOUT_MS, err, errlen);
+    int fd = connect_to(addr, port, bind_addr, FETCH_TIMEOUT_MS, err, errlen);
     if (fd < 0) {
         free(buf);
         return -1;
@@ -136,18 +144,19 @@ out:
 
 int cmd_probe_links(int argc, char **argv)
 {
-    const char *out = NULL, *mesh = NULL, *from = NULL;
+    const char *out = NULL, *mesh = NULL, *from = NULL, *bind_addr = NULL;
     uint8_t mesh_id[GOSSIP_MESH_ID_LEN];
     int first = 2;
     for (; first + 1 < argc && strncmp(argv[first], "--", 2) == 0; first += 2) {
         if (strcmp(argv[first], "--out") == 0) out = argv[first + 1];
         else if (strcmp(argv[first], "--mesh") == 0) mesh = argv[first + 1];
         else if (strcmp(argv[first], "--from") == 0) from = argv[first + 1];
+        else if (strcmp(argv[first], "--bind") == 0) bind_addr = argv[first + 1];
         else break;
     }
     if (!out || !mesh || !from || node_hex_decode(mesh, mesh_id, sizeof mesh_id) != 0) {
         fprintf(stderr, "usage: shardnode probe-links --out FILE --mesh HEX --from NAME "
-                        "NAME=ADDR:PORT ...\n");
+                        "[--bind OVERLAY] NAME=ADDR:PORT ...\n");
         return 2;
     }
     static const size_t sizes[] = {64, 262144};
@@ -173,7 +182,8 @@ int cmd_probe_links(int argc, char **argv)
                 snprintf(path, sizeof path, "probe/%zu", sizes[s]);
                 gossip_msg r;
                 int64_t t0 = mono_ns();
-                if (fetch_once(addr, port, mesh_id, from, path, 0, &r, err, sizeof err) != 0)
+                if (fetch_once(addr, port, mesh_id, from, bind_addr, path, 0, &r, err,
+                               sizeof err) != 0)
                     continue;
                 int64_t dt = mono_ns() - t0;
                 bool full = r.data_len == sizes[s];
@@ -201,8 +211,8 @@ int cmd_probe_links(int argc, char **argv)
 /* ---- export --state DIR: gather the stages of the committed plan ---- */
 
 static int fetch_file(const char *addr, int port, const uint8_t mesh_id[GOSSIP_MESH_ID_LEN],
-                      const char *from, const char *path, const char *dest, char *err,
-                      size_t errlen)
+                      const char *from, const char *bind_addr, const char *path,
+                      const char *dest, char *err, size_t errlen)
 {
     char tmp[DAEMON_PATH_MAX + 320];
     snprintf(tmp, sizeof tmp, "%s.part", dest);
@@ -212,7 +222,8 @@ static int fetch_file(const char *addr, int port, const uint8_t mesh_id[GOSSIP_M
     int rc = -1;
     while (off < total) {
         gossip_msg r;
-        if (fetch_once(addr, port, mesh_id, from, path, off, &r, err, errlen) != 0) goto out;
+        if (fetch_once(addr, port, mesh_id, from, bind_addr, path, off, &r, err, errlen) != 0)
+            goto out;
         total = r.total;
         bool bad = r.offset != off || (r.data_len == 0 && off < total);
         if (!bad && r.data_len && fwrite(r.data, 1, r.data_len, f) != r.data_len) bad = true;
@@ -258,6 +269,12 @@ int pool_export(const char *state, const char *out, char *err, size_t errlen)
     char gdir[DAEMON_PATH_MAX], dest[DAEMON_PATH_MAX + 200], path[300];
     snprintf(gdir, sizeof gdir, "%s/jobs/%s/gathered", state, id);
     mkdir(gdir, 0755);
+    /* connect from this node's overlay address: members are known by it */
+    const char *own = NULL;
+    size_t k0;
+    json_t *m0;
+    json_array_foreach(json_object_get(st, "members"), k0, m0)
+        if (json_is_true(json_object_get(m0, "self"))) own = node_json_str(m0, "address");
     json_t *stages = json_object_get(committed, "stages");
     const char *names[SPLIT_MAX_STAGES];
     int begin[SPLIT_MAX_STAGES], end[SPLIT_MAX_STAGES], ns = 0;
@@ -284,7 +301,7 @@ int pool_export(const char *state, const char *out, char *err, size_t errlen)
         json_array_foreach(ms, k, m) if (strcmp(node_json_str(m, "name"), name) == 0 &&
                                          json_is_integer(json_object_get(m, "gossip_port")))
             port = (int)json_integer_value(json_object_get(m, "gossip_port"));
-        if (fetch_file(addr, port, mesh_id, self, path, dest, err, errlen) != 0) goto done;
+        if (fetch_file(addr, port, mesh_id, self, own, path, dest, err, errlen) != 0) goto done;
         printf("export: stage %s (layers %d..%d) fetched from %s\n", name, begin[ns - 1],
                end[ns - 1], addr);
     }

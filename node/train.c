@@ -389,6 +389,7 @@ static int run_mesh(const char *state, const char *job, bool stop, bool wait)
     if (!wait) return 0;
     /* --wait: the plan, then progress, until the run ends */
     char last[512] = "";
+    int noplan = 0;
     for (;;) {
         sleep(2);
         json_t *st = node_control_request(state, "status", err, sizeof err);
@@ -458,7 +459,13 @@ static int run_mesh(const char *state, const char *job, bool stop, bool wait)
         bool submitter = node_json_str(j, "submitted_by") && node_json_str(st, "self") &&
                          strcmp(node_json_str(j, "submitted_by"), node_json_str(st, "self")) == 0;
         int rc = -1;
-        if (failed) {
+        noplan = !c && strncmp(problem, "no plan fits", 12) == 0 ? noplan + 1 : 0;
+        if (noplan >= 10) {
+            /* 20 s of the same verdict: say so rather than wait for ever (the
+             * job stays submitted; members that join make a new view) */
+            fprintf(stderr, "shardnode train: %s\n", problem);
+            rc = 1;
+        } else if (failed) {
             fprintf(stderr, "shardnode train: the run failed: %s\n", problem);
             rc = 1;
         } else if (c && named && done >= named && (!submitter || gathered)) {
