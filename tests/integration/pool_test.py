@@ -8,15 +8,14 @@ without a leader, and training over the overlay equal to one process.
    c runs with --threads 1 (slower than a and b, which get 2 threads);
    d runs with --no-compute: a laptop that only submits and watches.
 2. The single-process run of the job (the reference) trains first.
-3. Phase A: d submits the job (`train --state D --job J --wait`); every
-   member reports the same committed plan hash; d holds no stage; c holds
-   fewer layers than a and than b; the loss at every step on every stage
-   equals the single-process run to 1e-5 relative; the measured step time is
-   set against the plan's prediction (printed: reported, not asserted).
-   Phase B: c restarted at 2 threads, the job again; the model d gathers
-   over the mesh equals a single-process run at 2 threads to 1e-5 (the
-   kernels' reductions depend on the thread count, so the model is compared
-   at equal counts; the losses match across counts).
+3. d submits the job (`train --state D --job J --wait`); every member
+   reports the same committed plan hash; d holds no stage; the profiles show
+   c slower and c holds fewer layers than the fastest and no more than any;
+   the loss at every step on every stage equals the single-process run to
+   1e-5 relative; the model d gathers over the mesh equals the
+   single-process model to 1e-5 (the kernels give the same bits whatever the
+   thread cap); the measured step time is set against the plan's prediction
+   (printed: reported, not asserted).
 4. A second job naming a data file that only some members have (another
    hash on b) is reported in status naming the node and the file; a job
    whose model cannot fit in the pool's memory is reported with how much is
@@ -265,11 +264,6 @@ def body(t):
     t0 = time.time()
     run([t.sn, "train", "--job", j1, "--metrics", m1, "--threads", "1"])
     log("single process: %d steps in %.1f s" % (STEPS, time.time() - t0))
-    # The kernels' reductions depend on the thread count, so a model equal to
-    # 1e-5 needs the same count on both sides: phase B compares 2 threads.
-    single2_out = os.path.join(wd, "single2")
-    m2 = os.path.join(wd, "single2.jsonl")
-    run([t.sn, "train", "--job", job("single2", single2_out), "--metrics", m2, "--threads", "2"])
 
     os.makedirs(os.path.join(t.tmp, "state"))
     t.net.build({"a": "10.203.0.11", "b": "10.203.0.12", "c": "10.203.0.13",
@@ -297,29 +291,34 @@ def body(t):
     t.wait("all four alive everywhere", all_alive, 60)
     log("mesh: 4 members alive")
 
-    # Phase A: unequal nodes (c capped to 1 thread), the job from d
+    # Unequal nodes (c capped to 1 thread), the job from d
     ida, stages, pred, measured, elapsed = run_job(t, job, "pool-a", os.path.join(wd, "pool-a"),
                                                     m1)
     layers = {s[0]: s[2] - s[1] for s in stages}
     check("d" not in layers, "d (--no-compute) holds a stage: %s" % layers)
-    faster = [layers[n] for n in ("a", "b") if n in layers]
-    check(faster and all(layers.get("c", 0) < k for k in faster),
+    # The profiler sees the cap: c's layer is slower than a's and b's. The plan
+    # gives c fewer layers than the fastest and no more than any (profiles
+    # are measured, so a and b may differ a little and tie with c).
+    st = t.status("a")["job"]["members"]
+    speed = {n: sum(st[n]["prof"]["f"][1:2] + st[n]["prof"]["k"][1:2]) for n in "abc"}
+    log("layer forward + backward: a %.2f ms, b %.2f ms, c %.2f ms (c capped to 1 thread)"
+        % (speed["a"] / 1e6, speed["b"] / 1e6, speed["c"] / 1e6))
+    check(speed["c"] > speed["a"] and speed["c"] > speed["b"],
+          "the profiles do not show c (1 thread) slower than a and b (2 threads): %s" % speed)
+    others = [layers.get("a", 0), layers.get("b", 0)]
+    check(layers.get("c", 0) < max(others) and layers.get("c", 0) <= min(others),
           "the slower node c does not hold fewer layers than a and b: %s" % layers)
-    log("ok   phase A: %d steps in %.1f s, d holds no stage, c (1 thread) holds %d layer(s), "
+    log("ok   %d steps in %.1f s, d holds no stage, c (1 thread) holds %d layer(s), "
         "a %s, b %s" % (STEPS, elapsed, layers.get("c", 0), layers.get("a", 0), layers.get("b", 0)))
     log("step time: measured median %.1f ms, plan predicted %.1f ms with the stages sharing "
         "this machine's cores (ratio %.2f, %s 25%%)" % (measured, pred, measured / pred,
                                                       "within" if abs(measured / pred - 1) <= 0.25
                                                       else "NOT within"))
-    # Phase B: c back at 2 threads; the gathered model against one process at 2 threads
-    t.procs["c"].send_signal(signal.SIGTERM)
-    t.procs["c"].wait(timeout=20)
-    t.start("c", ["up", "--state", t.state("c"), "--threads", "2"])
-    t.wait("c back", all_alive, 60)
-    pipe_out = os.path.join(wd, "pool-b")
-    run_job(t, job, "pool-b", pipe_out, m2)
+    # The model d gathered over the mesh against the single process (the
+    # kernels give the same bits whatever a node's thread cap)
+    pipe_out = os.path.join(wd, "pool-a")
     a = ref.read_safetensors(os.path.join(pipe_out, "model.safetensors"))
-    b = ref.read_safetensors(os.path.join(single2_out, "model.safetensors"))
+    b = ref.read_safetensors(os.path.join(single_out, "model.safetensors"))
     check(sorted(a) == sorted(b), "gathered tensors differ: %s" % sorted(set(a) ^ set(b)))
     wdiff = 0.0
     for k in b:
@@ -328,7 +327,7 @@ def body(t):
     check(wdiff <= 1e-5, "gathered model differs by %.2e (max rel) from one process" % wdiff)
     for f in ("config.json", "tokenizer.json"):
         check(os.path.exists(os.path.join(pipe_out, f)), "gathered model lacks %s" % f)
-    log("ok   phase B: the model d gathered equals one process to %.1e (max rel)" % wdiff)
+    log("ok   the model d gathered equals one process to %.1e (max rel)" % wdiff)
 
     # a job naming a file b has with another hash, then one too big for the pool
     other = os.path.join(wd, "corpus-b.txt")
