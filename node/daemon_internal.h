@@ -161,6 +161,10 @@ json_t *pool_status_json(daemon_t *d);
 int pool_fetch(daemon_t *d, const gossip_msg *m, gossip_msg *r, uint8_t **data);
 
 /* daemon_join.c: the joiner's side, before the loop starts. */
+/* A TCP connection to addr:port from the local address `from` (NULL: any),
+ * within timeout_ms: a non-blocking socket, or -1 with err. */
+int daemon_connect(const char *addr, int port, const char *from, int timeout_ms, char *err,
+                   size_t errlen);
 int daemon_join(daemon_t *d, const char *token_text, char *err, size_t errlen);
 
 #endif

@@ -48,20 +48,23 @@ static int resolve_endpoint(const char *ep, char *out, size_t outlen, char *err,
     return 0;
 }
 
-/* from: the local address to connect from (NULL: any). */
-static int connect_timeout(const char *addr, int port, const char *from, int timeout_ms)
+int daemon_connect(const char *addr, int port, const char *from, int timeout_ms, char *err,
+                   size_t errlen)
 {
     struct sockaddr_storage ss, fs;
-    socklen_t sl, fl;
-    if (daemon_sockaddr(addr, port, &ss, &sl) != 0) return -1;
+    socklen_t sl, fsl;
+    if (daemon_sockaddr(addr, port, &ss, &sl) != 0)
+        return node_errf(err, errlen, "%s: not an address", addr);
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -1;
-    if (from && (daemon_sockaddr(from, 0, &fs, &fl) != 0 ||
-                 bind(fd, (struct sockaddr *)&fs, fl) != 0)) {
+    if (fd < 0) return node_errf(err, errlen, "socket: %s", strerror(errno));
+    if (from && from[0] && (daemon_sockaddr(from, 0, &fs, &fsl) != 0 ||
+                            bind(fd, (struct sockaddr *)&fs, fsl) != 0)) {
+        node_errf(err, errlen, "cannot connect from %s: %s", from, strerror(errno));
         close(fd);
         return -1;
     }
     if (connect(fd, (struct sockaddr *)&ss, sl) != 0 && errno != EINPROGRESS) {
+        node_errf(err, errlen, "connect to %s port %d: %s", addr, port, strerror(errno));
         close(fd);
         return -1;
     }
@@ -70,6 +73,8 @@ static int connect_timeout(const char *addr, int port, const char *from, int tim
     socklen_t el = sizeof soerr;
     if (poll(&p, 1, timeout_ms) != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &el) != 0 ||
         soerr != 0) {
+        node_errf(err, errlen, "connect to %s port %d: %s", addr, port,
+                  soerr ? strerror(soerr) : "timed out");
         close(fd);
         return -1;
     }
@@ -101,7 +106,8 @@ static int join_one(daemon_t *d, const char *addr, const char *from, const gossi
     int64_t deadline = daemon_now_ms() + JOIN_CONNECT_S * 1000;
     int fd = -1;
     while (fd < 0 && daemon_now_ms() < deadline) {
-        fd = connect_timeout(addr, d->gossip_port, from, 2000);
+        char why[256];
+        fd = daemon_connect(addr, d->gossip_port, from, 2000, why, sizeof why);
         if (fd < 0) nanosleep(&(struct timespec){0, 300000000}, NULL);
     }
     if (fd < 0)

@@ -29,37 +29,13 @@ static int64_t mono_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* from: this node's overlay address (members are known by it), or NULL. */
+/* from: this node's overlay address (members are known by it), or NULL.
+ * A blocking socket with send and receive timeouts. */
 static int connect_to(const char *addr, int port, const char *from, int timeout_ms, char *err,
                       size_t errlen)
 {
-    struct sockaddr_storage ss, fs;
-    socklen_t sl, fsl;
-    if (daemon_sockaddr(addr, port, &ss, &sl) != 0)
-        return node_errf(err, errlen, "%s: not an address", addr);
-    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) return node_errf(err, errlen, "socket: %s", strerror(errno));
-    if (from && from[0] && (daemon_sockaddr(from, 0, &fs, &fsl) != 0 ||
-                            bind(fd, (struct sockaddr *)&fs, fsl) != 0)) {
-        node_errf(err, errlen, "cannot connect from %s: %s", from, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    if (connect(fd, (struct sockaddr *)&ss, sl) != 0 && errno != EINPROGRESS) {
-        node_errf(err, errlen, "connect to %s port %d: %s", addr, port, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    struct pollfd pf = {.fd = fd, .events = POLLOUT};
-    int soerr = 0;
-    socklen_t el = sizeof soerr;
-    if (poll(&pf, 1, timeout_ms) != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &el) != 0 ||
-        soerr) {
-        node_errf(err, errlen, "connect to %s port %d: %s", addr, port,
-                  soerr ? strerror(soerr) : "timed out");
-        close(fd);
-        return -1;
-    }
+    int fd = daemon_connect(addr, port, from, timeout_ms, err, errlen);
+    if (fd < 0) return -1;
     int fl = fcntl(fd, F_GETFL);
     fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};

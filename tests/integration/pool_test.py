@@ -48,17 +48,9 @@ WG_PORT = 51820
 TAG = "snp%d-" % os.getpid()
 
 
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-
-
-def log(msg):
-    print(msg, flush=True)
+Failure = mt.Failure
+check = mt.check
+log = mt.log
 
 
 def run(cmd, timeout=600, ok=True):
@@ -205,7 +197,7 @@ def main():
     try:
         body(t)
         rc = 0
-    except (Failure, mt.Failure) as e:
+    except Failure as e:
         log("FAIL %s" % e)
         for n in t.procs:
             log(t.tail(n))
