@@ -477,6 +477,8 @@ static void measure(daemon_t *d, part *parts, int n)
         args[a++] = d->name;
         args[a++] = "--bind";
         args[a++] = d->overlay;
+        args[a++] = "--lock";
+        args[a++] = POOL_PROFILE_LOCK;
         for (int i = 0; i < n && t < 64; i++) {
             if (parts[i].m->self || !parts[i].live || !doc_job(&parts[i], p->id)) continue;
             snprintf(targets[t], sizeof targets[t], "%s=%s:%d", parts[i].m->rec.name,

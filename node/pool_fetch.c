@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
@@ -120,7 +121,7 @@ out:
 
 int cmd_probe_links(int argc, char **argv)
 {
-    const char *out = NULL, *mesh = NULL, *from = NULL, *bind_addr = NULL;
+    const char *out = NULL, *mesh = NULL, *from = NULL, *bind_addr = NULL, *lock_path = NULL;
     uint8_t mesh_id[GOSSIP_MESH_ID_LEN];
     int first = 2;
     for (; first + 1 < argc && strncmp(argv[first], "--", 2) == 0; first += 2) {
@@ -128,12 +129,19 @@ int cmd_probe_links(int argc, char **argv)
         else if (strcmp(argv[first], "--mesh") == 0) mesh = argv[first + 1];
         else if (strcmp(argv[first], "--from") == 0) from = argv[first + 1];
         else if (strcmp(argv[first], "--bind") == 0) bind_addr = argv[first + 1];
+        else if (strcmp(argv[first], "--lock") == 0) lock_path = argv[first + 1];
         else break;
     }
     if (!out || !mesh || !from || node_hex_decode(mesh, mesh_id, sizeof mesh_id) != 0) {
         fprintf(stderr, "usage: shardnode probe-links --out FILE --mesh HEX --from NAME "
-                        "[--bind OVERLAY] NAME=ADDR:PORT ...\n");
+                        "[--bind OVERLAY] [--lock FILE] NAME=ADDR:PORT ...\n");
         return 2;
+    }
+    /* --lock FILE: the profile lock of this machine; probing loads the
+     * machine too, so nobody profiles meanwhile (held until exit) */
+    if (lock_path) {
+        int lfd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (lfd >= 0) flock(lfd, LOCK_EX);
     }
     static const size_t sizes[] = {64, 262144};
     json_t *links = json_object();
