@@ -1,11 +1,11 @@
 /* pool.c — the running node's share of a training job (docs/PROTOCOL.md,
  * "Jobs" and "Plan election"): it adopts the job a member submitted,
  * checks its files, profiles itself and measures its links (child
- * processes, so gossip never waits), votes in the leaderless election,
+ * processes, so gossip never waits), votes in the leaderless election
+ * (pool_elect.c),
  * runs its stage of the committed plan as a `shardnode train --cluster`
  * child, and gossips all of it in the `job` text of its signed record. */
-#include "daemon_internal.h"
-#include "pool_job.h"
+#include "pool_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,53 +18,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define POOL_TICK_MS 500
-#define POOL_QUIET_MS 3000       /* the view must not change for this long before a vote */
-#define POOL_DOC_MS 2000         /* progress goes into the record at most this often */
-#define POOL_DEFAULT_LAT_NS 1000000
-#define POOL_DEFAULT_BW 100000000 /* bytes/s: a link nobody measured */
-#define POOL_MAX_PARTS 256
-#define POOL_PROFILE_LOCK "/tmp/shardnode-profile.lock" /* one machine profiles one node at a time */
+void pool_hex64(uint64_t v, char out[17]) { snprintf(out, 17, "%016llx", (unsigned long long)v); }
 
-struct pool {
-    json_t *bundle;              /* the job (NULL: none) */
-    char id[POOL_JOB_ID_LEN + 1];
-    char dir[DAEMON_PATH_MAX];   /* STATE/jobs/ID */
-    json_t *pool_names;          /* M before any commit: the members when it was submitted */
-    bool stop;                   /* the job was stopped (by anyone) */
-    json_t *lacks;
-    bool can_first, can_any;
-    char setup_err[512];         /* the job could not be set up here */
-    llama_config cfg;
-    job_spec job;
-    bool job_loaded;
-
-    pid_t prof_pid, probe_pid, run_pid, export_pid;
-    json_t *prof;                /* compact profile for the record, NULL until measured */
-    json_t *links;               /* {name: [latency_ns, bytes_per_s]} */
-    bool links_done;
-    char prof_err[512];
-
-    /* election */
-    elect_vote vote;             /* mine (epoch 0: none) */
-    json_t *vote_members;        /* the view members of my vote */
-    uint64_t view, plan;         /* my current view and the plan computed from it */
-    json_t *view_members, *layout; /* ... its members and stages */
-    int64_t view_since_ms;
-    char why[768];               /* why no plan fits this view */
-    uint64_t failed_view;        /* the view of my vote in an epoch that failed */
-    json_t *committed;           /* {e, h, m, mb, step_ns, stages} */
-
-    /* the run */
-    json_t *run;                 /* {state, step, steps, loss, tps, error} */
-    bool exported;
-    int64_t next_ms, next_doc_ms;
-    bool doc_dirty;
-};
-
-static void hex64(uint64_t v, char out[17]) { snprintf(out, 17, "%016llx", (unsigned long long)v); }
-
-static uint64_t unhex64(const char *s)
+uint64_t pool_unhex64(const char *s)
 {
     return s ? (uint64_t)strtoull(s, NULL, 16) : 0;
 }
@@ -130,11 +86,18 @@ static void kill_child(pid_t *pid)
     *pid = 0;
 }
 
+/* The last non-empty line of a file: only its tail is read, so a metrics
+ * file of a long run costs the same each tick. */
 static void last_line(const char *path, char *out, size_t len)
 {
     out[0] = 0;
     FILE *f = fopen(path, "r");
     if (!f) return;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long size = ftell(f);
+        if (size > 4096) fseek(f, size - 4096, SEEK_SET);
+        else rewind(f);
+    }
     char line[1024];
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = 0;
@@ -215,38 +178,6 @@ static void adopt(daemon_t *d, json_t *bundle, json_t *names)
 
 /* ---- what this node says in its record ---- */
 
-static json_t *vote_json(const elect_vote *v, json_t *members)
-{
-    char b[17], view[17], plan[17];
-    hex64(v->base_plan, b);
-    hex64(v->view, view);
-    hex64(v->plan, plan);
-    json_t *named = json_array();
-    for (int i = 0; i < v->nnamed; i++) json_array_append_new(named, json_string(v->named[i]));
-    return json_pack("{s:I,s:I,s:s,s:s,s:s,s:o,s:O}", "e", (json_int_t)v->epoch, "b",
-                     (json_int_t)v->base, "bp", b, "v", view, "p", plan, "n", named, "m",
-                     members ? members : json_null());
-}
-
-static int vote_parse(json_t *j, elect_vote *v)
-{
-    memset(v, 0, sizeof *v);
-    if (!json_is_object(j)) return -1;
-    v->epoch = json_integer_value(json_object_get(j, "e"));
-    v->base = json_integer_value(json_object_get(j, "b"));
-    v->base_plan = unhex64(json_string_value(json_object_get(j, "bp")));
-    v->view = unhex64(json_string_value(json_object_get(j, "v")));
-    v->plan = unhex64(json_string_value(json_object_get(j, "p")));
-    json_t *n = json_object_get(j, "n");
-    size_t i;
-    json_t *x;
-    json_array_foreach(n, i, x) {
-        if (v->nnamed >= ELECT_MAX_NAMED || !json_is_string(x)) return -1;
-        snprintf(v->named[v->nnamed++], PLAN_NAME_MAX, "%s", json_string_value(x));
-    }
-    return v->epoch > 0 ? 0 : -1;
-}
-
 /* What must survive a restart: the committed plan and this node's run, so
  * a restarted node neither votes again nor re-runs a finished stage. */
 static void save_state(pool *p)
@@ -258,7 +189,7 @@ static void save_state(pool *p)
     json_t *st = json_pack("{s:O,s:O,s:b,s:o}", "committed",
                            p->committed ? p->committed : json_null(), "run",
                            p->run ? p->run : json_null(), "stop", p->stop, "vote",
-                           p->vote.epoch ? vote_json(&p->vote, p->vote_members) : json_null());
+                           p->vote.epoch ? pool_vote_json(&p->vote, p->vote_members) : json_null());
     if (st && json_dump_file(st, tmp, JSON_COMPACT) == 0) rename(tmp, path);
     json_decref(st);
 }
@@ -274,7 +205,7 @@ static void load_state(daemon_t *d)
     if (json_is_object(c) && json_is_array(json_object_get(c, "stages"))) p->committed = json_incref(c);
     if (json_is_true(json_object_get(st, "stop"))) p->stop = true;
     /* a vote once cast stands, across restarts too (one vote per epoch) */
-    if (vote_parse(json_object_get(st, "vote"), &p->vote) == 0) {
+    if (pool_vote_parse(json_object_get(st, "vote"), &p->vote) == 0) {
         json_t *m = json_object_get(json_object_get(st, "vote"), "m");
         p->vote_members = json_is_array(m) ? json_incref(m) : NULL;
     } else {
@@ -312,7 +243,7 @@ static void publish(daemon_t *d, int64_t now)
         if (p->prof_err[0]) json_object_set_new(doc, "prof_error", json_string(p->prof_err));
         if (p->links) json_object_set(doc, "links", p->links);
         json_object_set_new(doc, "ready", json_boolean(p->prof && p->links_done));
-        if (p->vote.epoch) json_object_set_new(doc, "vote", vote_json(&p->vote, p->vote_members));
+        if (p->vote.epoch) json_object_set_new(doc, "vote", pool_vote_json(&p->vote, p->vote_members));
         if (p->why[0]) json_object_set_new(doc, "why", json_string(p->why));
         if (p->committed) json_object_set(doc, "committed", p->committed);
         if (p->run) json_object_set(doc, "run", p->run);
@@ -328,12 +259,6 @@ static void publish(daemon_t *d, int64_t now)
 }
 
 /* ---- reading the others ---- */
-
-typedef struct {
-    const gossip_member *m;
-    json_t *doc;                 /* its job text, parsed (NULL: none) */
-    bool live;                   /* alive or suspect */
-} part;
 
 static int gather(daemon_t *d, part *parts, int max)
 {
@@ -355,7 +280,7 @@ static void release(part *parts, int n)
     for (int i = 0; i < n; i++) json_decref(parts[i].doc);
 }
 
-static bool doc_job(const part *q, const char *id)
+bool pool_doc_job(const part *q, const char *id)
 {
     const char *x = json_string_value(json_object_get(q->doc, "id"));
     return x && id && strcmp(x, id) == 0;
@@ -367,7 +292,7 @@ static bool doc_job(const part *q, const char *id)
  * compute, even as one stage with one micro-batch in flight: then nobody
  * profiles (a layer that big would take long to time) and the shortfall is
  * the report. */
-static bool pool_too_small(daemon_t *d, part *parts, int n)
+bool pool_too_small(daemon_t *d, part *parts, int n)
 {
     pool *p = d->pool;
     cost_shape shape = fleet_shape(&p->cfg, p->job.seq_len);
@@ -382,7 +307,7 @@ static bool pool_too_small(daemon_t *d, part *parts, int n)
         bool compute = parts[i].m->self ? !d->no_compute && p->can_any
                                         : json_is_true(json_object_get(doc, "compute")) &&
                                               json_is_true(json_object_get(doc, "any"));
-        if (!parts[i].live || !compute || (!parts[i].m->self && !doc_job(&parts[i], p->id)))
+        if (!parts[i].live || !compute || (!parts[i].m->self && !pool_doc_job(&parts[i], p->id)))
             continue;
         have += (int64_t)(parts[i].m->rec.mem_free / 1000 * 950);
         members++;
@@ -480,7 +405,7 @@ static void measure(daemon_t *d, part *parts, int n)
         args[a++] = "--lock";
         args[a++] = POOL_PROFILE_LOCK;
         for (int i = 0; i < n && t < 64; i++) {
-            if (parts[i].m->self || !parts[i].live || !doc_job(&parts[i], p->id)) continue;
+            if (parts[i].m->self || !parts[i].live || !pool_doc_job(&parts[i], p->id)) continue;
             snprintf(targets[t], sizeof targets[t], "%s=%s:%d", parts[i].m->rec.name,
                      parts[i].m->rec.address, parts[i].m->rec.port);
             args[a++] = targets[t++];
@@ -490,351 +415,10 @@ static void measure(daemon_t *d, part *parts, int n)
     }
 }
 
-/* ---- the plan this node's view gives ---- */
-
-typedef struct {
-    const char *name;
-    json_t *doc;
-    const char *address;
-} voter_in;
-
-static int by_name(const void *a, const void *b)
-{
-    return strcmp(((const voter_in *)a)->name, ((const voter_in *)b)->name);
-}
-
-static int64_t jint(json_t *a, size_t i) { return (int64_t)json_integer_value(json_array_get(a, i)); }
-
-/* Computes view hash, members, plan hash and layout from the live members
- * that have the job. Returns false while someone is not ready. */
-static bool compute_view(daemon_t *d, part *parts, int n)
-{
-    pool *p = d->pool;
-    voter_in in[POOL_MAX_PARTS];
-    int k = 0;
-    bool ready = true;
-    for (int i = 0; i < n && k < POOL_MAX_PARTS; i++) {
-        if (!parts[i].live) continue;
-        /* a live member that has not taken the job up yet: wait for it */
-        if (!doc_job(&parts[i], p->id)) {
-            ready = false;
-            continue;
-        }
-        json_t *doc = parts[i].doc;
-        bool compute = json_is_true(json_object_get(doc, "compute")) &&
-                       json_is_true(json_object_get(doc, "any"));
-        if (compute && !json_is_true(json_object_get(doc, "ready")) &&
-            !json_object_get(doc, "prof_error"))
-            ready = false;
-        in[k++] = (voter_in){parts[i].m->rec.name, doc, parts[i].m->rec.address};
-    }
-    qsort(in, (size_t)k, sizeof in[0], by_name);
-    /* the canonical inputs: what each says that the plan depends on */
-    json_t *canon = json_array(), *members = json_array();
-    for (int i = 0; i < k; i++) {
-        json_t *doc = in[i].doc;
-        json_array_append_new(members, json_string(in[i].name));
-        json_array_append_new(
-            canon, json_pack("{s:s,s:O*,s:O*,s:O*,s:O,s:O,s:O,s:O,s:O}", "name", in[i].name,
-                             "host", json_object_get(doc, "host"), "cores",
-                             json_object_get(doc, "cores"), "threads",
-                             json_object_get(doc, "threads"), "compute",
-                             json_object_get(doc, "compute"), "first", json_object_get(doc, "first"),
-                             "any", json_object_get(doc, "any"), "prof",
-                             json_object_get(doc, "prof") ? json_object_get(doc, "prof") : json_null(),
-                             "links",
-                             json_object_get(doc, "links") ? json_object_get(doc, "links") : json_null()));
-    }
-    char *text = json_dumps(canon, JSON_COMPACT | JSON_SORT_KEYS);
-    uint64_t view = elect_hash(ELECT_HASH_INIT, p->id, strlen(p->id));
-    if (text) view = elect_hash(view, text, strlen(text));
-    free(text);
-    json_decref(canon);
-    if (view != p->view) {
-        p->view = view;
-        p->view_since_ms = daemon_now_ms();
-        json_decref(p->view_members);
-        p->view_members = members;
-    } else {
-        json_decref(members);
-    }
-    if (!ready || !p->job_loaded) return false;
-    if (p->layout && p->plan) return true;  /* same view: same plan */
-
-    /* the fleet: members that compute and can hold a stage, by name */
-    plan_node nodes[POOL_MAX_PARTS];
-    const char *addr[POOL_MAX_PARTS];
-    json_t *links_of[POOL_MAX_PARTS], *docs[POOL_MAX_PARTS];
-    int f = 0;
-    memset(nodes, 0, sizeof nodes);
-    for (int i = 0; i < k; i++) {
-        json_t *doc = in[i].doc, *pr = json_object_get(doc, "prof");
-        if (!json_is_true(json_object_get(doc, "compute")) ||
-            !json_is_true(json_object_get(doc, "any")) || !json_is_object(pr))
-            continue;
-        plan_node *nd = &nodes[f];
-        snprintf(nd->name, sizeof nd->name, "%s", in[i].name);
-        snprintf(nd->device, sizeof nd->device, "%s",
-                 json_string_value(json_object_get(pr, "d")) ? json_string_value(json_object_get(pr, "d")) : "cpu");
-        nd->no_data = !json_is_true(json_object_get(doc, "first"));
-        nd->prof.micro_batch = json_integer_value(json_object_get(pr, "b"));
-        for (int u = 0; u < COST_UNITS; u++) {
-            nd->prof.fwd_ns[u] = jint(json_object_get(pr, "f"), (size_t)u);
-            nd->prof.bwd_ns[u] = jint(json_object_get(pr, "k"), (size_t)u);
-            nd->prof.opt_ns[u] = jint(json_object_get(pr, "o"), (size_t)u);
-        }
-        nd->prof.memory_bytes = json_integer_value(json_object_get(pr, "mem"));
-        nd->prof.scratch_slots = (int)json_integer_value(json_object_get(pr, "s"));
-        addr[f] = in[i].address;
-        docs[f] = doc;
-        links_of[f] = json_object_get(doc, "links");
-        f++;
-    }
-    json_decref(p->layout);
-    p->layout = NULL;
-    p->plan = 0;
-    p->why[0] = 0;
-    if (pool_too_small(d, parts, n)) return true;
-    if (f == 0) {
-        snprintf(p->why, sizeof p->why, "no member can hold a stage (none computes with the "
-                                        "job's files)");
-        return true;
-    }
-    cost_link *links = calloc((size_t)f * (size_t)f, sizeof *links);
-    plan *pl = calloc(1, sizeof *pl);
-    if (!links || !pl) {
-        free(links);
-        free(pl);
-        return false;
-    }
-    for (int i = 0; i < f; i++)
-        for (int j = 0; j < f; j++) {
-            json_t *l = json_object_get(links_of[i], nodes[j].name);
-            if (!l) l = json_object_get(links_of[j], nodes[i].name);
-            cost_link *c = &links[i * f + j];
-            c->latency_ns = l ? jint(l, 0) : POOL_DEFAULT_LAT_NS;
-            c->bandwidth = l ? jint(l, 1) : POOL_DEFAULT_BW;
-            if (c->latency_ns < 0) c->latency_ns = POOL_DEFAULT_LAT_NS;
-            if (c->bandwidth <= 0) c->bandwidth = POOL_DEFAULT_BW;
-        }
-    plan_fleet fleet = {.nnodes = f, .nodes = nodes, .links = links};
-    plan_job pj = {.shape = fleet_shape(&p->cfg, p->job.seq_len),
-                   .batch = p->job.batch,
-                   .max_micro_batch = p->job.micro_batch,
-                   .min_micro_batch = p->job.micro_batch,
-                   .wire_bytes = 4,
-                   .margin_permille = 50};
-    char err[700];
-    if (plan_fleet_check(&fleet, err, sizeof err) != 0 ||
-        plan_compute(pl, &fleet, &pj, PLAN_AUTO, NULL, err, sizeof err) != 0) {
-        snprintf(p->why, sizeof p->why, "%s", err);
-    } else {
-        p->plan = plan_hash(pl, &fleet);
-        if (!p->plan) p->plan = 1;
-        json_t *stages = json_array();
-        for (int s = 0; s < pl->nstages; s++) {
-            int nd = pl->stage[s].node[0];
-            json_array_append_new(stages, json_pack("[s,i,i,s,I]", nodes[nd].name,
-                                                    pl->stage[s].layer_begin, pl->stage[s].layer_end,
-                                                    addr[nd], (json_int_t)pl->stage[s].time_ns));
-        }
-        /* Stages on one machine share its cores: the step stretches by the
-         * threads they ask for over the cores there (a report; the plan
-         * itself takes every node as alone). */
-        int64_t factor = 1000;
-        for (int a = 0; a < pl->nstages; a++) {
-            const char *ha = json_string_value(json_object_get(docs[pl->stage[a].node[0]], "host"));
-            int64_t cores = json_integer_value(json_object_get(docs[pl->stage[a].node[0]], "cores"));
-            int64_t want = 0;
-            if (!ha || cores < 1) continue;
-            for (int b = 0; b < pl->nstages; b++) {
-                json_t *db = docs[pl->stage[b].node[0]];
-                const char *hb = json_string_value(json_object_get(db, "host"));
-                if (hb && strcmp(ha, hb) == 0) want += json_integer_value(json_object_get(db, "threads"));
-            }
-            if (want * 1000 / cores > factor) factor = want * 1000 / cores;
-        }
-        p->layout = json_pack("{s:I,s:I,s:I,s:o}", "mb", (json_int_t)pl->micro_batch, "step_ns",
-                              (json_int_t)pl->step_ns, "step_ns_shared",
-                              (json_int_t)cost_muldiv(pl->step_ns, factor, 1000), "stages", stages);
-    }
-    free(links);
-    free(pl);
-    return true;
-}
-
-/* ---- the election ---- */
-
-static json_t *base_members(pool *p)
-{
-    return p->committed ? json_object_get(p->committed, "m") : p->pool_names;
-}
-
-/* The plan part of a committed section (or of a layout). */
-static json_t *layout_of(json_t *c)
-{
-    return json_pack("{s:O,s:O,s:O*,s:O}", "mb", json_object_get(c, "mb"), "step_ns",
-                     json_object_get(c, "step_ns"), "step_ns_shared",
-                     json_object_get(c, "step_ns_shared"), "stages", json_object_get(c, "stages"));
-}
-
-static void cast(daemon_t *d, int64_t epoch)
-{
-    pool *p = d->pool;
-    elect_vote *v = &p->vote;
-    memset(v, 0, sizeof *v);
-    v->epoch = epoch;
-    v->base = p->committed ? json_integer_value(json_object_get(p->committed, "e")) : 0;
-    v->base_plan = p->committed ? unhex64(json_string_value(json_object_get(p->committed, "h"))) : 0;
-    v->view = p->view;
-    v->plan = p->plan;
-    json_t *st = p->layout ? json_object_get(p->layout, "stages") : NULL;
-    size_t i;
-    json_t *x;
-    json_array_foreach(st, i, x) {
-        if (v->nnamed < ELECT_MAX_NAMED)
-            snprintf(v->named[v->nnamed++], PLAN_NAME_MAX, "%s",
-                     json_string_value(json_array_get(x, 0)));
-    }
-    json_decref(p->vote_members);
-    p->vote_members = json_deep_copy(p->view_members);
-    p->doc_dirty = true;
-    char vh[17], ph[17];
-    hex64(v->view, vh);
-    hex64(v->plan, ph);
-    daemon_log(d, "pool: vote epoch %lld: view %s plan %s (%d stages)%s%s", (long long)epoch, vh,
-               ph, v->nnamed, p->plan ? "" : ": ", p->plan ? "" : p->why);
-}
-
-static void commit(daemon_t *d, int64_t epoch, uint64_t plan, json_t *members, json_t *layout)
-{
-    pool *p = d->pool;
-    char h[17];
-    hex64(plan, h);
-    json_decref(p->committed);
-    p->committed = layout_of(layout);
-    json_object_set_new(p->committed, "e", json_integer((json_int_t)epoch));
-    json_object_set_new(p->committed, "h", json_string(h));
-    json_object_set(p->committed, "m", members);
-    p->doc_dirty = true;
-    daemon_log(d, "pool: epoch %lld committed plan %s", (long long)epoch, h);
-}
-
-/* The committed section a named member gossips for (epoch, plan). */
-static json_t *committed_from(part *parts, int n, int64_t epoch, const char *h)
-{
-    for (int i = 0; i < n; i++) {
-        json_t *c = json_object_get(parts[i].doc, "committed");
-        const char *ch = json_string_value(json_object_get(c, "h"));
-        if (c && json_integer_value(json_object_get(c, "e")) == epoch && ch &&
-            (!h || strcmp(ch, h) == 0))
-            return c;
-    }
-    return NULL;
-}
-
-static void elect(daemon_t *d, part *parts, int n, int64_t now)
-{
-    pool *p = d->pool;
-    int64_t ce = p->committed ? json_integer_value(json_object_get(p->committed, "e")) : 0;
-    /* what the others voted (live or not: a gone member's last vote stands) */
-    elect_vote votes[POOL_MAX_PARTS];
-    elect_voter voters[POOL_MAX_PARTS];
-    int nv = 0;
-    int64_t later = 0;
-    for (int i = 0; i < n && nv < POOL_MAX_PARTS; i++) {
-        voters[nv].name = parts[i].m->rec.name;
-        voters[nv].gone = !parts[i].live;
-        voters[nv].vote = NULL;
-        if (parts[i].m->self) {
-            if (p->vote.epoch) voters[nv].vote = &p->vote;
-        } else if (doc_job(&parts[i], p->id) &&
-                   vote_parse(json_object_get(parts[i].doc, "vote"), &votes[nv]) == 0) {
-            voters[nv].vote = &votes[nv];
-            if (votes[nv].epoch > later) later = votes[nv].epoch;
-        }
-        nv++;
-    }
-    json_t *m = base_members(p);
-    const char *names[POOL_MAX_PARTS];
-    int nm = 0;
-    size_t i;
-    json_t *x;
-    json_array_foreach(m, i, x) if (nm < POOL_MAX_PARTS && json_is_string(x)) names[nm++] =
-        json_string_value(x);
-    int64_t epoch = p->vote.epoch ? p->vote.epoch : ce + 1;
-    /* A commit another member gossips for this epoch or a later one: the
-     * votes that made it may already be gone from their records. */
-    for (int k = 0; k < n; k++) {
-        json_t *c = doc_job(&parts[k], p->id) ? json_object_get(parts[k].doc, "committed") : NULL;
-        int64_t e = c ? (int64_t)json_integer_value(json_object_get(c, "e")) : 0;
-        const char *h = json_string_value(json_object_get(c, "h"));
-        if (!c || e < epoch || !h || !json_is_array(json_object_get(c, "stages"))) continue;
-        json_t *lay = layout_of(c);
-        daemon_log(d, "pool: %s gossips the commit of epoch %lld", parts[k].m->rec.name,
-                   (long long)e);
-        commit(d, e, unhex64(h), json_object_get(c, "m"), lay);
-        json_decref(lay);
-        return;
-    }
-    if (p->vote.epoch) {
-        elect_result r;
-        elect_decide(epoch, names, nm, voters, nv, &r);
-        if (r.outcome == ELECT_COMMITTED) {
-            char h[17];
-            uint64_t plan = r.winner ? r.winner->plan : r.base_plan;
-            int64_t ep = r.winner ? epoch : r.base;
-            hex64(plan, h);
-            if (r.winner && plan == p->plan && p->layout) {
-                commit(d, ep, plan, p->vote_members, p->layout);
-            } else {
-                json_t *c = committed_from(parts, n, ep, h);
-                if (!c) return; /* wait until a member that ran the numbers says it */
-                json_t *lay = layout_of(c);
-                commit(d, ep, plan, json_object_get(c, "m"), lay);
-                json_decref(lay);
-            }
-            /* The vote stays in the record: members that decide later
-             * still need to see it. */
-            return;
-        }
-        if (r.outcome == ELECT_FAILED) {
-            daemon_log(d, "pool: epoch %lld failed (%d of %d base members voted)", (long long)epoch,
-                       r.votes, nm);
-            p->failed_view = r.from_later ? 0 : p->vote.view;
-            if (r.from_later && r.base > ce) return; /* learn the commit first */
-            int64_t next = r.from_later && later > epoch ? later : epoch + 1;
-            memset(&p->vote, 0, sizeof p->vote);
-            epoch = next;
-        } else {
-            return; /* open: wait */
-        }
-    } else if (later > epoch) {
-        /* the others are ahead: the epochs between are decided */
-        elect_result r;
-        elect_decide(epoch, names, nm, voters, nv, &r);
-        if (r.outcome == ELECT_COMMITTED && r.from_later && r.base > ce) {
-            char h[17];
-            hex64(r.base_plan, h);
-            json_t *c = committed_from(parts, n, r.base, h);
-            if (!c) return;
-            json_t *lay = layout_of(c);
-            commit(d, r.base, r.base_plan, json_object_get(c, "m"), lay);
-            json_decref(lay);
-            return;
-        }
-        epoch = later;
-    }
-    /* vote when the view has been quiet, unless it is the one that just failed */
-    if (now - p->view_since_ms < POOL_QUIET_MS) return;
-    if (p->failed_view && p->failed_view == p->view && !p->plan) return;
-    cast(d, epoch);
-}
-
 /* ---- running this node's stage ---- */
 
-static int write_run_files(daemon_t *d, const char *self, char *job_path, char *cl_path,
-                           size_t len, char *err, size_t errlen)
+static int write_run_files(daemon_t *d, char *job_path, char *cl_path, size_t len, char *err,
+                           size_t errlen)
 {
     pool *p = d->pool;
     json_t *c = p->committed;
@@ -865,7 +449,6 @@ static int write_run_files(daemon_t *d, const char *self, char *job_path, char *
         rc = -1;
     json_decref(job);
     json_decref(cl);
-    (void)self;
     return rc;
 }
 
@@ -926,7 +509,7 @@ static void run_stage(daemon_t *d, part *parts, int n)
     }
     if (p->run || !p->committed || !named_here(d)) return;
     char job_path[DAEMON_PATH_MAX + 64], cl_path[DAEMON_PATH_MAX + 64], err[1024];
-    if (write_run_files(d, d->name, job_path, cl_path, sizeof job_path, err, sizeof err) != 0) {
+    if (write_run_files(d, job_path, cl_path, sizeof job_path, err, sizeof err) != 0) {
         set_run(p, "failed", err);
         return;
     }
@@ -964,7 +547,7 @@ static void gather_model(daemon_t *d, part *parts, int n)
         bool done = false;
         if (!name) return;
         for (int k = 0; k < n; k++)
-            if (strcmp(parts[k].m->rec.name, name) == 0 && doc_job(&parts[k], p->id)) {
+            if (strcmp(parts[k].m->rec.name, name) == 0 && pool_doc_job(&parts[k], p->id)) {
                 const char *rs = json_string_value(
                     json_object_get(json_object_get(parts[k].doc, "run"), "state"));
                 done = rs && strcmp(rs, "done") == 0;
@@ -994,7 +577,7 @@ int pool_open(daemon_t *d)
     }
     if (!id[0]) gethostname(id, sizeof id - 1);
     id[strcspn(id, "\n")] = 0;
-    hex64(elect_hash(ELECT_HASH_INIT, id, strlen(id)), d->host_id);
+    pool_hex64(elect_hash(ELECT_HASH_INIT, id, strlen(id)), d->host_id);
     return d->pool ? 0 : -1;
 }
 
@@ -1047,7 +630,7 @@ void pool_tick(daemon_t *d, int64_t now)
     if (p->bundle && !p->stop) {
         measure(d, parts, n);
         if (!p->committed || !p->run) {
-            if (compute_view(d, parts, n) && !p->committed) elect(d, parts, n, now);
+            if (pool_compute_view(d, parts, n) && !p->committed) pool_elect(d, parts, n, now);
         }
         run_stage(d, parts, n);
         gather_model(d, parts, n);
@@ -1070,7 +653,7 @@ static bool run_active(daemon_t *d)
         const char *name = json_string_value(json_array_get(s, 0)), *rs = NULL;
         if (!name) continue;
         for (int k = 0; k < n; k++)
-            if (strcmp(parts[k].m->rec.name, name) == 0 && doc_job(&parts[k], p->id))
+            if (strcmp(parts[k].m->rec.name, name) == 0 && pool_doc_job(&parts[k], p->id))
                 rs = json_string_value(json_object_get(json_object_get(parts[k].doc, "run"), "state"));
         if (rs && (strcmp(rs, "failed") == 0 || strcmp(rs, "stopped") == 0)) {
             active = false;
@@ -1125,7 +708,7 @@ json_t *pool_status_json(daemon_t *d)
     int n = gather(d, parts, POOL_MAX_PARTS);
     json_t *members = json_object();
     for (int i = 0; i < n; i++) {
-        if (!doc_job(&parts[i], p->id)) continue;
+        if (!pool_doc_job(&parts[i], p->id)) continue;
         json_t *doc = json_deep_copy(parts[i].doc);
         json_object_del(doc, "bundle");
         json_object_del(doc, "pool");

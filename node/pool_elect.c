@@ -1,0 +1,374 @@
+/* pool_elect.c — this node's part in the leaderless plan election
+ * (docs/PROTOCOL.md, "Jobs and the plan election"): the view of the members
+ * that have the job, the plan every member computes from it, the vote, and
+ * the outcome of each epoch (scheduler/elect.c decides it from the votes). */
+#include "pool_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+json_t *pool_vote_json(const elect_vote *v, json_t *members)
+{
+    char b[17], view[17], plan[17];
+    pool_hex64(v->base_plan, b);
+    pool_hex64(v->view, view);
+    pool_hex64(v->plan, plan);
+    json_t *named = json_array();
+    for (int i = 0; i < v->nnamed; i++) json_array_append_new(named, json_string(v->named[i]));
+    return json_pack("{s:I,s:I,s:s,s:s,s:s,s:o,s:O}", "e", (json_int_t)v->epoch, "b",
+                     (json_int_t)v->base, "bp", b, "v", view, "p", plan, "n", named, "m",
+                     members ? members : json_null());
+}
+
+int pool_vote_parse(json_t *j, elect_vote *v)
+{
+    memset(v, 0, sizeof *v);
+    if (!json_is_object(j)) return -1;
+    v->epoch = json_integer_value(json_object_get(j, "e"));
+    v->base = json_integer_value(json_object_get(j, "b"));
+    v->base_plan = pool_unhex64(json_string_value(json_object_get(j, "bp")));
+    v->view = pool_unhex64(json_string_value(json_object_get(j, "v")));
+    v->plan = pool_unhex64(json_string_value(json_object_get(j, "p")));
+    json_t *n = json_object_get(j, "n");
+    size_t i;
+    json_t *x;
+    json_array_foreach(n, i, x) {
+        if (v->nnamed >= ELECT_MAX_NAMED || !json_is_string(x)) return -1;
+        snprintf(v->named[v->nnamed++], PLAN_NAME_MAX, "%s", json_string_value(x));
+    }
+    return v->epoch > 0 ? 0 : -1;
+}
+
+/* ---- the plan this node's view gives ---- */
+
+typedef struct {
+    const char *name;
+    json_t *doc;
+    const char *address;
+} voter_in;
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(((const voter_in *)a)->name, ((const voter_in *)b)->name);
+}
+
+static int64_t jint(json_t *a, size_t i) { return (int64_t)json_integer_value(json_array_get(a, i)); }
+
+/* Computes view hash, members, plan hash and layout from the live members
+ * that have the job. Returns false while someone is not ready. */
+bool pool_compute_view(daemon_t *d, part *parts, int n)
+{
+    pool *p = d->pool;
+    voter_in in[POOL_MAX_PARTS];
+    int k = 0;
+    bool ready = true;
+    for (int i = 0; i < n && k < POOL_MAX_PARTS; i++) {
+        if (!parts[i].live) continue;
+        /* a live member that has not taken the job up yet: wait for it */
+        if (!pool_doc_job(&parts[i], p->id)) {
+            ready = false;
+            continue;
+        }
+        json_t *doc = parts[i].doc;
+        bool compute = json_is_true(json_object_get(doc, "compute")) &&
+                       json_is_true(json_object_get(doc, "any"));
+        if (compute && !json_is_true(json_object_get(doc, "ready")) &&
+            !json_object_get(doc, "prof_error"))
+            ready = false;
+        in[k++] = (voter_in){parts[i].m->rec.name, doc, parts[i].m->rec.address};
+    }
+    qsort(in, (size_t)k, sizeof in[0], by_name);
+    /* the canonical inputs: what each says that the plan depends on */
+    json_t *canon = json_array(), *members = json_array();
+    for (int i = 0; i < k; i++) {
+        json_t *doc = in[i].doc;
+        json_array_append_new(members, json_string(in[i].name));
+        json_array_append_new(
+            canon, json_pack("{s:s,s:O*,s:O*,s:O*,s:O,s:O,s:O,s:O,s:O}", "name", in[i].name,
+                             "host", json_object_get(doc, "host"), "cores",
+                             json_object_get(doc, "cores"), "threads",
+                             json_object_get(doc, "threads"), "compute",
+                             json_object_get(doc, "compute"), "first", json_object_get(doc, "first"),
+                             "any", json_object_get(doc, "any"), "prof",
+                             json_object_get(doc, "prof") ? json_object_get(doc, "prof") : json_null(),
+                             "links",
+                             json_object_get(doc, "links") ? json_object_get(doc, "links") : json_null()));
+    }
+    char *text = json_dumps(canon, JSON_COMPACT | JSON_SORT_KEYS);
+    uint64_t view = elect_hash(ELECT_HASH_INIT, p->id, strlen(p->id));
+    if (text) view = elect_hash(view, text, strlen(text));
+    free(text);
+    json_decref(canon);
+    if (view != p->view) {
+        p->view = view;
+        p->view_since_ms = daemon_now_ms();
+        json_decref(p->view_members);
+        p->view_members = members;
+    } else {
+        json_decref(members);
+    }
+    if (!ready || !p->job_loaded) return false;
+    if (p->layout && p->plan) return true;  /* same view: same plan */
+
+    /* the fleet: members that compute and can hold a stage, by name */
+    plan_node nodes[POOL_MAX_PARTS];
+    const char *addr[POOL_MAX_PARTS];
+    json_t *links_of[POOL_MAX_PARTS], *docs[POOL_MAX_PARTS];
+    int f = 0;
+    memset(nodes, 0, sizeof nodes);
+    for (int i = 0; i < k; i++) {
+        json_t *doc = in[i].doc, *pr = json_object_get(doc, "prof");
+        if (!json_is_true(json_object_get(doc, "compute")) ||
+            !json_is_true(json_object_get(doc, "any")) || !json_is_object(pr))
+            continue;
+        plan_node *nd = &nodes[f];
+        snprintf(nd->name, sizeof nd->name, "%s", in[i].name);
+        snprintf(nd->device, sizeof nd->device, "%s",
+                 json_string_value(json_object_get(pr, "d")) ? json_string_value(json_object_get(pr, "d")) : "cpu");
+        nd->no_data = !json_is_true(json_object_get(doc, "first"));
+        nd->prof.micro_batch = json_integer_value(json_object_get(pr, "b"));
+        for (int u = 0; u < COST_UNITS; u++) {
+            nd->prof.fwd_ns[u] = jint(json_object_get(pr, "f"), (size_t)u);
+            nd->prof.bwd_ns[u] = jint(json_object_get(pr, "k"), (size_t)u);
+            nd->prof.opt_ns[u] = jint(json_object_get(pr, "o"), (size_t)u);
+        }
+        nd->prof.memory_bytes = json_integer_value(json_object_get(pr, "mem"));
+        nd->prof.scratch_slots = (int)json_integer_value(json_object_get(pr, "s"));
+        addr[f] = in[i].address;
+        docs[f] = doc;
+        links_of[f] = json_object_get(doc, "links");
+        f++;
+    }
+    json_decref(p->layout);
+    p->layout = NULL;
+    p->plan = 0;
+    p->why[0] = 0;
+    if (pool_too_small(d, parts, n)) return true;
+    if (f == 0) {
+        snprintf(p->why, sizeof p->why, "no member can hold a stage (none computes with the "
+                                        "job's files)");
+        return true;
+    }
+    cost_link *links = calloc((size_t)f * (size_t)f, sizeof *links);
+    plan *pl = calloc(1, sizeof *pl);
+    if (!links || !pl) {
+        free(links);
+        free(pl);
+        return false;
+    }
+    for (int i = 0; i < f; i++)
+        for (int j = 0; j < f; j++) {
+            json_t *l = json_object_get(links_of[i], nodes[j].name);
+            if (!l) l = json_object_get(links_of[j], nodes[i].name);
+            cost_link *c = &links[i * f + j];
+            c->latency_ns = l ? jint(l, 0) : POOL_DEFAULT_LAT_NS;
+            c->bandwidth = l ? jint(l, 1) : POOL_DEFAULT_BW;
+            if (c->latency_ns < 0) c->latency_ns = POOL_DEFAULT_LAT_NS;
+            if (c->bandwidth <= 0) c->bandwidth = POOL_DEFAULT_BW;
+        }
+    plan_fleet fleet = {.nnodes = f, .nodes = nodes, .links = links};
+    plan_job pj = {.shape = fleet_shape(&p->cfg, p->job.seq_len),
+                   .batch = p->job.batch,
+                   .max_micro_batch = p->job.micro_batch,
+                   .min_micro_batch = p->job.micro_batch,
+                   .wire_bytes = 4,
+                   .margin_permille = 50};
+    char err[700];
+    if (plan_fleet_check(&fleet, err, sizeof err) != 0 ||
+        plan_compute(pl, &fleet, &pj, PLAN_AUTO, NULL, err, sizeof err) != 0) {
+        snprintf(p->why, sizeof p->why, "%s", err);
+    } else {
+        p->plan = plan_hash(pl, &fleet);
+        if (!p->plan) p->plan = 1;
+        json_t *stages = json_array();
+        for (int s = 0; s < pl->nstages; s++) {
+            int nd = pl->stage[s].node[0];
+            json_array_append_new(stages, json_pack("[s,i,i,s,I]", nodes[nd].name,
+                                                    pl->stage[s].layer_begin, pl->stage[s].layer_end,
+                                                    addr[nd], (json_int_t)pl->stage[s].time_ns));
+        }
+        /* Stages on one machine share its cores: the step stretches by the
+         * threads they ask for over the cores there (a report; the plan
+         * itself takes every node as alone). */
+        int64_t factor = 1000;
+        for (int a = 0; a < pl->nstages; a++) {
+            const char *ha = json_string_value(json_object_get(docs[pl->stage[a].node[0]], "host"));
+            int64_t cores = json_integer_value(json_object_get(docs[pl->stage[a].node[0]], "cores"));
+            int64_t want = 0;
+            if (!ha || cores < 1) continue;
+            for (int b = 0; b < pl->nstages; b++) {
+                json_t *db = docs[pl->stage[b].node[0]];
+                const char *hb = json_string_value(json_object_get(db, "host"));
+                if (hb && strcmp(ha, hb) == 0) want += json_integer_value(json_object_get(db, "threads"));
+            }
+            if (want * 1000 / cores > factor) factor = want * 1000 / cores;
+        }
+        p->layout = json_pack("{s:I,s:I,s:I,s:o}", "mb", (json_int_t)pl->micro_batch, "step_ns",
+                              (json_int_t)pl->step_ns, "step_ns_shared",
+                              (json_int_t)cost_muldiv(pl->step_ns, factor, 1000), "stages", stages);
+    }
+    free(links);
+    free(pl);
+    return true;
+}
+
+/* ---- the election ---- */
+
+static json_t *base_members(pool *p)
+{
+    return p->committed ? json_object_get(p->committed, "m") : p->pool_names;
+}
+
+/* The plan part of a committed section (or of a layout). */
+static json_t *layout_of(json_t *c)
+{
+    return json_pack("{s:O,s:O,s:O*,s:O}", "mb", json_object_get(c, "mb"), "step_ns",
+                     json_object_get(c, "step_ns"), "step_ns_shared",
+                     json_object_get(c, "step_ns_shared"), "stages", json_object_get(c, "stages"));
+}
+
+static void cast(daemon_t *d, int64_t epoch)
+{
+    pool *p = d->pool;
+    elect_vote *v = &p->vote;
+    memset(v, 0, sizeof *v);
+    v->epoch = epoch;
+    v->base = p->committed ? json_integer_value(json_object_get(p->committed, "e")) : 0;
+    v->base_plan = p->committed ? pool_unhex64(json_string_value(json_object_get(p->committed, "h"))) : 0;
+    v->view = p->view;
+    v->plan = p->plan;
+    json_t *st = p->layout ? json_object_get(p->layout, "stages") : NULL;
+    size_t i;
+    json_t *x;
+    json_array_foreach(st, i, x) {
+        if (v->nnamed < ELECT_MAX_NAMED)
+            snprintf(v->named[v->nnamed++], PLAN_NAME_MAX, "%s",
+                     json_string_value(json_array_get(x, 0)));
+    }
+    json_decref(p->vote_members);
+    p->vote_members = json_deep_copy(p->view_members);
+    p->doc_dirty = true;
+    char vh[17], ph[17];
+    pool_hex64(v->view, vh);
+    pool_hex64(v->plan, ph);
+    daemon_log(d, "pool: vote epoch %lld: view %s plan %s (%d stages)%s%s", (long long)epoch, vh,
+               ph, v->nnamed, p->plan ? "" : ": ", p->plan ? "" : p->why);
+}
+
+static void commit(daemon_t *d, int64_t epoch, uint64_t plan, json_t *members, json_t *layout)
+{
+    pool *p = d->pool;
+    char h[17];
+    pool_hex64(plan, h);
+    json_decref(p->committed);
+    p->committed = layout_of(layout);
+    json_object_set_new(p->committed, "e", json_integer((json_int_t)epoch));
+    json_object_set_new(p->committed, "h", json_string(h));
+    json_object_set(p->committed, "m", members);
+    p->doc_dirty = true;
+    daemon_log(d, "pool: epoch %lld committed plan %s", (long long)epoch, h);
+}
+
+/* The committed section a named member gossips for (epoch, plan). */
+static json_t *committed_from(part *parts, int n, int64_t epoch, const char *h)
+{
+    for (int i = 0; i < n; i++) {
+        json_t *c = json_object_get(parts[i].doc, "committed");
+        const char *ch = json_string_value(json_object_get(c, "h"));
+        if (c && json_integer_value(json_object_get(c, "e")) == epoch && ch &&
+            (!h || strcmp(ch, h) == 0))
+            return c;
+    }
+    return NULL;
+}
+
+void pool_elect(daemon_t *d, part *parts, int n, int64_t now)
+{
+    pool *p = d->pool;
+    int64_t ce = p->committed ? json_integer_value(json_object_get(p->committed, "e")) : 0;
+    /* what the others voted (live or not: a gone member's last vote stands) */
+    elect_vote votes[POOL_MAX_PARTS];
+    elect_voter voters[POOL_MAX_PARTS];
+    int nv = 0;
+    int64_t later = 0;
+    for (int i = 0; i < n && nv < POOL_MAX_PARTS; i++) {
+        voters[nv].name = parts[i].m->rec.name;
+        voters[nv].gone = !parts[i].live;
+        voters[nv].vote = NULL;
+        if (parts[i].m->self) {
+            if (p->vote.epoch) voters[nv].vote = &p->vote;
+        } else if (pool_doc_job(&parts[i], p->id) &&
+                   pool_vote_parse(json_object_get(parts[i].doc, "vote"), &votes[nv]) == 0) {
+            voters[nv].vote = &votes[nv];
+            if (votes[nv].epoch > later) later = votes[nv].epoch;
+        }
+        nv++;
+    }
+    json_t *m = base_members(p);
+    const char *names[POOL_MAX_PARTS];
+    int nm = 0;
+    size_t i;
+    json_t *x;
+    json_array_foreach(m, i, x) if (nm < POOL_MAX_PARTS && json_is_string(x)) names[nm++] =
+        json_string_value(x);
+    int64_t epoch = p->vote.epoch ? p->vote.epoch : ce + 1;
+    /* A commit another member gossips for this epoch or a later one: the
+     * votes that made it may already be gone from their records. */
+    for (int k = 0; k < n; k++) {
+        json_t *c = pool_doc_job(&parts[k], p->id) ? json_object_get(parts[k].doc, "committed") : NULL;
+        int64_t e = c ? (int64_t)json_integer_value(json_object_get(c, "e")) : 0;
+        const char *h = json_string_value(json_object_get(c, "h"));
+        if (!c || e < epoch || !h || !json_is_array(json_object_get(c, "stages"))) continue;
+        commit(d, e, pool_unhex64(h), json_object_get(c, "m"), c);
+        return;
+    }
+    if (p->vote.epoch) {
+        elect_result r;
+        elect_decide(epoch, names, nm, voters, nv, &r);
+        if (r.outcome == ELECT_COMMITTED) {
+            char h[17];
+            uint64_t plan = r.winner ? r.winner->plan : r.base_plan;
+            int64_t ep = r.winner ? epoch : r.base;
+            pool_hex64(plan, h);
+            if (r.winner && plan == p->plan && p->layout) {
+                commit(d, ep, plan, p->vote_members, p->layout);
+            } else {
+                json_t *c = committed_from(parts, n, ep, h);
+                if (!c) return; /* wait until a member that ran the numbers says it */
+                commit(d, ep, plan, json_object_get(c, "m"), c);
+            }
+            /* The vote stays in the record: members that decide later
+             * still need to see it. */
+            return;
+        }
+        if (r.outcome == ELECT_FAILED) {
+            daemon_log(d, "pool: epoch %lld failed (%d of %d base members voted)", (long long)epoch,
+                       r.votes, nm);
+            p->failed_view = r.from_later ? 0 : p->vote.view;
+            if (r.from_later && r.base > ce) return; /* learn the commit first */
+            int64_t next = r.from_later && later > epoch ? later : epoch + 1;
+            memset(&p->vote, 0, sizeof p->vote);
+            epoch = next;
+        } else {
+            return; /* open: wait */
+        }
+    } else if (later > epoch) {
+        /* the others are ahead: the epochs between are decided */
+        elect_result r;
+        elect_decide(epoch, names, nm, voters, nv, &r);
+        if (r.outcome == ELECT_COMMITTED && r.from_later && r.base > ce) {
+            char h[17];
+            pool_hex64(r.base_plan, h);
+            json_t *c = committed_from(parts, n, r.base, h);
+            if (!c) return;
+            commit(d, r.base, r.base_plan, json_object_get(c, "m"), c);
+            return;
+        }
+        epoch = later;
+    }
+    /* vote when the view has been quiet, unless it is the one that just failed */
+    if (now - p->view_since_ms < POOL_QUIET_MS) return;
+    if (p->failed_view && p->failed_view == p->view && !p->plan) return;
+    cast(d, epoch);
+}
+

@@ -1,0 +1,79 @@
+/* pool_internal.h — what pool.c (the job's life on this node: adoption,
+ * measuring, the stage, gathering, status) and pool_elect.c (the view, the
+ * plan and the votes) share. Private to node/. */
+#ifndef SHARDNODE_POOL_INTERNAL_H
+#define SHARDNODE_POOL_INTERNAL_H
+
+#include "daemon_internal.h"
+#include "pool_job.h"
+
+#define POOL_TICK_MS 500
+#define POOL_QUIET_MS 3000       /* the view must not change for this long before a vote */
+#define POOL_DOC_MS 2000         /* progress goes into the record at most this often */
+#define POOL_DEFAULT_LAT_NS 1000000
+#define POOL_DEFAULT_BW 100000000 /* bytes/s: a link nobody measured */
+#define POOL_MAX_PARTS 256
+#define POOL_PROFILE_LOCK "/tmp/shardnode-profile.lock" /* one machine profiles one node at a time */
+
+struct pool {
+    json_t *bundle;              /* the job (NULL: none) */
+    char id[POOL_JOB_ID_LEN + 1];
+    char dir[DAEMON_PATH_MAX];   /* STATE/jobs/ID */
+    json_t *pool_names;          /* M before any commit: the members when it was submitted */
+    bool stop;                   /* the job was stopped (by anyone) */
+    json_t *lacks;
+    bool can_first, can_any;
+    char setup_err[512];         /* the job could not be set up here */
+    llama_config cfg;
+    job_spec job;
+    bool job_loaded;
+
+    pid_t prof_pid, probe_pid, run_pid, export_pid;
+    json_t *prof;                /* compact profile for the record, NULL until measured */
+    json_t *links;               /* {name: [latency_ns, bytes_per_s]} */
+    bool links_done;
+    char prof_err[512];
+
+    /* election */
+    elect_vote vote;             /* mine (epoch 0: none) */
+    json_t *vote_members;        /* the view members of my vote */
+    uint64_t view, plan;         /* my current view and the plan computed from it */
+    json_t *view_members, *layout; /* ... its members and stages */
+    int64_t view_since_ms;
+    char why[768];               /* why no plan fits this view */
+    uint64_t failed_view;        /* the view of my vote in an epoch that failed */
+    json_t *committed;           /* {e, h, m, mb, step_ns, stages} */
+
+    /* the run */
+    json_t *run;                 /* {state, step, steps, loss, tps, error} */
+    bool exported;
+    int64_t next_ms, next_doc_ms;
+    bool doc_dirty;
+};
+
+/* A member as this tick sees it. */
+typedef struct {
+    const gossip_member *m;
+    json_t *doc;                 /* its job text, parsed (NULL: none) */
+    bool live;                   /* alive or suspect */
+} part;
+
+
+void pool_hex64(uint64_t v, char out[17]);
+uint64_t pool_unhex64(const char *s);
+/* Whether q's job document names the job id. */
+bool pool_doc_job(const part *q, const char *id);
+/* The model's state does not fit the computing members' free memory (p->why
+ * says by how much). */
+bool pool_too_small(daemon_t *d, part *parts, int n);
+
+/* pool_elect.c */
+json_t *pool_vote_json(const elect_vote *v, json_t *members);
+int pool_vote_parse(json_t *j, elect_vote *v);
+/* Recomputes the view (and, when it changed, the plan); false while a live
+ * member is not ready. */
+bool pool_compute_view(daemon_t *d, part *parts, int n);
+/* One step of the election: take a commit, decide the epoch, or vote. */
+void pool_elect(daemon_t *d, part *parts, int n, int64_t now);
+
+#endif
