@@ -82,7 +82,7 @@ void chain_sum_tied_grads(chain *c)
     memcpy(gb, ga, pa->numel * sizeof(float));
 }
 
-double chain_adamw_step(chain *c, const stage_adamw *opt, int t, float max_norm)
+double chain_adamw_step(chain *c, const stage_adamw *opt, int t, double max_norm)
 {
     chain_sum_tied_grads(c);
     double sumsq = 0.0;

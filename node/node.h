@@ -149,7 +149,7 @@ int chain_forward(chain *c, const int32_t *ids, const int32_t *labels, double *l
 void chain_sum_tied_grads(chain *c);
 /* Global-norm clipping across stages followed by AdamW in every stage;
  * returns the gradient norm before clipping. */
-double chain_adamw_step(chain *c, const stage_adamw *opt, int t, float max_norm);
+double chain_adamw_step(chain *c, const stage_adamw *opt, int t, double max_norm);
 
 /* ---- job.c: the job spec (docs/FORMATS.md) ------------------------------ */
 typedef struct {

@@ -200,7 +200,7 @@ static int train_step(trainer *t, long step, double lr, double *loss, double *gn
     }
     stage_adamw opt = {(float)lr, (float)j->beta1, (float)j->beta2, (float)j->eps,
                        (float)j->weight_decay};
-    *gnorm = chain_adamw_step(&t->chain, &opt, (int)(step + 1), (float)j->grad_clip);
+    *gnorm = chain_adamw_step(&t->chain, &opt, (int)(step + 1), j->grad_clip);
     *loss = sum / (double)kept;
     return 0;
 }

@@ -84,12 +84,14 @@ def write_config(path, tied):
         json.dump(cfg, f)
 
 
-def write_job(wd, name, corpus, tok, config, micro_batch, out):
+def write_job(wd, name, corpus, tok, config, micro_batch, out, grad_clip=None):
     job = {"config": config, "tokenizer": tok,
            "data": {"files": [corpus], "separator": "\n\n", "val_fraction": 0.05},
            "seq_len": 32, "batch": 8, "micro_batch": micro_batch, "steps": STEPS,
            "lr": 3e-3, "min_lr": 3e-4, "warmup_steps": 5, "seed": 3, "log_interval": 1000,
            "out_dir": out}
+    if grad_clip is not None:
+        job["grad_clip"] = grad_clip
     path = os.path.join(wd, name + ".json")
     with open(path, "w") as f:
         json.dump(job, f, indent=1)
@@ -121,13 +123,13 @@ def start_nodes(sn, job, cluster, wd, name, extra=()):
 
 
 def check_equal_run(sn, wd, corpus, tok, name, tied, micro_batch, schedule, wire="f32",
-                    rtol=LOSS_RTOL, wtol=1e-5):
+                    rtol=LOSS_RTOL, wtol=1e-5, grad_clip=None):
     config = os.path.join(wd, name + "-config.json")
     write_config(config, tied)
     single_out = os.path.join(wd, name + "-single")
     pipe_out = os.path.join(wd, name + "-pipe")
-    job1 = write_job(wd, name + "-single", corpus, tok, config, micro_batch, single_out)
-    jobp = write_job(wd, name + "-pipe", corpus, tok, config, micro_batch, pipe_out)
+    job1 = write_job(wd, name + "-single", corpus, tok, config, micro_batch, single_out, grad_clip)
+    jobp = write_job(wd, name + "-pipe", corpus, tok, config, micro_batch, pipe_out, grad_clip)
     m1 = os.path.join(wd, name + "-single.jsonl")
     t0 = time.time()
     run([sn, "train", "--job", job1, "--metrics", m1, "--threads", "1"])
@@ -217,6 +219,11 @@ def main():
         check_equal_run(sn, wd, corpus, tok, "untied-mb8", False, 1, "1f1b")
         check_equal_run(sn, wd, corpus, tok, "untied-mb8-gpipe", False, 1, "gpipe")
         check_equal_run(sn, wd, corpus, tok, "tied-mb4", True, 2, "1f1b")
+        # Clipping that engages with a bound a float cannot hold (0.3): the
+        # pipeline and the single process scale the gradients alike, so the
+        # losses and the exported model are the same bits.
+        check_equal_run(sn, wd, corpus, tok, "untied-mb4-clip0.3", False, 2, "1f1b",
+                        rtol=0.0, wtol=0.0, grad_clip=0.3)
         # bf16 on the wire rounds activations and gradients: the losses stay
         # close; single weights drift apart (AdamW normalises tiny gradients)
         check_equal_run(sn, wd, corpus, tok, "untied-mb8-bf16", False, 1, "1f1b", wire="bf16",
