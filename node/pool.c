@@ -106,6 +106,34 @@ static void last_line(const char *path, char *out, size_t len)
     fclose(f);
 }
 
+/* The machine's profile lock: members sharing a machine (network
+ * namespaces, several state directories) profile and probe one at a time.
+ * Never in a world-writable folder, where another user could take it or
+ * plant a link: as root /run/shardnode (0700, root's), else the user's
+ * private runtime folder ($XDG_RUNTIME_DIR when it is the user's and 0700),
+ * else the state directory. */
+static void profile_lock_path(daemon_t *d, char *out, size_t len)
+{
+    struct stat st;
+    if (geteuid() == 0) {
+        const char *dir = "/run/shardnode";
+        if (mkdir(dir, 0700) != 0 && errno != EEXIST) dir = NULL;
+        if (dir && lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == 0 &&
+            !(st.st_mode & 022)) {
+            snprintf(out, len, "%s/profile.lock", dir);
+            return;
+        }
+    } else {
+        const char *xdg = getenv("XDG_RUNTIME_DIR");
+        if (xdg && xdg[0] == '/' && lstat(xdg, &st) == 0 && S_ISDIR(st.st_mode) &&
+            st.st_uid == geteuid() && !(st.st_mode & 077)) {
+            snprintf(out, len, "%s/shardnode-profile.lock", xdg);
+            return;
+        }
+    }
+    snprintf(out, len, "%s/profile.lock", d->state);
+}
+
 /* ---- the job ---- */
 
 static void pool_clear(pool *p)
@@ -371,7 +399,9 @@ static void measure(daemon_t *d, part *parts, int n)
         p->doc_dirty = true;
     }
     if (!p->prof && !p->prof_err[0] && !p->prof_pid) {
-        char mb[32], seq[32], thr[32], cache[DAEMON_PATH_MAX], cfgp[DAEMON_PATH_MAX + 32];
+        char mb[32], seq[32], thr[32], cache[DAEMON_PATH_MAX], cfgp[DAEMON_PATH_MAX + 32],
+            lock[DAEMON_PATH_MAX + 32];
+        profile_lock_path(d, lock, sizeof lock);
         snprintf(out, sizeof out, "%s/profile.json", p->dir);
         snprintf(cfgp, sizeof cfgp, "%s/config.json", p->dir);
         snprintf(cache, sizeof cache, "%s/profiles", d->state);
@@ -380,14 +410,15 @@ static void measure(daemon_t *d, part *parts, int n)
         snprintf(thr, sizeof thr, "%d", d->threads);
         char *args[] = {"shardnode", "profile", "--model", cfgp, "--iters", "5",
                         "--micro-batch", mb, "--seq", seq,
-                        "--cache", cache, "--out", out, "--lock", POOL_PROFILE_LOCK,
+                        "--cache", cache, "--out", out, "--lock", lock,
                         d->threads ? "--threads" : NULL, thr, NULL};
         p->prof_pid = spawn(d, log, args);
     }
     /* links: once the profile is in, to every live member with the job */
     if (p->prof && !p->links_done && !p->probe_pid) {
         char *args[POOL_MAX_PARTS + 8];
-        char targets[64][GOSSIP_ADDR_MAX + MESH_NAME_MAX + 16];
+        char targets[64][GOSSIP_ADDR_MAX + MESH_NAME_MAX + 16], lock[DAEMON_PATH_MAX + 32];
+        profile_lock_path(d, lock, sizeof lock);
         int a = 0, t = 0;
         snprintf(out, sizeof out, "%s/links.json", p->dir);
         args[a++] = "shardnode";
@@ -403,7 +434,7 @@ static void measure(daemon_t *d, part *parts, int n)
         args[a++] = "--bind";
         args[a++] = d->overlay;
         args[a++] = "--lock";
-        args[a++] = POOL_PROFILE_LOCK;
+        args[a++] = lock;
         for (int i = 0; i < n && t < 64; i++) {
             if (parts[i].m->self || !parts[i].live || !pool_doc_job(&parts[i], p->id)) continue;
             snprintf(targets[t], sizeof targets[t], "%s=%s:%d", parts[i].m->rec.name,

@@ -4,6 +4,7 @@
  * the outcome of each epoch (scheduler/elect.c decides it from the votes). */
 #include "pool_internal.h"
 
+#include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,6 +38,134 @@ int pool_vote_parse(json_t *j, elect_vote *v)
         snprintf(v->named[v->nnamed++], PLAN_NAME_MAX, "%s", json_string_value(x));
     }
     return v->epoch > 0 ? 0 : -1;
+}
+
+/* The plan part of a committed section (or of a layout). NULL when a part
+ * is missing. */
+static json_t *layout_of(json_t *c)
+{
+    return json_pack("{s:O,s:O,s:O*,s:O}", "mb", json_object_get(c, "mb"), "step_ns",
+                     json_object_get(c, "step_ns"), "step_ns_shared",
+                     json_object_get(c, "step_ns_shared"), "stages", json_object_get(c, "stages"));
+}
+
+uint64_t pool_layout_hash(json_t *layout)
+{
+    json_t *l = layout_of(layout);
+    char *text = l ? json_dumps(l, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(l);
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    uint64_t h = 0;
+    if (text && EVP_Digest(text, strlen(text), md, &mdlen, EVP_sha256(), NULL) && mdlen >= 8)
+        for (int i = 0; i < 8; i++) h = h << 8 | md[i];
+    free(text);
+    return h ? h : 1;
+}
+
+static const pool_peer *peer_named(const pool_peer *peers, int n, const char *name)
+{
+    for (int i = 0; name && i < n; i++)
+        if (peers[i].name && strcmp(peers[i].name, name) == 0) return &peers[i];
+    return NULL;
+}
+
+static bool doc_names(json_t *doc, const char *id)
+{
+    const char *x = json_string_value(json_object_get(doc, "id"));
+    return x && id && strcmp(x, id) == 0;
+}
+
+int pool_commit_verify(json_t *c, const char *id, json_t *base, int64_t base_e,
+                       uint64_t base_plan, const pool_peer *peers, int n, char *why,
+                       size_t whylen)
+{
+    json_t *je = json_object_get(c, "e"), *jh = json_object_get(c, "h");
+    json_t *stages = json_object_get(c, "stages"), *m = json_object_get(c, "m");
+    const char *h = json_string_value(jh);
+    if (!json_is_object(c) || !json_is_integer(je) || json_integer_value(je) < 1 || !h ||
+        strlen(h) != 16 || strspn(h, "0123456789abcdef") != 16 || !json_is_array(stages) ||
+        json_array_size(stages) < 1 || json_array_size(stages) > ELECT_MAX_NAMED ||
+        !json_is_array(m) || !json_is_integer(json_object_get(c, "mb")) ||
+        !json_is_integer(json_object_get(c, "step_ns")))
+        return node_errf(why, whylen, "a malformed committed section");
+    int64_t e = json_integer_value(je);
+    uint64_t plan = pool_unhex64(h);
+    char got[17];
+    pool_hex64(pool_layout_hash(c), got);
+    if (strcmp(got, h) != 0)
+        return node_errf(why, whylen, "epoch %lld plan %s: its content hashes to %s, not to the "
+                         "plan voted for", (long long)e, h, got);
+    size_t i;
+    json_t *s;
+    json_array_foreach(stages, i, s) {
+        const char *name = json_string_value(json_array_get(s, 0));
+        const char *addr = json_string_value(json_array_get(s, 3));
+        if (!json_is_array(s) || json_array_size(s) != 5 || !name || !addr ||
+            !json_is_integer(json_array_get(s, 1)) || !json_is_integer(json_array_get(s, 2)))
+            return node_errf(why, whylen, "epoch %lld plan %s: stage %zu is malformed",
+                             (long long)e, h, i);
+        const pool_peer *q = peer_named(peers, n, name);
+        if (!q)
+            return node_errf(why, whylen, "epoch %lld plan %s: stage %zu names %.64s, not a "
+                             "member", (long long)e, h, i, name);
+        if (!q->address || strcmp(q->address, addr) != 0)
+            return node_errf(why, whylen, "epoch %lld plan %s: stage %zu puts %.64s at %.64s, "
+                             "its record says %.64s", (long long)e, h, i, name, addr,
+                             q->address ? q->address : "nothing");
+    }
+    /* the votes, each from its owner's own document */
+    elect_vote *votes = calloc((size_t)(n > 0 ? n : 1), sizeof *votes);
+    elect_voter *voters = calloc((size_t)(n > 0 ? n : 1), sizeof *voters);
+    const char *names[POOL_MAX_PARTS];
+    int nm = 0, rc = -1;
+    if (!votes || !voters) {
+        node_errf(why, whylen, "out of memory");
+        goto out;
+    }
+    for (int k = 0; k < n; k++) {
+        voters[k].name = peers[k].name;
+        voters[k].gone = !peers[k].live;
+        if (doc_names(peers[k].doc, id) &&
+            pool_vote_parse(json_object_get(peers[k].doc, "vote"), &votes[k]) == 0)
+            voters[k].vote = &votes[k];
+    }
+    json_t *x;
+    json_array_foreach(base, i, x) if (nm < POOL_MAX_PARTS && json_is_string(x)) names[nm++] =
+        json_string_value(x);
+    elect_result r;
+    elect_decide(e, names, nm, voters, n, &r);
+    if (r.outcome != ELECT_COMMITTED || r.from_later || !r.winner || r.winner->plan != plan ||
+        r.winner->epoch != e || r.winner->base != base_e || r.winner->base_plan != base_plan) {
+        node_errf(why, whylen, "epoch %lld plan %s: the members' own votes do not commit it "
+                  "(%d of %d base members voted in that epoch)", (long long)e, h, r.votes, nm);
+        goto out;
+    }
+    /* every stage's own vote is for it (elect_decide went by the votes'
+     * list of named nodes) and its members are those the votes saw */
+    json_array_foreach(stages, i, s) {
+        const char *name = json_string_value(json_array_get(s, 0));
+        int k = (int)(peer_named(peers, n, name) - peers);
+        if (!voters[k].vote || votes[k].epoch != e || votes[k].plan != plan) {
+            node_errf(why, whylen, "epoch %lld plan %s: stage %.64s did not vote for it",
+                      (long long)e, h, name);
+            goto out;
+        }
+    }
+    bool members_ok = false;
+    for (int k = 0; k < n && !members_ok; k++)
+        if (voters[k].vote && votes[k].epoch == e && votes[k].plan == plan)
+            members_ok = json_equal(json_object_get(json_object_get(peers[k].doc, "vote"), "m"), m);
+    if (!members_ok) {
+        node_errf(why, whylen, "epoch %lld plan %s: its members are not those its votes saw",
+                  (long long)e, h);
+        goto out;
+    }
+    rc = 0;
+out:
+    free(votes);
+    free(voters);
+    return rc;
 }
 
 /* ---- the plan this node's view gives ---- */
@@ -178,8 +307,6 @@ bool pool_compute_view(daemon_t *d, part *parts, int n)
         plan_compute(pl, &fleet, &pj, PLAN_AUTO, NULL, err, sizeof err) != 0) {
         snprintf(p->why, sizeof p->why, "%s", err);
     } else {
-        p->plan = plan_hash(pl, &fleet);
-        if (!p->plan) p->plan = 1;
         json_t *stages = json_array();
         for (int s = 0; s < pl->nstages; s++) {
             int nd = pl->stage[s].node[0];
@@ -206,6 +333,7 @@ bool pool_compute_view(daemon_t *d, part *parts, int n)
         p->layout = json_pack("{s:I,s:I,s:I,s:o}", "mb", (json_int_t)pl->micro_batch, "step_ns",
                               (json_int_t)pl->step_ns, "step_ns_shared",
                               (json_int_t)cost_muldiv(pl->step_ns, factor, 1000), "stages", stages);
+        p->plan = pool_layout_hash(p->layout);
     }
     free(links);
     free(pl);
@@ -219,13 +347,16 @@ static json_t *base_members(pool *p)
     return p->committed ? json_object_get(p->committed, "m") : p->pool_names;
 }
 
-/* The plan part of a committed section (or of a layout). */
-static json_t *layout_of(json_t *c)
+static int64_t base_epoch(pool *p)
 {
-    return json_pack("{s:O,s:O,s:O*,s:O}", "mb", json_object_get(c, "mb"), "step_ns",
-                     json_object_get(c, "step_ns"), "step_ns_shared",
-                     json_object_get(c, "step_ns_shared"), "stages", json_object_get(c, "stages"));
+    return p->committed ? json_integer_value(json_object_get(p->committed, "e")) : 0;
 }
+
+static uint64_t base_plan(pool *p)
+{
+    return p->committed ? pool_unhex64(json_string_value(json_object_get(p->committed, "h"))) : 0;
+}
+
 
 static void cast(daemon_t *d, int64_t epoch)
 {
@@ -269,17 +400,43 @@ static void commit(daemon_t *d, int64_t epoch, uint64_t plan, json_t *members, j
     daemon_log(d, "pool: epoch %lld committed plan %s", (long long)epoch, h);
 }
 
-/* The committed section a named member gossips for (epoch, plan). */
-static json_t *committed_from(part *parts, int n, int64_t epoch, const char *h)
+static int peers_of(const part *parts, int n, pool_peer *out)
 {
+    for (int i = 0; i < n; i++)
+        out[i] = (pool_peer){parts[i].m->rec.name, parts[i].m->rec.address, parts[i].live,
+                             parts[i].doc};
+    return n;
+}
+
+/* A committed section for (epoch, plan) that a member gossips and that the
+ * members' own votes prove (pool_commit_verify). */
+static json_t *committed_from(daemon_t *d, part *parts, int n, int64_t epoch, const char *h)
+{
+    pool *p = d->pool;
+    pool_peer peers[POOL_MAX_PARTS];
+    peers_of(parts, n, peers);
     for (int i = 0; i < n; i++) {
-        json_t *c = json_object_get(parts[i].doc, "committed");
+        json_t *c = pool_doc_job(&parts[i], p->id) ? json_object_get(parts[i].doc, "committed") : NULL;
         const char *ch = json_string_value(json_object_get(c, "h"));
+        char why[300];
         if (c && json_integer_value(json_object_get(c, "e")) == epoch && ch &&
-            (!h || strcmp(ch, h) == 0))
+            (!h || strcmp(ch, h) == 0) &&
+            pool_commit_verify(c, p->id, base_members(p), base_epoch(p), base_plan(p), peers, n,
+                               why, sizeof why) == 0)
             return c;
     }
     return NULL;
+}
+
+/* Logs a gossiped commit this node does not take, once per member and plan. */
+static void refuse(daemon_t *d, const char *who, const char *h, const char *why)
+{
+    pool *p = d->pool;
+    char key[sizeof p->refused];
+    snprintf(key, sizeof key, "%.64s/%.17s", who, h ? h : "");
+    if (strcmp(key, p->refused) == 0) return;
+    snprintf(p->refused, sizeof p->refused, "%s", key);
+    daemon_log(d, "pool: %s gossips a commit this node does not take: %s", who, why);
 }
 
 void pool_elect(daemon_t *d, part *parts, int n, int64_t now)
@@ -314,11 +471,20 @@ void pool_elect(daemon_t *d, part *parts, int n, int64_t now)
     int64_t epoch = p->vote.epoch ? p->vote.epoch : ce + 1;
     /* A commit another member gossips for this epoch or a later one: the
      * votes that made it may already be gone from their records. */
+    pool_peer peers[POOL_MAX_PARTS];
+    peers_of(parts, n, peers);
     for (int k = 0; k < n; k++) {
         json_t *c = pool_doc_job(&parts[k], p->id) ? json_object_get(parts[k].doc, "committed") : NULL;
         int64_t e = c ? (int64_t)json_integer_value(json_object_get(c, "e")) : 0;
         const char *h = json_string_value(json_object_get(c, "h"));
-        if (!c || e < epoch || !h || !json_is_array(json_object_get(c, "stages"))) continue;
+        if (!c || e < epoch || !h) continue;
+        char why[300];
+        /* only what the members' own signed votes made */
+        if (pool_commit_verify(c, p->id, base_members(p), base_epoch(p), base_plan(p), peers, n,
+                               why, sizeof why) != 0) {
+            refuse(d, parts[k].m->rec.name, h, why);
+            continue;
+        }
         commit(d, e, pool_unhex64(h), json_object_get(c, "m"), c);
         return;
     }
@@ -333,7 +499,7 @@ void pool_elect(daemon_t *d, part *parts, int n, int64_t now)
             if (r.winner && plan == p->plan && p->layout) {
                 commit(d, ep, plan, p->vote_members, p->layout);
             } else {
-                json_t *c = committed_from(parts, n, ep, h);
+                json_t *c = committed_from(d, parts, n, ep, h);
                 if (!c) return; /* wait until a member that ran the numbers says it */
                 commit(d, ep, plan, json_object_get(c, "m"), c);
             }
@@ -359,7 +525,7 @@ void pool_elect(daemon_t *d, part *parts, int n, int64_t now)
         if (r.outcome == ELECT_COMMITTED && r.from_later && r.base > ce) {
             char h[17];
             pool_hex64(r.base_plan, h);
-            json_t *c = committed_from(parts, n, r.base, h);
+            json_t *c = committed_from(d, parts, n, r.base, h);
             if (!c) return;
             commit(d, r.base, r.base_plan, json_object_get(c, "m"), c);
             return;

@@ -13,7 +13,9 @@
 #define POOL_DEFAULT_LAT_NS 1000000
 #define POOL_DEFAULT_BW 100000000 /* bytes/s: a link nobody measured */
 #define POOL_MAX_PARTS 256
-#define POOL_PROFILE_LOCK "/tmp/shardnode-profile.lock" /* one machine profiles one node at a time */
+/* A job's submitted_at may be ahead of this node's clock by at most this
+ * much; a job from further in the future is ignored until then. */
+#define POOL_SKEW_S 120
 
 struct pool {
     json_t *bundle;              /* the job (NULL: none) */
@@ -43,6 +45,7 @@ struct pool {
     char why[768];               /* why no plan fits this view */
     uint64_t failed_view;        /* the view of my vote in an epoch that failed */
     json_t *committed;           /* {e, h, m, mb, step_ns, stages} */
+    char refused[160];           /* the last gossiped commit refused (logged once) */
 
     /* the run */
     json_t *run;                 /* {state, step, steps, loss, tps, error} */
@@ -67,7 +70,35 @@ bool pool_doc_job(const part *q, const char *id);
  * says by how much). */
 bool pool_too_small(daemon_t *d, part *parts, int n);
 
+/* A member as the checks below see it: its name and overlay address from
+ * its signed record, whether it is alive or suspect, and its job document
+ * (NULL: none). */
+typedef struct {
+    const char *name;
+    const char *address;
+    bool live;
+    json_t *doc;
+} pool_peer;
+
 /* pool_elect.c */
+/* The plan hash of a layout or committed section: the first 8 bytes of the
+ * SHA-256 of the compact, key-sorted JSON of its mb, step_ns,
+ * step_ns_shared and stages (never 0). Every vote names a plan by it, so a
+ * committed section carries its own proof of content. */
+uint64_t pool_layout_hash(json_t *layout);
+/* Whether a committed section c that some member gossips for job `id` may
+ * be adopted: well formed; its content hashes to its "h"; every stage names
+ * a member at the overlay address of that member's own record; and the
+ * votes in the members' own documents (peers[0..n)) commit exactly (e, h)
+ * on the base (base_e, base_plan) with base membership `base` (a JSON list
+ * of names): a strict majority of it and every named node voted for it
+ * (elect_decide, from the votes of epoch e themselves, not a later base);
+ * its "m" is the view members of those votes. Returns 0, or -1 with the
+ * reason in why. */
+int pool_commit_verify(json_t *c, const char *id, json_t *base, int64_t base_e,
+                       uint64_t base_plan, const pool_peer *peers, int n, char *why,
+                       size_t whylen);
+
 json_t *pool_vote_json(const elect_vote *v, json_t *members);
 int pool_vote_parse(json_t *j, elect_vote *v);
 /* Recomputes the view (and, when it changed, the plan); false while a live

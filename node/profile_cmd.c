@@ -227,7 +227,16 @@ int cmd_profile(int argc, char **argv)
      * they would time each other's load. Held until the process exits. */
     int lock_fd = -1;
     if (!cached && lock_path) {
-        lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        /* never through a link, never someone else's file */
+        lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+        struct stat lst;
+        if (lock_fd >= 0 && (fstat(lock_fd, &lst) != 0 || !S_ISREG(lst.st_mode) ||
+                             lst.st_uid != geteuid())) {
+            fprintf(stderr, "shardnode profile: %s is not this user's lock file; profiling "
+                            "without it\n", lock_path);
+            close(lock_fd);
+            lock_fd = -1;
+        }
         if (lock_fd >= 0) flock(lock_fd, LOCK_EX);
     }
     if (!cached) {
