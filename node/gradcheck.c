@@ -1,9 +1,16 @@
 /* gradcheck.c — `shardnode gradcheck`: loss and every parameter gradient of
- * one batch, for comparison with an independent implementation (PyTorch). */
+ * one batch, for comparison with an independent implementation (PyTorch).
+ *
+ * --random B,T,SEED replaces --weights and --batch: weights from
+ * stage_init_weights(SEED) and a batch of B x T random tokens (every 7th
+ * label ignored) from the same seed, so that two runs that differ only in
+ * --threads (or OPENBLAS_CORETYPE) can be compared bit for bit with cmp(1)
+ * without any other program (tests/CMakeLists.txt, numerics.coretype.*). */
 #include "node.h"
 
 #include "kernels.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,17 +75,57 @@ static int write_grads(chain *c, const char *path, float loss, char *err, size_t
     return rc;
 }
 
+/* "B,T,SEED" */
+static int parse_random(const char *s, int *B, int *T, uint64_t *seed, char *err, size_t errlen)
+{
+    long b, t;
+    unsigned long long sd;
+    char tail;
+    if (sscanf(s, "%ld,%ld,%llu%c", &b, &t, &sd, &tail) != 3 || b < 1 || t < 1 || b > 4096 ||
+        t > 1 << 16) {
+        snprintf(err, errlen, "--random: expected B,T,SEED (B in 1..4096, T in 1..65536), got '%s'",
+                 s);
+        return -1;
+    }
+    *B = (int)b;
+    *T = (int)t;
+    *seed = (uint64_t)sd;
+    return 0;
+}
+
+static int random_batch(int32_t **ids, int32_t **labels, int B, int T, int V, uint64_t seed,
+                        char *err, size_t errlen)
+{
+    size_t n = (size_t)B * T;
+    *ids = malloc(n * sizeof **ids);
+    *labels = malloc(n * sizeof **labels);
+    if (!*ids || !*labels) {
+        snprintf(err, errlen, "out of memory for the batch");
+        return -1;
+    }
+    uint64_t x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        (*ids)[i] = (int32_t)((x >> 33) % (uint64_t)V);
+    }
+    for (size_t i = 0; i < n; i++)
+        (*labels)[i] = i % (size_t)T == (size_t)T - 1 || i % 7 == 3 ? KERNELS_IGNORE_INDEX
+                                                                   : (*ids)[i + 1];
+    return 0;
+}
+
 int cmd_gradcheck(int argc, char **argv)
 {
     const char *config = NULL, *weights = NULL, *batch = NULL, *out = NULL, *split = NULL,
-               *threads = NULL;
+               *threads = NULL, *random = NULL;
     const args_option opts[] = {
+        {"--random", &random, NULL},
         {"--config", &config, NULL}, {"--weights", &weights, NULL},
         {"--batch", &batch, NULL},   {"--out", &out, NULL},
         {"--split", &split, NULL},   {"--threads", &threads, NULL},
     };
     const char *where = "";
-    const char *required[] = {"--config", "--weights", "--batch", "--out", NULL};
+    const char *required[] = {"--config", "--out", NULL};
     int nopts = (int)(sizeof opts / sizeof opts[0]);
     char err[512];
     llama_config cfg;
@@ -89,6 +136,7 @@ int cmd_gradcheck(int argc, char **argv)
     int B = 0, T = 0, rc = 1;
     long nthreads = 0;
     double loss = 0;
+    uint64_t seed = 0;
 
     if (args_parse(argc, argv, 2, opts, nopts, err, sizeof err) ||
         args_require(opts, nopts, required, err, sizeof err))
@@ -99,16 +147,34 @@ int cmd_gradcheck(int argc, char **argv)
     if (llama_config_load(&cfg, config, err, sizeof err)) goto done;
     if (split_parse(&plan, split, cfg.num_hidden_layers, "--split", err, sizeof err))
         goto done;
-    if (safetensors_open(&wf, weights, err, sizeof err)) goto done;
-    if (safetensors_open(&bf, batch, err, sizeof err)) goto done;
-    if (read_batch(bf, &ids, &labels, &B, &T, err, sizeof err)) goto done;
+    if (random && (weights || batch)) {
+        snprintf(err, sizeof err, "--random replaces --weights and --batch: give one or the other");
+        goto done;
+    }
+    if (!random && (!weights || !batch)) {
+        snprintf(err, sizeof err, "--weights and --batch are required (or --random B,T,SEED)");
+        goto done;
+    }
+    if (random) {
+        if (parse_random(random, &B, &T, &seed, err, sizeof err) ||
+            random_batch(&ids, &labels, B, T, cfg.vocab_size, seed, err, sizeof err))
+            goto done;
+    } else {
+        if (safetensors_open(&wf, weights, err, sizeof err)) goto done;
+        if (safetensors_open(&bf, batch, err, sizeof err)) goto done;
+        if (read_batch(bf, &ids, &labels, &B, &T, err, sizeof err)) goto done;
+    }
     if (chain_create(&c, &cfg, &plan, B, T, err, sizeof err)) goto done;
-    for (int i = 0; i < plan.nstages; i++)
-        if (stage_load_weights(c.stages[i], wf, err, sizeof err)) goto done;
+    for (int i = 0; i < plan.nstages; i++) {
+        if (random)
+            stage_init_weights(c.stages[i], seed);
+        else if (stage_load_weights(c.stages[i], wf, err, sizeof err))
+            goto done;
+    }
     for (int i = 0; i < plan.nstages; i++) stage_zero_grads(c.stages[i]);
     int kept = 0;
     if (chain_forward_backward(&c, ids, labels, 0.0f, &loss, &kept, err, sizeof err)) {
-        where = batch; /* the only input a forward can reject */
+        where = batch ? batch : ""; /* the only input a forward can reject */
         goto done;
     }
     chain_sum_tied_grads(&c);

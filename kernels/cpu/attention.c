@@ -63,10 +63,11 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
 {
     int ld = (NH + 2 * NKV) * HD, C = NH * HD, group = NH / NKV;
     float scale = 1.0f / sqrtf((float)HD);
-#pragma omp parallel for schedule(dynamic, 1)
+    /* one scratch slot per thread: never more threads than slots */
+    int nthr = omp_get_max_threads() < nscratch ? omp_get_max_threads() : nscratch;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthr)
     for (int bk = 0; bk < B * NKV; bk++) {
-        int tid = omp_get_thread_num();
-        float *dp = scratch + (size_t)(tid % nscratch) * T * T;
+        float *dp = scratch + (size_t)omp_get_thread_num() * T * T;
         int b = bk / NKV, kvh = bk % NKV;
         size_t base = (size_t)b * T * ld;
         const float *k = qkv + base + (size_t)(NH + kvh) * HD;

@@ -9,9 +9,7 @@
 double crossentropy_forward(float *probs_inplace, float *losses, const int32_t *labels,
                             int N, int V, int *kept)
 {
-    double total = 0.0;
-    int count = 0;
-#pragma omp parallel for schedule(static) reduction(+ : total, count)
+#pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *x = probs_inplace + (size_t)n * V;
         float mx = x[0];
@@ -30,11 +28,16 @@ double crossentropy_forward(float *probs_inplace, float *losses, const int32_t *
         for (int i = 0; i < V; i++) x[i] *= inv;
         float loss = l == KERNELS_IGNORE_INDEX ? 0.0f : logf(sum) - target;
         losses[n] = loss;
-        if (l != KERNELS_IGNORE_INDEX) {
-            total += loss;
+    }
+    /* The total in row order, by one thread: the same bits for any thread
+     * count (an OpenMP reduction adds per-thread partial sums). */
+    double total = 0.0;
+    int count = 0;
+    for (int n = 0; n < N; n++)
+        if (labels[n] != KERNELS_IGNORE_INDEX) {
+            total += losses[n];
             count++;
         }
-    }
     *kept = count;
     return total;
 }

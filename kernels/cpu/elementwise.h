@@ -6,6 +6,11 @@
 
 #include <stdint.h>
 
+/* Columns per task where threads split the columns of a reduction over rows
+ * (RMSNorm's dweight, the embedding's scatter-add): a constant, so the split
+ * never depends on the thread count. */
+#define KERNELS_COLUMN_BLOCK 64
+
 /* exp(x) to about 2 ulp for x in [-87, 88] (clamped outside, so it never
  * returns 0 or inf): x = n ln2 + r, |r| <= ln2/2, exp(r) by its Taylor
  * polynomial of degree 7 (truncation below 2e-8), times 2^n through the

@@ -1,31 +1,50 @@
 /* matmul.c — linear layers through OpenBLAS sgemm.
  * Weights are HF-style [OC, IC] row-major, so forward is inp @ W^T.
  *
- * OpenBLAS sums a long inner dimension in blocks whose order depends on the
- * number of threads, so the same product gives other bits on a node with
- * another thread cap. The inner dimension is therefore cut here into fixed
- * chunks of MATMUL_KC, each short enough that OpenBLAS sums it in one block,
- * and the chunks are added in order: the same bits whatever the thread
- * count, as a pool of unequal nodes needs to match one process. */
+ * Determinism: a multithreaded OpenBLAS call splits its work by the thread
+ * count, and on some core types (Haswell, Zen) that changes how an element's
+ * inner sum is blocked, so the same product gives other bits with 1 and 2
+ * threads. Here every product is cut into tiles of its OUTPUT whose size is
+ * a constant (MATMUL_TM x MATMUL_TN, the last row/column of tiles shorter),
+ * never a function of the thread count; each tile is one single-threaded
+ * sgemm over the whole inner dimension (OpenBLAS runs single-threaded inside
+ * an active OpenMP region, or when the pool has one thread), and OpenMP
+ * hands tiles to threads. An element is therefore always computed by the
+ * same call with the same operands: the same bits whatever the thread count,
+ * on every core type. Tiles also suit the caches: a 256 x 256 tile packs its
+ * panels once and never re-reads C (tiles of the inner dimension did). */
 #include "kernels.h"
 
 #include <cblas.h>
 
-#define MATMUL_KC 256
+#define MATMUL_TM 256 /* rows of an output tile */
+#define MATMUL_TN 256 /* columns of an output tile */
 
-/* c[M,N] = beta c + sum over k of op(a)[M,k] op(b)[k,N], k in chunks. */
-static void sgemm_chunked(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
-                          const float *a, int lda, const float *b, int ldb, float beta, float *c,
-                          int ldc)
+/* c[M,N] = alpha op(a)[M,K] op(b)[K,N] + beta c, tile by tile. */
+static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
+                        const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                        int ldc)
 {
-    for (int k0 = 0; k0 < K || k0 == 0; k0 += MATMUL_KC) {
-        int kc = K - k0 < MATMUL_KC ? K - k0 : MATMUL_KC;
-        /* a chunk starts k0 columns into op(a) and k0 rows into op(b) */
-        const float *ak = ta == CblasNoTrans ? a + k0 : a + (size_t)k0 * lda;
-        const float *bk = tb == CblasNoTrans ? b + (size_t)k0 * ldb : b + k0;
-        cblas_sgemm(CblasRowMajor, ta, tb, M, N, kc, 1.0f, ak, lda, bk, ldb,
-                    k0 == 0 ? beta : 1.0f, c, ldc);
-        if (K == 0) break;
+    if (M <= 0 || N <= 0) return;
+    int mt = (M + MATMUL_TM - 1) / MATMUL_TM, nt = (N + MATMUL_TN - 1) / MATMUL_TN;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int t = 0; t < mt * nt; t++) {
+        int i0 = t / nt * MATMUL_TM, j0 = t % nt * MATMUL_TN;
+        int m = M - i0 < MATMUL_TM ? M - i0 : MATMUL_TM;
+        int n = N - j0 < MATMUL_TN ? N - j0 : MATMUL_TN;
+        /* rows i0.. of op(a), columns j0.. of op(b) */
+        const float *ai = ta == CblasNoTrans ? a + (size_t)i0 * lda : a + i0;
+        const float *bj = tb == CblasNoTrans ? b + j0 : b + (size_t)j0 * ldb;
+        float *cij = c + (size_t)i0 * ldc + j0;
+        if (K == 0) { /* no products: only the beta part */
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j < n; j++) {
+                    float *e = cij + (size_t)i * ldc + j;
+                    *e = beta == 0.0f ? 0.0f : beta * *e;
+                }
+            continue;
+        }
+        cblas_sgemm(CblasRowMajor, ta, tb, m, n, K, 1.0f, ai, lda, bj, ldb, beta, cij, ldc);
     }
 }
 
@@ -33,8 +52,8 @@ static void sgemm_chunked(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, 
 void matmul_forward(float *out, const float *inp, const float *weight,
                     int N, int IC, int OC, int accumulate)
 {
-    sgemm_chunked(CblasNoTrans, CblasTrans, N, OC, IC, inp, IC, weight, IC,
-                  accumulate ? 1.0f : 0.0f, out, OC);
+    sgemm_tiled(CblasNoTrans, CblasTrans, N, OC, IC, inp, IC, weight, IC,
+                accumulate ? 1.0f : 0.0f, out, OC);
 }
 
 /* dinp[N,IC] += dout[N,OC] @ weight[OC,IC]; dweight[OC,IC] += dout^T @ inp */
@@ -42,9 +61,9 @@ void matmul_backward(float *dinp, float *dweight, const float *dout,
                      const float *inp, const float *weight, int N, int IC, int OC)
 {
     if (dinp)
-        sgemm_chunked(CblasNoTrans, CblasNoTrans, N, IC, OC, dout, OC, weight, IC, 1.0f, dinp,
-                      IC);
+        sgemm_tiled(CblasNoTrans, CblasNoTrans, N, IC, OC, dout, OC, weight, IC, 1.0f, dinp,
+                    IC);
     if (dweight)
-        sgemm_chunked(CblasTrans, CblasNoTrans, OC, IC, N, dout, OC, inp, IC, 1.0f, dweight,
-                      IC);
+        sgemm_tiled(CblasTrans, CblasNoTrans, OC, IC, N, dout, OC, inp, IC, 1.0f, dweight,
+                    IC);
 }

@@ -2,8 +2,9 @@
  *   inp, out, dout, dinp [N, C]; weight, dweight [C]; rstd [N] saved. */
 #include "kernels.h"
 
+#include "elementwise.h"
+
 #include <math.h>
-#include <omp.h>
 
 void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight,
                      int N, int C, float eps)
@@ -37,13 +38,17 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const floa
             float k = r * r * r * dot / (float)C;
             for (int c = 0; c < C; c++) dx[c] += r * weight[c] * dy[c] - k * x[c];
         }
-        /* Threads own disjoint columns of dweight: no atomics, no scratch. */
-        int nt = omp_get_num_threads(), t = omp_get_thread_num();
-        int c0 = (int)((long)C * t / nt), c1 = (int)((long)C * (t + 1) / nt);
-        for (int n = 0; n < N; n++) {
-            const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
-            float r = rstd[n];
-            for (int c = c0; c < c1; c++) dweight[c] += dy[c] * x[c] * r;
+        /* Blocks of columns of dweight, each summed over n in order by one
+         * thread: no atomics, no scratch, and block bounds that do not depend
+         * on the thread count. */
+#pragma omp for schedule(static)
+        for (int c0 = 0; c0 < C; c0 += KERNELS_COLUMN_BLOCK) {
+            int c1 = c0 + KERNELS_COLUMN_BLOCK < C ? c0 + KERNELS_COLUMN_BLOCK : C;
+            for (int n = 0; n < N; n++) {
+                const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+                float r = rstd[n];
+                for (int c = c0; c < c1; c++) dweight[c] += dy[c] * x[c] * r;
+            }
         }
     }
 }
