@@ -103,7 +103,25 @@ typedef struct {
     size_t send_high_water;    /* bytes queued per peer before send blocks; 0: 64 MiB.
                                 * Also the bound on received bytes waiting for
                                 * mesh_net_recv: above it, peers are not read. */
+    const char *bind_host;     /* source address of outgoing connections (NULL: the
+                                * kernel's choice; one that is not local here is
+                                * ignored), so peers that check it see this node's */
 } mesh_net_config;
+
+/* Bytes of a frame's payload besides its tensor and labels: an upper bound
+ * on the msgpack map of any message with its longest strings and widest
+ * integers (test_wire checks it). */
+#define MESH_HEAD_MAX 768
+
+/* What a declared peer may do besides connecting under its name. */
+typedef struct {
+    const char *from;          /* incoming: its connections must come from an address
+                                * of this host (numeric or resolved here); one from
+                                * elsewhere is logged and dropped and the peer is
+                                * still awaited. NULL: any address */
+    size_t max_frame;          /* the largest frame it may send after HELLO (0: the
+                                * net's max_frame); a larger one closes its connection */
+} mesh_net_peer_opts;
 
 /* Starts the event loop on its own thread (and the listener). */
 int mesh_net_start(mesh_net **out, const mesh_net_config *cfg, char *err, size_t errlen);
@@ -120,6 +138,9 @@ int mesh_net_port(const mesh_net *n);
  * the peer's index (0, 1, ...) or -1. */
 int mesh_net_add_peer(mesh_net *n, const char *name, const char *host, int port, char *err,
                       size_t errlen);
+/* The same with what the peer may do (opts NULL: as mesh_net_add_peer). */
+int mesh_net_add_peer_opts(mesh_net *n, const char *name, const char *host, int port,
+                           const mesh_net_peer_opts *opts, char *err, size_t errlen);
 /* Waits until every declared peer has exchanged HELLO, or fails after
  * timeout_ms naming the peers still missing (at once if one is gone).
  * Here and below, a timeout_ms of 0 does not wait and < 0 waits without
@@ -301,13 +322,56 @@ typedef struct {
                                          * on the wire only when not empty */
 } gossip_record;
 
-/* A record as it travels: its encoded bytes (a msgpack map) and the owner's
- * Ed25519 signature over exactly those bytes. */
+/* How a member got in: the member that admitted it (JOIN with a valid
+ * invite) signed, with its identity key, the statement "in mesh M, identity
+ * I with WireGuard key W is admitted under name N at time T". The founder
+ * admits itself, and is recognised because the mesh id is derived from its
+ * identity key (keys_mesh_id). Every receiver checks it against the
+ * identity key of a member it knows (docs/PROTOCOL.md, "Membership"). All
+ * zero: none (a JOIN's record, before it is admitted). */
+typedef struct {
+    uint8_t by[GOSSIP_KEY_LEN];   /* the admitting member's identity key */
+    int64_t at_ms;                /* its clock when it admitted (Unix ms) */
+    uint8_t sig[GOSSIP_SIG_LEN];  /* by's Ed25519 signature of the statement */
+} gossip_admission;
+
+#define GOSSIP_ADM_LEN (GOSSIP_KEY_LEN + 8 + GOSSIP_SIG_LEN) /* "a" on the wire: 104 bytes */
+#define GOSSIP_MAC_LEN 16          /* the MAC after every datagram and TCP frame's map */
+/* A dead member's name stays its own this long (then a newcomer may take it);
+ * a member that left frees it at once. */
+#define GOSSIP_NAME_HOLD_MS ((int64_t)24 * 3600 * 1000)
+
+/* A record as it travels: its encoded bytes (a msgpack map), the owner's
+ * Ed25519 signature over exactly those bytes, and the admission that lets
+ * the owner in (bound to the record's mesh, identity, WireGuard key and
+ * name, so it stays valid across the owner's later records). */
 typedef struct {
     uint8_t bytes[GOSSIP_RECORD_MAX];
     size_t len;
     uint8_t sig[GOSSIP_SIG_LEN];
+    gossip_admission adm;
 } gossip_signed;
+
+/* Signs the admission of r (its mesh_id, id_pub, wg_pub and name) at at_ms
+ * with the admitting member's identity key. */
+int gossip_admission_sign(const gossip_record *r, const uint8_t admitter_priv[GOSSIP_KEY_LEN],
+                          int64_t at_ms, gossip_admission *out, char *err, size_t errlen);
+/* 1 when a->sig is a->by's signature of r's admission statement (who a->by
+ * is, is for the caller to judge), else 0. */
+int gossip_admission_verify(const gossip_record *r, const gossip_admission *a);
+/* 1 when a is the founder's self-admission: signed by r's own identity, and
+ * r's mesh id is keys_mesh_id of that identity. */
+int gossip_admission_founder(const gossip_record *r, const gossip_admission *a);
+/* The pairwise MAC key of two WireGuard key pairs: HMAC-SHA256 under
+ * X25519(own_priv, peer_pub) of a label and both public keys (in byte
+ * order), so both sides compute the same 32 bytes and nobody without one of
+ * the private keys can. */
+int gossip_mac_key(const uint8_t own_priv[GOSSIP_KEY_LEN], const uint8_t peer_pub[GOSSIP_KEY_LEN],
+                   uint8_t key[32], char *err, size_t errlen);
+/* The first GOSSIP_MAC_LEN bytes of HMAC-SHA256(key, buf[0..len)). */
+void gossip_mac(const uint8_t key[32], const void *buf, size_t len, uint8_t mac[GOSSIP_MAC_LEN]);
+/* 1 when buf[0..len) ends with its MAC under key (constant time), else 0. */
+int gossip_mac_check(const uint8_t key[32], const void *buf, size_t len);
 
 /* Encodes r and signs the bytes with id_priv (whose public key must be
  * r->id_pub). Refuses a record the decoder would refuse. */
@@ -419,6 +483,9 @@ typedef struct {
     int confirmations;      /* SUSPECT: independent others that suspect it too */
     char suspectors[4][MESH_NAME_MAX];
     bool self;
+    bool displaced;         /* lost its overlay address to an older admission: out of
+                             * the view (never probed, synced or found by address) */
+    uint8_t mac_key[32];    /* gossip_mac_key with this node's WireGuard key */
 } gossip_member;
 
 typedef struct gossip gossip;
@@ -443,7 +510,11 @@ typedef struct {
     const char *prefix;                 /* the mesh prefix: records are refused unless
                                          * their address derives from their key in it */
     gossip_record self;                 /* this node's record (incarnation: the start value) */
+    gossip_admission self_adm;          /* this node's admission (all zero: the founder's,
+                                         * made here when the mesh id derives from self's
+                                         * identity key; refused otherwise) */
     uint8_t id_priv[GOSSIP_KEY_LEN];    /* signs self */
+    uint8_t wg_priv[GOSSIP_KEY_LEN];    /* this node's WireGuard key: MACs (gossip_mac_key) */
     gossip_timing timing;               /* zero fields take the defaults */
     gossip_hooks hooks;
     uint64_t seed;                      /* probe order and indirect choices */
@@ -457,15 +528,32 @@ void gossip_destroy(gossip *g);
  * it does not answer. Refuses what gossip_merge would refuse. */
 int gossip_add_known(gossip *g, const gossip_signed *s, int64_t now_ms, char *err,
                      size_t errlen);
-/* Admits a joiner's record (JOIN) and announces it to every member; err
- * says why when refused (bad signature, address, name taken). */
+/* Admits a joiner's record (JOIN, whose invite the caller has checked):
+ * counter-signs its admission with this node's identity key and announces
+ * it to every member; err says why when refused (bad signature, name held by
+ * another identity, an overlay address already in the view: then err starts
+ * with GOSSIP_ADDRESS_TAKEN and the joiner draws a new WireGuard key). */
 int gossip_admit(gossip *g, const gossip_signed *s, int64_t now_ms, char *err, size_t errlen);
+#define GOSSIP_ADDRESS_TAKEN "address taken:"
+/* TCP frames: the MAC to append to the frame's map for the member at addr
+ * (0), or -1 when addr is no member's. */
+int gossip_frame_seal(gossip *g, const char *addr, const void *buf, size_t len,
+                      uint8_t mac[GOSSIP_MAC_LEN]);
+/* A frame (map then MAC) that came from addr: the member whose key MACed
+ * it, or NULL (logged, rate-limited, and counted) when addr is no member's or
+ * the MAC does not verify. */
+const gossip_member *gossip_frame_open(gossip *g, const char *addr, const void *buf, size_t len,
+                                       int64_t now_ms);
+/* Datagrams and frames dropped because they were not authenticated. */
+uint64_t gossip_auth_drops(const gossip *g);
 /* Timers: probes, indirect probes, suspicion timeouts, periodic sync. Call
  * it at least every 100 ms. */
 void gossip_tick(gossip *g, int64_t now_ms);
-/* A datagram from addr:port (the overlay source, which WireGuard has
- * authenticated). Datagrams from an address that is not a member's are
- * dropped, as are malformed ones (logged). */
+/* A datagram from addr:port: the message's map, then its MAC under the key
+ * shared with the member at addr (the send hook's datagrams end the same
+ * way). Datagrams from an address that is not a member's, whose MAC does not
+ * verify, or whose "from" is not that member are dropped (counted, logged at
+ * most once a second), as are malformed ones. */
 void gossip_receive(gossip *g, const char *addr, int port, const void *buf, size_t len,
                     int64_t now_ms);
 /* Applies every update of a SYNC or JOIN_REPLY (or a JOIN's record) that

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define DEFAULT_TIMEOUT_MS 30000
 #define DEFAULT_HIGH_WATER ((size_t)64 << 20)
@@ -208,6 +209,31 @@ static int start_listener(mesh_net *n, const mesh_net_config *cfg, char *err, si
     return 0;
 }
 
+/* The source address of outgoing connections, when it is one of this
+ * host's (a trial bind says so). */
+static void set_bind(mesh_net *n, const char *host)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    if (getaddrinfo(host, "0", &hints, &res) != 0 || !res)
+        return;
+    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    bool wildcard = false;
+    if (res->ai_family == AF_INET)
+        wildcard = ((struct sockaddr_in *)res->ai_addr)->sin_addr.s_addr == htonl(INADDR_ANY);
+    else if (res->ai_family == AF_INET6)
+        wildcard = IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)res->ai_addr)->sin6_addr);
+    if (fd >= 0 && !wildcard && bind(fd, res->ai_addr, res->ai_addrlen) == 0) {
+        memcpy(&n->bind_sa, res->ai_addr, res->ai_addrlen);
+        n->bind_len = (socklen_t)res->ai_addrlen;
+        n->have_bind = true;
+    }
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(res);
+}
+
 static int encode_hello(mesh_net *n, char *err, size_t errlen)
 {
     mesh_msg h;
@@ -286,6 +312,8 @@ int mesh_net_start(mesh_net **out, const mesh_net_config *cfg, char *err, size_t
     }
     if (cfg->listen_host && start_listener(n, cfg, err, errlen) != 0)
         goto fail;
+    if (cfg->bind_host)
+        set_bind(n, cfg->bind_host);
     int rc = pthread_create(&n->thread, NULL, net_loop_main, n);
     if (rc != 0) {
         mesh_errf(err, errlen, "cannot start the network thread: %s", strerror(rc));
@@ -346,6 +374,12 @@ int mesh_net_port(const mesh_net *n)
 int mesh_net_add_peer(mesh_net *n, const char *name, const char *host, int port, char *err,
                       size_t errlen)
 {
+    return mesh_net_add_peer_opts(n, name, host, port, NULL, err, errlen);
+}
+
+int mesh_net_add_peer_opts(mesh_net *n, const char *name, const char *host, int port,
+                           const mesh_net_peer_opts *opts, char *err, size_t errlen)
+{
     if (!name || !name[0] || strlen(name) >= MESH_NAME_MAX) {
         mesh_errf(err, errlen, "peer name must be 1 to %d bytes", MESH_NAME_MAX - 1);
         return -1;
@@ -362,6 +396,21 @@ int mesh_net_add_peer(mesh_net *n, const char *name, const char *host, int port,
     p->net = n;
     snprintf(p->name, sizeof p->name, "%s", name);
     p->backoff_ms = 50;
+    p->max_frame = opts && opts->max_frame && opts->max_frame < n->max_frame ? opts->max_frame
+                                                                             : n->max_frame;
+    if (opts && opts->from) {
+        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+        struct addrinfo *res = NULL;
+        int rc = getaddrinfo(opts->from, NULL, &hints, &res);
+        if (rc != 0) {
+            mesh_errf(err, errlen, "peer %s: address %s: %s", name, opts->from, gai_strerror(rc));
+            free(p);
+            return -1;
+        }
+        for (struct addrinfo *a = res; a && p->nfrom < NET_FROM_MAX; a = a->ai_next)
+            memcpy(&p->from[p->nfrom++], a->ai_addr, a->ai_addrlen);
+        freeaddrinfo(res);
+    }
     if (host) {
         if (port <= 0 || port > 65535) {
             mesh_errf(err, errlen, "peer %s: port %d is not in 1..65535", name, port);

@@ -39,6 +39,8 @@ struct net_conn {
     struct event *rd_ev;     /* created once TCP is up */
     struct evbuffer_cb_entry *out_cb;
     char addr[NET_ADDR_MAX];
+    struct sockaddr_storage remote; /* incoming: where it comes from */
+    bool have_remote;
     /* Outgoing: the peer dialled. Incoming: NULL until a valid HELLO. */
     struct net_peer *peer;
     bool outgoing;
@@ -70,6 +72,40 @@ void net_format_addr(const struct sockaddr *sa, char *out, size_t outlen)
     } else {
         snprintf(out, outlen, "(unknown address family %d)", sa->sa_family);
     }
+}
+
+/* The IPv4 address an IPv4-mapped IPv6 one stands for (else a copy). */
+static void unmap(const struct sockaddr *in, struct sockaddr_storage *out)
+{
+    memset(out, 0, sizeof *out);
+    if (in->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)in;
+        if (IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr)) {
+            struct sockaddr_in *s4 = (struct sockaddr_in *)out;
+            s4->sin_family = AF_INET;
+            memcpy(&s4->sin_addr, &s6->sin6_addr.s6_addr[12], 4);
+            return;
+        }
+        memcpy(out, in, sizeof *s6);
+    } else if (in->sa_family == AF_INET) {
+        memcpy(out, in, sizeof(struct sockaddr_in));
+    }
+}
+
+bool net_same_host(const struct sockaddr *a, const struct sockaddr *b)
+{
+    struct sockaddr_storage x, y;
+    unmap(a, &x);
+    unmap(b, &y);
+    if (x.ss_family != y.ss_family)
+        return false;
+    if (x.ss_family == AF_INET)
+        return memcmp(&((struct sockaddr_in *)&x)->sin_addr, &((struct sockaddr_in *)&y)->sin_addr,
+                      4) == 0;
+    if (x.ss_family == AF_INET6)
+        return memcmp(&((struct sockaddr_in6 *)&x)->sin6_addr,
+                      &((struct sockaddr_in6 *)&y)->sin6_addr, 16) == 0;
+    return false;
 }
 
 /* How logs and errors name the other end: by name once known. */
@@ -272,7 +308,21 @@ static void peer_connect(struct net_peer *p)
     struct mesh_net *n = p->net;
     if (!p->retry_ev)
         p->retry_ev = evtimer_new(n->base, retry_cb, p);
-    struct bufferevent *bev = bufferevent_socket_new(n->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    /* From this node's own address when it has one to give (peers check
+     * where a connection comes from). */
+    evutil_socket_t fd = -1;
+    if (n->have_bind) {
+        fd = socket(n->bind_sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd >= 0 && (p->sa.ss_family != n->bind_sa.ss_family ||
+                        bind(fd, (struct sockaddr *)&n->bind_sa, n->bind_len) != 0 ||
+                        evutil_make_socket_nonblocking(fd) != 0)) {
+            evutil_closesocket(fd);
+            fd = -1;
+        }
+    }
+    struct bufferevent *bev = bufferevent_socket_new(n->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (!bev && fd >= 0)
+        evutil_closesocket(fd);
     struct net_conn *c = bev ? conn_new(n, bev, p->addr, p) : NULL;
     if (!c) {
         if (bev)
@@ -440,6 +490,13 @@ static int conn_hello(struct net_conn *c, const mesh_msg *m)
             why = "is already connected";
         else if (p->state == NET_PEER_DOWN)
             why = "already failed in this run";
+        else if (p->nfrom > 0) {
+            bool ok = false;
+            for (int i = 0; i < p->nfrom && c->have_remote && !ok; i++)
+                ok = net_same_host((struct sockaddr *)&c->remote, (struct sockaddr *)&p->from[i]);
+            if (!ok)
+                why = "comes from another address than that peer's (still waiting for it)";
+        }
     }
     if (!why) {
         p->state = NET_PEER_UP;
@@ -609,10 +666,11 @@ static int conn_frame_start(struct net_conn *c, const uint8_t p[4])
     struct mesh_net *n = c->net;
     uint32_t len = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
                    (uint32_t)p[3] << 24;
-    /* Refused before anything is allocated. */
-    if (len > n->max_frame) {
-        conn_close(c, "frame of %u bytes exceeds the limit of %zu; disconnecting", len,
-                   n->max_frame);
+    /* Refused before anything is allocated: after HELLO, what that peer
+     * may send at most. */
+    size_t limit = c->hello_done && c->peer ? c->peer->max_frame : n->max_frame;
+    if (len > limit) {
+        conn_close(c, "frame of %u bytes exceeds the limit of %zu; disconnecting", len, limit);
         return -1;
     }
     size_t checked;
@@ -747,12 +805,15 @@ void net_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr
                    void *arg)
 {
     (void)l;
-    (void)salen;
     struct mesh_net *n = arg;
     char addr[NET_ADDR_MAX];
     net_format_addr(sa, addr, sizeof addr);
     struct bufferevent *bev = bufferevent_socket_new(n->base, fd, BEV_OPT_CLOSE_ON_FREE);
     struct net_conn *c = bev ? conn_new(n, bev, addr, NULL) : NULL;
+    if (c && salen > 0 && (size_t)salen <= sizeof c->remote) {
+        memcpy(&c->remote, sa, (size_t)salen);
+        c->have_remote = true;
+    }
     if (!c) {
         net_log("peer %s: out of memory; disconnecting", addr);
         if (bev)

@@ -35,6 +35,7 @@
  * many small frames are bounded as well as a few large ones. */
 #define NET_RECV_MAX_FRAMES 1024
 #define NET_ADDR_MAX 80
+#define NET_FROM_MAX 4   /* addresses a peer's connections may come from */
 #define NET_ERR_MAX 512
 
 typedef enum {
@@ -63,6 +64,9 @@ struct net_peer {
     struct sockaddr_storage sa;
     socklen_t salen;
     int64_t deadline_ns;           /* connecting gives up at this time */
+    size_t max_frame;              /* the largest frame it may send after HELLO */
+    int nfrom;                     /* incoming: its connections come from one of these */
+    struct sockaddr_storage from[NET_FROM_MAX];
 
     /* Under net->mu. */
     char addr[NET_ADDR_MAX];       /* host:port; for incoming peers set at HELLO */
@@ -110,6 +114,9 @@ struct mesh_net {
     size_t max_frame;
     size_t send_high_water;
     size_t recv_high_water;
+    bool have_bind;          /* outgoing connections bind to bind_sa */
+    struct sockaddr_storage bind_sa;
+    socklen_t bind_len;
     uint8_t *hello;          /* this node's HELLO frame, sent first on every connection */
     size_t hello_len;
     int port;
@@ -153,5 +160,8 @@ void net_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr
                    void *arg);
 void net_accept_error_cb(struct evconnlistener *l, void *arg);
 void net_format_addr(const struct sockaddr *sa, char *out, size_t outlen);
+/* Whether two socket addresses name the same host (ports ignored; an IPv4
+ * address mapped into IPv6 equals the IPv4 one). */
+bool net_same_host(const struct sockaddr *a, const struct sockaddr *b);
 
 #endif

@@ -195,6 +195,9 @@ int mesh_encode_head(const mesh_msg *m, uint8_t **head, size_t *head_len, char *
         return -1;
     if ((keys & KEY(K_KEPT)) && check_count("kept", m->kept, err, errlen))
         return -1;
+    if ((keys & KEY(K_KEPT)) && m->kept == 0)
+        return mesh_errf(err, errlen, "%s: \"kept\" is 0: the loss is divided by it, and a "
+                         "batch has at least one kept target", tname);
     if ((keys & KEY(K_NAME)) && check_string("name", m->name, MESH_NAME_MAX, err, errlen))
         return -1;
     if ((keys & KEY(K_TEXT)) && check_string("text", m->text, MESH_TEXT_MAX, err, errlen))
@@ -817,6 +820,9 @@ static int decode(const uint8_t *p, size_t len, mesh_msg *m, char *err, size_t e
     if ((allowed & KEY(K_DT)) &&
         tensor_check(m->dtype, m->ndim, m->shape, m->nbytes, err, errlen))
         return -1;
+    if ((allowed & KEY(K_KEPT)) && m->kept == 0)
+        return mesh_errf(err, errlen, "%s: \"kept\" is 0: the loss is divided by it, and a "
+                         "batch has at least one kept target", tname);
     /* Raw bytes (PROBE): bounded on their own. */
     if ((allowed & KEY(K_DATA)) && !(allowed & KEY(K_DT)) && m->nbytes > MESH_PROBE_MAX)
         return mesh_errf(err, errlen, "%s: \"data\" has %zu bytes, at most %zu", tname,

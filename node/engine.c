@@ -240,6 +240,15 @@ static int run_schedule(engine *e, const sched_op *ops, int nops, double *loss_s
                     mesh_frame_free(f);
                     return -1;
                 }
+                /* the loss is divided by it: a count of this batch's targets */
+                if (msg.kept < 1 || msg.kept > (int64_t)e->rows * e->m) {
+                    snprintf(err, errlen, "step %ld: %s sent activations with kept = %lld; the "
+                             "batch has 1 to %lld targets", e->step + 1,
+                             mesh_net_peer_name(e->net, e->prev), (long long)msg.kept,
+                             (long long)e->rows * e->m);
+                    mesh_frame_free(f);
+                    return -1;
+                }
                 memcpy(lab, msg.labels, (size_t)e->rows * sizeof *lab);
                 kept = msg.kept;
                 mesh_frame_free(f);
@@ -471,25 +480,48 @@ static int engine_open(engine *e, char *err, size_t errlen)
     char run[MESH_TEXT_MAX];
     snprintf(run, sizeof run, "%s", *cl->run ? cl->run : e->job->path);
     e->run_id = mesh_run_id(run);
-    mesh_net_config nc = {me->name, run, me->host, me->port, cl->timeout_ms, 0, 0};
+    /* Listens on this node's address only; connects from it, so the peer
+     * can check where the connection comes from. */
+    mesh_net_config nc = {me->name, run, me->host, me->port, cl->timeout_ms, 0, 0, me->host};
     if (mesh_net_start(&e->net, &nc, err, errlen)) return -1;
+    /* What each peer may send, at most: the previous stage activations and
+     * their labels, the next one gradients, the other end of a tied
+     * embedding its gradient, all of them small messages; a connection
+     * claiming a peer's name from another address than the cluster's is
+     * dropped and the peer still awaited. */
+    size_t tensor = act * mesh_dtype_size(cl->wire);
+    size_t from_prev = MESH_HEAD_MAX + tensor + (size_t)e->rows * sizeof(int32_t);
+    size_t from_next = MESH_HEAD_MAX + tensor;
+    size_t tied_bytes = MESH_HEAD_MAX + (size_t)e->cfg->vocab_size * e->cfg->hidden_size * 4;
+    bool tied = e->cfg->tie_word_embeddings && e->p > 1;
     /* stage s connects to s + 1 (and the first to the last for a tied
      * head); the other side waits for the connection */
     e->prev = e->next = e->tied = -1;
     const cluster_node *pn = e->self > 0 ? &cl->nodes[e->self - 1] : NULL;
     const cluster_node *nn = e->self < e->p - 1 ? &cl->nodes[e->self + 1] : NULL;
-    if (pn && (e->prev = mesh_net_add_peer(e->net, pn->name, NULL, 0, err, errlen)) < 0) return -1;
-    if (nn && (e->next = mesh_net_add_peer(e->net, nn->name, nn->host, nn->port, err, errlen)) < 0)
+    bool pn_tied = tied && e->p == 2 && e->self == 1; /* two stages: the tied peer is the other */
+    bool nn_tied = tied && e->p == 2 && e->self == 0;
+    mesh_net_peer_opts po = {pn ? pn->host : NULL, pn_tied && tied_bytes > from_prev ? tied_bytes
+                                                                                    : from_prev};
+    mesh_net_peer_opts no = {NULL, nn_tied && tied_bytes > from_next ? tied_bytes : from_next};
+    if (pn && (e->prev = mesh_net_add_peer_opts(e->net, pn->name, NULL, 0, &po, err, errlen)) < 0)
         return -1;
-    if (e->cfg->tie_word_embeddings && e->p > 1) {
+    if (nn &&
+        (e->next = mesh_net_add_peer_opts(e->net, nn->name, nn->host, nn->port, &no, err, errlen)) < 0)
+        return -1;
+    if (tied) {
         if (e->p == 2) {
             e->tied = e->self == 0 ? e->next : e->prev;
         } else if (e->self == 0) {
             const cluster_node *ln = &cl->nodes[e->p - 1];
-            if ((e->tied = mesh_net_add_peer(e->net, ln->name, ln->host, ln->port, err, errlen)) < 0)
+            mesh_net_peer_opts lo = {NULL, tied_bytes};
+            if ((e->tied = mesh_net_add_peer_opts(e->net, ln->name, ln->host, ln->port, &lo, err,
+                                                  errlen)) < 0)
                 return -1;
         } else if (e->self == e->p - 1) {
-            if ((e->tied = mesh_net_add_peer(e->net, cl->nodes[0].name, NULL, 0, err, errlen)) < 0)
+            mesh_net_peer_opts fo = {cl->nodes[0].host, tied_bytes};
+            if ((e->tied = mesh_net_add_peer_opts(e->net, cl->nodes[0].name, NULL, 0, &fo, err,
+                                                  errlen)) < 0)
                 return -1;
         }
     }

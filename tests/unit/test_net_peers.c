@@ -433,12 +433,88 @@ static void test_probe(void)
 }
 
 /* With arguments, runs only the named tests (for debugging one). */
+/* A raw connection to 127.0.0.1:port from the source address src. */
+static int raw_connect_from(const char *src, int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in me = {.sin_family = AF_INET};
+    inet_pton(AF_INET, src, &me.sin_addr);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (bind(fd, (struct sockaddr *)&me, sizeof me) != 0 ||
+        connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        CHECK(0, "raw connect from %s: %s", src, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Issue 12, finding 9: a connection that claims a peer's public name from
+ * another address is dropped without disturbing the run, and the real peer
+ * still gets in; a peer may send no frame larger than what it is allowed
+ * (the tensor the plan says comes from it), not the net's 1 GiB. */
+static void test_impostors(void)
+{
+    char err[512] = "";
+    mesh_net *a = start("a", true, 0, 0, LONG_MS);
+    int port = mesh_net_port(a);
+    /* b must come from 127.0.0.2 and may send 4 KiB frames at most */
+    mesh_net_peer_opts opts = {.from = "127.0.0.2", .max_frame = 4096};
+    int ab = mesh_net_add_peer_opts(a, "b", NULL, 0, &opts, err, sizeof err);
+    CHECK(ab >= 0, "add b: %s", err);
+
+    /* an impostor on 127.0.0.1 with b's name: refused, and closing it
+     * leaves a waiting for b */
+    int fd = raw_connect_from("127.0.0.1", port);
+    mesh_msg h = hello("b", RUN);
+    raw_frame(fd, &h);
+    CHECK(closed_by_node(fd), "an impostor from 127.0.0.1 was not disconnected");
+    close(fd);
+    CHECK(mesh_net_wait_connected(a, 300, err, sizeof err) != 0 && strstr(err, "b (has not "
+                                                                             "connected here)"),
+          "after an impostor: %s", err);
+
+    /* the real b, bound to its address, gets in */
+    mesh_net_config cb = {.self = "b", .run = RUN, .timeout_ms = LONG_MS,
+                          .bind_host = "127.0.0.2"};
+    mesh_net *b = NULL;
+    CHECK(mesh_net_start(&b, &cb, err, sizeof err) == 0, "start b: %s", err);
+    int ba = add_peer(b, "a", "127.0.0.1", port);
+    CHECK(mesh_net_wait_connected(a, LONG_MS, err, sizeof err) == 0, "a: %s", err);
+    CHECK(mesh_net_wait_connected(b, LONG_MS, err, sizeof err) == 0, "b: %s", err);
+    check_still_answers(a, b, ab, ba, 1);
+
+    /* a second connection under b's name from b's address: refused, b stays */
+    fd = raw_connect_from("127.0.0.2", port);
+    raw_frame(fd, &h);
+    CHECK(closed_by_node(fd), "a second b was not disconnected");
+    close(fd);
+    check_still_answers(a, b, ab, ba, 2);
+
+    /* a frame over b's bound: its connection is closed, named */
+    static float big[2048];
+    mesh_msg m = tensor_msg(MESH_MSG_GRADIENTS, 3, big, sizeof big);
+    CHECK(mesh_net_send(b, ba, &m, err, sizeof err) == 0, "b sends: %s", err);
+    mesh_frame *f = NULL;
+    int peer = -1;
+    CHECK(mesh_net_recv(a, &peer, &m, &f, LONG_MS, err, sizeof err) != 0 && peer == ab &&
+              strstr(err, "exceeds the limit of 4096"),
+          "a frame over the peer's bound: %s", err);
+    mesh_frame_free(f);
+    mesh_net_flush(b, ba, LONG_MS, err, sizeof err);
+    mesh_net_stop(b);
+    mesh_net_stop(a);
+}
+
 int main(int argc, char **argv)
 {
     static const net_test tests[] = {
         {"limits", test_limits},
         {"bad_peers", test_bad_peers},
         {"probe", test_probe},
+        {"impostors", test_impostors},
     };
     return run_net_tests(tests, sizeof tests / sizeof tests[0], argc, argv, "net peer");
 }

@@ -37,7 +37,7 @@ static void test_round_trip_every_type(void)
     /* Empty tensors, no labels, a scalar (0 dims: one element), 4 dims. */
     mesh_msg a = sample(MESH_MSG_ACTIVATIONS);
     a.ndim = 2, a.shape[0] = 0, a.shape[1] = 4096, a.data = NULL, a.nbytes = 0;
-    a.labels = NULL, a.nlabels = 0, a.kept = 0;
+    a.labels = NULL, a.nlabels = 0, a.kept = 1;
     round_trip(&a, __LINE__);
     a.ndim = 0, a.data = tensor_f32, a.nbytes = 4;
     round_trip(&a, __LINE__);
@@ -275,6 +275,38 @@ static void test_probe(void)
     release_held();
 }
 
+/* MESH_HEAD_MAX bounds everything of a frame but its tensor and labels,
+ * for every type with its longest strings and widest integers: a receiver
+ * that allows a peer MESH_HEAD_MAX + the tensor it expects never refuses an
+ * honest frame (node/engine.c bounds each peer's frames so). */
+static void test_head_bound(void)
+{
+    static const uint8_t dummy[1];
+    for (int t = MESH_MSG_HELLO; t <= MESH_MSG_PROBE; t++) {
+        mesh_msg m = sample((mesh_msg_type)t);
+        m.run_id = UINT64_MAX, m.epoch = UINT32_MAX, m.step = INT64_MAX;
+        m.micro = INT32_MAX, m.stage = INT32_MAX, m.kept = INT64_MAX, m.flags = UINT32_MAX;
+        m.value = 1.0 / 3.0;
+        memset(m.name, 'n', sizeof m.name - 1);
+        memset(m.text, 't', sizeof m.text - 1);
+        if (m.ndim > 0) {
+            /* four dims of 5-byte integers, within a 32-bit frame */
+            m.dtype = MESH_BF16, m.ndim = 4;
+            m.shape[0] = 70000, m.shape[1] = 7000, m.shape[2] = 1, m.shape[3] = 1;
+            m.nbytes = (size_t)70000 * 7000 * 2;
+            m.data = dummy;
+        }
+        uint8_t *head = NULL;
+        size_t len = 0;
+        char err[256];
+        CHECK(mesh_encode_head(&m, &head, &len, err, sizeof err) == 0, "%s: %s", type_names[t], err);
+        size_t rest = len - 4 - m.nlabels * 4;
+        CHECK(rest <= MESH_HEAD_MAX, "%s: %zu bytes besides the tensor and labels, over "
+              "MESH_HEAD_MAX (%d)", type_names[t], rest, MESH_HEAD_MAX);
+        free(head);
+    }
+}
+
 int main(void)
 {
     memset(str_fill, 'x', sizeof str_fill);
@@ -283,6 +315,7 @@ int main(void)
     test_truncation();
     test_random_damage();
     test_probe();
+    test_head_bound();
     release_held();
     if (failures) {
         fprintf(stderr, "test_wire: %d failure(s)\n", failures);

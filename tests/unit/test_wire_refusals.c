@@ -109,6 +109,9 @@ static void test_refusals(void)
     EXPECT_REFUSED(f, n, "ACTIVATIONS is missing key \"data\"");
     n = base_activations(f), n = drop(f, n, "lab");
     EXPECT_REFUSED(f, n, "ACTIVATIONS is missing key \"lab\"");
+    /* kept = 0 would make the last stage divide the loss by zero */
+    n = base_activations(f), n = set(f, n, I("kept", 0));
+    EXPECT_REFUSED(f, n, "ACTIVATIONS: \"kept\" is 0");
     n = base_norm(f), n = drop(f, n, "fl");
     EXPECT_REFUSED(f, n, "NORM is missing key \"fl\"");
     n = base_gradients(f), n = set(f, n, B("lab", labels, 12));
@@ -286,6 +289,9 @@ static void test_encoder_refusals(void)
     EXPECT_ENCODE_FAILS("\"st\" is negative (-1)");
     m = sample(MESH_MSG_ACTIVATIONS), m.kept = -5;
     EXPECT_ENCODE_FAILS("\"kept\" is negative (-5)");
+    /* The last stage divides the loss by it (issue 12, finding 9). */
+    m = sample(MESH_MSG_ACTIVATIONS), m.kept = 0;
+    EXPECT_ENCODE_FAILS("ACTIVATIONS: \"kept\" is 0");
     m = sample(MESH_MSG_HELLO), memset(m.name, 'x', sizeof m.name);
     EXPECT_ENCODE_FAILS("\"name\" is longer than 63 bytes");
     m = sample(MESH_MSG_ABORT), memset(m.text, 'x', sizeof m.text);
