@@ -314,6 +314,44 @@ bool pool_doc_job(const part *q, const char *id)
     return x && id && strcmp(x, id) == 0;
 }
 
+bool pool_job_from(json_t *bundle, const char *carrier, const pool_peer *peers, int n)
+{
+    const char *by = json_string_value(json_object_get(bundle, "submitted_by"));
+    const char *id = json_string_value(json_object_get(bundle, "id"));
+    if (!by || !id || !carrier) return false;
+    if (strcmp(by, carrier) == 0) return true;
+    for (int i = 0; i < n; i++) {
+        if (!peers[i].name || strcmp(peers[i].name, by) != 0) continue;
+        json_t *b = json_object_get(peers[i].doc, "bundle");
+        const char *x = json_string_value(json_object_get(peers[i].doc, "id"));
+        const char *bid = json_string_value(json_object_get(b, "id"));
+        return x && bid && strcmp(x, id) == 0 && strcmp(bid, id) == 0;
+    }
+    return false;
+}
+
+void pool_gather_dir(json_t *bundle, const char *self, const char *job_dir, char *out,
+                     size_t len)
+{
+    const char *by = json_string_value(json_object_get(bundle, "submitted_by"));
+    const char *dir = json_string_value(json_object_get(json_object_get(bundle, "job"), "out_dir"));
+    if (by && self && dir && strcmp(by, self) == 0)
+        snprintf(out, len, "%s", dir);
+    else
+        snprintf(out, len, "%s/model", job_dir);
+}
+
+/* The submitter's own document of a job (NULL: it carries it no more). */
+static json_t *submitter_doc(part *parts, int n, json_t *bundle)
+{
+    const char *by = json_string_value(json_object_get(bundle, "submitted_by"));
+    const char *id = json_string_value(json_object_get(bundle, "id"));
+    for (int i = 0; by && i < n; i++)
+        if (strcmp(parts[i].m->rec.name, by) == 0 && pool_doc_job(&parts[i], id))
+            return parts[i].doc;
+    return NULL;
+}
+
 /* ---- profile and links (children) ---- */
 
 /* Whether the model's state cannot fit the free memory of the members that
@@ -621,6 +659,17 @@ void pool_close(daemon_t *d)
     d->pool = NULL;
 }
 
+/* Logs a gossiped job this node does not take up, once per member and job. */
+static void refuse_job(daemon_t *d, const char *who, const char *id, const char *why)
+{
+    pool *p = d->pool;
+    char key[sizeof p->job_refused];
+    snprintf(key, sizeof key, "%.64s/%.20s", who, id);
+    if (strcmp(key, p->job_refused) == 0) return;
+    snprintf(p->job_refused, sizeof p->job_refused, "%s", key);
+    daemon_log(d, "pool: %s gossips a job this node refuses: %s", who, why);
+}
+
 void pool_tick(daemon_t *d, int64_t now)
 {
     pool *p = d->pool;
@@ -628,6 +677,10 @@ void pool_tick(daemon_t *d, int64_t now)
     p->next_ms = now + POOL_TICK_MS;
     part parts[POOL_MAX_PARTS];
     int n = gather(d, parts, POOL_MAX_PARTS);
+    pool_peer peers[POOL_MAX_PARTS];
+    for (int i = 0; i < n; i++)
+        peers[i] = (pool_peer){parts[i].m->rec.name, parts[i].m->rec.address, parts[i].live,
+                               parts[i].doc};
     /* a job someone else submitted or stopped */
     for (int i = 0; i < n; i++) {
         if (parts[i].m->self || !parts[i].doc) continue;
@@ -645,18 +698,31 @@ void pool_tick(daemon_t *d, int64_t now)
         }
         json_t *b = json_object_get(doc, "bundle");
         if (!parts[i].live) continue;
-        int64_t at = json_integer_value(json_object_get(b, "submitted_at"));
-        int64_t mine = p->bundle ? json_integer_value(json_object_get(p->bundle, "submitted_at")) : -1;
+        /* later jobs replace earlier ones, in an order every member sees
+         * the same, with no job from the far future */
+        if (!pool_job_later(b, p->bundle, (int64_t)time(NULL))) continue;
         char err[512];
-        if (at > mine && pool_bundle_valid(b, err, sizeof err) == 0) {
-            /* a stopped job is taken up too, as stopped: status then shows it */
-            adopt(d, b, json_object_get(doc, "pool"));
-            if (json_is_true(json_object_get(doc, "stop")) && !p->stop) {
-                p->stop = true;
-                set_run(p, "stopped", NULL);
-            }
-        } else if (at > mine)
-            daemon_log(d, "pool: %s gossips a job this node refuses: %s", parts[i].m->rec.name, err);
+        if (pool_bundle_valid(b, err, sizeof err) != 0) {
+            refuse_job(d, parts[i].m->rec.name, id, err);
+            continue;
+        }
+        if (!pool_job_from(b, parts[i].m->rec.name, peers, n)) {
+            snprintf(err, sizeof err, "it says %.64s submitted it, and %.64s's own record does "
+                     "not carry it",
+                     json_string_value(json_object_get(b, "submitted_by")),
+                     json_string_value(json_object_get(b, "submitted_by")));
+            refuse_job(d, parts[i].m->rec.name, id, err);
+            continue;
+        }
+        /* the first epoch's members as the submitter said */
+        json_t *sdoc = submitter_doc(parts, n, b);
+        json_t *names = json_object_get(sdoc ? sdoc : doc, "pool");
+        /* a stopped job is taken up too, as stopped: status then shows it */
+        adopt(d, b, names);
+        if (json_is_true(json_object_get(doc, "stop")) && !p->stop) {
+            p->stop = true;
+            set_run(p, "stopped", NULL);
+        }
     }
     if (p->bundle && !p->stop) {
         measure(d, parts, n);
@@ -701,6 +767,13 @@ json_t *pool_submit(daemon_t *d, json_t *bundle)
     char err[512];
     if (pool_bundle_valid(bundle, err, sizeof err) != 0)
         return json_pack("{s:s}", "error", err);
+    /* a job is its submitter's: this node submits its own only */
+    const char *by = json_string_value(json_object_get(bundle, "submitted_by"));
+    if (strcmp(by, d->name) != 0)
+        return json_pack("{s:s}", "error", "the job names another submitter than this node");
+    if (!pool_job_later(bundle, NULL, (int64_t)time(NULL)))
+        return json_pack("{s:s}", "error", "the job's submitted_at is ahead of this node's "
+                                           "clock");
     pool *p = d->pool;
     if (run_active(d))
         return json_pack("{s:s}", "error", "a job is running in this mesh; stop it first with "
@@ -748,12 +821,12 @@ json_t *pool_status_json(daemon_t *d)
         json_object_set_new(members, parts[i].m->rec.name, doc);
     }
     release(parts, n);
-    json_t *job = json_object_get(p->bundle, "job");
-    char path[DAEMON_PATH_MAX + 32];
+    char path[DAEMON_PATH_MAX + 32], model[DAEMON_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/job.json", p->dir);
-    return json_pack("{s:s,s:O,s:O,s:s,s:O,s:O,s:O,s:o}", "id", p->id, "submitted_by",
-                     json_object_get(p->bundle, "submitted_by"), "out_dir",
-                     json_object_get(job, "out_dir") ? json_object_get(job, "out_dir") : json_null(),
+    pool_gather_dir(p->bundle, d->name, p->dir, model, sizeof model);
+    json_t *out = json_string(model);
+    return json_pack("{s:s,s:O,s:o,s:s,s:O,s:O,s:O,s:o}", "id", p->id, "submitted_by",
+                     json_object_get(p->bundle, "submitted_by"), "out_dir", out,
                      "job_file", path, "committed", p->committed ? p->committed : json_null(),
                      "run", p->run ? p->run : json_null(), "stop", json_boolean(p->stop), "members",
                      members);

@@ -13,9 +13,6 @@
 #define POOL_DEFAULT_LAT_NS 1000000
 #define POOL_DEFAULT_BW 100000000 /* bytes/s: a link nobody measured */
 #define POOL_MAX_PARTS 256
-/* A job's submitted_at may be ahead of this node's clock by at most this
- * much; a job from further in the future is ignored until then. */
-#define POOL_SKEW_S 120
 
 struct pool {
     json_t *bundle;              /* the job (NULL: none) */
@@ -46,6 +43,7 @@ struct pool {
     uint64_t failed_view;        /* the view of my vote in an epoch that failed */
     json_t *committed;           /* {e, h, m, mb, step_ns, stages} */
     char refused[160];           /* the last gossiped commit refused (logged once) */
+    char job_refused[160];       /* the last gossiped job refused (logged once) */
 
     /* the run */
     json_t *run;                 /* {state, step, steps, loss, tps, error} */
@@ -79,6 +77,21 @@ typedef struct {
     bool live;
     json_t *doc;
 } pool_peer;
+
+/* Whether the bundle that member `carrier` gossips may be taken up as its
+ * submitter's: the submitter of a job is the member whose own signed record
+ * carried it first, so either the carrier is the submitter it names, or
+ * the member it names carries the same job (id) in its own document. A
+ * record claiming that someone else submitted a job that someone does not
+ * carry is ignored. */
+bool pool_job_from(json_t *bundle, const char *carrier, const pool_peer *peers, int n);
+
+/* Where the gathered model of a job goes on node `self`: the job's out_dir
+ * when self submitted it (the bundle's submitter, bound by pool_job_from),
+ * else JOB_DIR/model: a job from another member never makes this node
+ * write outside its own state directory. */
+void pool_gather_dir(json_t *bundle, const char *self, const char *job_dir, char *out,
+                     size_t len);
 
 /* pool_elect.c */
 /* The plan hash of a layout or committed section: the first 8 bytes of the

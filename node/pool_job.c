@@ -104,13 +104,12 @@ out:
 /* ---- the id and the size ------------------------------------------------------- */
 
 /* The first POOL_JOB_ID_LEN hex digits of the SHA-256 of the compact,
- * key-sorted JSON of the bundle without "id" and "submitted_at". */
+ * key-sorted JSON of the bundle without "id". */
 static int bundle_id(json_t *bundle, char id[POOL_JOB_ID_LEN + 1])
 {
     json_t *c = json_copy(bundle);
     if (!c) return -1;
     json_object_del(c, "id");
-    json_object_del(c, "submitted_at");
     char *text = json_dumps(c, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(c);
     if (!text) return -1;
@@ -379,6 +378,18 @@ int pool_bundle_valid(json_t *bundle, char *err, size_t errlen)
         return node_errf(err, errlen, "%s: the id does not match the content (which hashes to %s): "
                          "altered after it was made", who, id);
     return 0;
+}
+
+bool pool_job_later(json_t *a, json_t *b, int64_t now_s)
+{
+    int64_t at = json_integer_value(json_object_get(a, "submitted_at"));
+    const char *ida = json_string_value(json_object_get(a, "id"));
+    if (!ida || at > now_s + POOL_JOB_SKEW_S) return false;
+    if (!b) return true;
+    int64_t bt = json_integer_value(json_object_get(b, "submitted_at"));
+    const char *idb = json_string_value(json_object_get(b, "id"));
+    if (at != bt) return at > bt;
+    return !idb || strcmp(ida, idb) > 0;
 }
 
 /* ---- on this node ------------------------------------------------------------------- */

@@ -14,6 +14,9 @@
 
 #define POOL_JOB_ID_LEN 16             /* hex digits */
 #define POOL_BUNDLE_MAX_BYTES 6000     /* compact JSON text: it travels in a gossip record */
+/* A job's submitted_at may be ahead of the receiver's clock by this much at
+ * most: a job from further in the future is ignored (until then). */
+#define POOL_JOB_SKEW_S 120
 
 /* The bundle of a job file:
  *   {"v": 1, "id": ID,
@@ -23,7 +26,8 @@
  *               "bytes": N}, ...],        (tokenizer, weights if any, data in order)
  *    "submitted_by": NAME, "submitted_at": unix seconds}.
  * The id is the first 16 hex digits of the SHA-256 of the compact, key-sorted
- * JSON of everything except "id" and "submitted_at". The job is validated
+ * JSON of everything except "id" (submitted_at included: the order of jobs
+ * cannot be changed without changing the job). The job is validated
  * with job_load and the config with llama_config_load; the files are hashed
  * as streams. Fails naming the file that cannot be read, or when the bundle
  * would exceed POOL_BUNDLE_MAX_BYTES. NULL on failure. */
@@ -36,6 +40,13 @@ json_t *pool_bundle_make(const char *job_path, const char *submitter, int64_t no
  * compact text at most POOL_BUNDLE_MAX_BYTES, and the id that of the
  * content. Returns 0, or -1 with the first fault. */
 int pool_bundle_valid(json_t *bundle, char *err, size_t errlen);
+
+/* Whether job bundle a (gossiped, valid) replaces b (this node's job, NULL:
+ * none): a later submitted_at, ties broken by the larger id, so every
+ * member orders any two jobs the same way; never one whose submitted_at is
+ * more than POOL_JOB_SKEW_S after now_s (a job from the far future would
+ * otherwise override every job submitted after it). */
+bool pool_job_later(json_t *a, json_t *b, int64_t now_s);
 
 /* On this node: validates the bundle, resolves each of its files (node.json's
  * optional "paths" object, node_paths, maps a file's base name such as

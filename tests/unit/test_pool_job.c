@@ -109,17 +109,21 @@ static void test_make(void)
               json_integer_value(json_object_get(f1, "bytes")) == 17 &&
               strlen(json_string_value(json_object_get(f1, "sha256"))) == 64,
           "data file entry");
-    /* stable: another call, another time */
+    /* stable: another call at the same time; another time is another
+     * submission, so another job (the id covers submitted_at) */
     char p[1024];
     snprintf(p, sizeof p, "%s/job1/job.json", root);
-    json_t *b2 = pool_bundle_make(p, "alpha", 1800000000, err, sizeof err);
+    json_t *b2 = pool_bundle_make(p, "alpha", 1700000000, err, sizeof err);
     CHECK(b2 && strcmp(id_of(b2), id_of(b)) == 0, "id changes between calls: %s %s",
           b2 ? id_of(b2) : "-", id_of(b));
+    json_decref(b2);
+    b2 = pool_bundle_make(p, "alpha", 1800000000, err, sizeof err);
+    CHECK(b2 && strcmp(id_of(b2), id_of(b)) != 0, "another submission time, the same id");
     json_decref(b2);
     /* a relative job path gives the same bundle */
     char cwd[1024];
     if (getcwd(cwd, sizeof cwd) && chdir(root) == 0) {
-        b2 = pool_bundle_make("job1/job.json", "alpha", 5, err, sizeof err);
+        b2 = pool_bundle_make("job1/job.json", "alpha", 1700000000, err, sizeof err);
         CHECK(b2 && strcmp(id_of(b2), id_of(b)) == 0, "relative job path: %s", err);
         json_decref(b2);
         CHECK(chdir(cwd) == 0, "chdir back");
@@ -311,14 +315,49 @@ static void test_refusals(void)
               strstr(err, "gossip record"),
           "large: \"%s\"", err);
     json_decref(t);
-    /* a submitter changed: the id covers it; submitted_at is not covered */
+    /* the id covers the submitter and the submission time (the order of
+     * jobs): neither changes without changing the job (issue 12, finding 8) */
     t = json_deep_copy(b);
-    json_object_set_new(t, "submitted_at", json_integer(42));
-    CHECK(pool_bundle_valid(t, err, sizeof err) == 0, "submitted_at changed: %s", err);
+    json_object_set_new(t, "submitted_at", json_integer(4102444800));
+    CHECK(pool_bundle_valid(t, err, sizeof err) != 0 && strstr(err, "does not match"),
+          "submitted_at changed: \"%s\"", err);
+    json_decref(t);
+    t = json_deep_copy(b);
     json_object_set_new(t, "submitted_by", json_string("mallory"));
     CHECK(pool_bundle_valid(t, err, sizeof err) != 0, "submitted_by changed");
     json_decref(t);
     json_decref(b);
+}
+
+/* Issue 12, finding 8: a job from the far future does not override every
+ * job after it; any two jobs are ordered the same way by every member. */
+static void test_order(void)
+{
+    json_t *now = json_pack("{s:s,s:I}", "id", "5555555555555555", "submitted_at",
+                            (json_int_t)1700000000);
+    json_t *later = json_pack("{s:s,s:I}", "id", "1111111111111111", "submitted_at",
+                              (json_int_t)1700000060);
+    json_t *tie = json_pack("{s:s,s:I}", "id", "9999999999999999", "submitted_at",
+                            (json_int_t)1700000000);
+    json_t *future = json_pack("{s:s,s:I}", "id", "ffffffffffffffff", "submitted_at",
+                               (json_int_t)4102444800);
+    int64_t clock = 1700000100;
+    CHECK(pool_job_later(now, NULL, clock), "a first job is taken up");
+    CHECK(pool_job_later(later, now, clock) && !pool_job_later(now, later, clock),
+          "the later job wins");
+    CHECK(pool_job_later(tie, now, clock) && !pool_job_later(now, tie, clock),
+          "a tie goes to the larger id, the same on every member");
+    CHECK(!pool_job_later(future, now, clock) && !pool_job_later(future, NULL, clock),
+          "a job from 2100 was taken up");
+    CHECK(pool_job_later(future, now, 4102444800 - POOL_JOB_SKEW_S),
+          "a job within the skew of the clock was refused");
+    CHECK(pool_job_later(later, now, 1700000060 - POOL_JOB_SKEW_S) &&
+              !pool_job_later(later, now, 1700000059 - POOL_JOB_SKEW_S),
+          "the skew bound");
+    json_decref(now);
+    json_decref(later);
+    json_decref(tie);
+    json_decref(future);
 }
 
 static void test_bad_input(void)
@@ -378,6 +417,7 @@ int main(void)
     test_make();
     test_check();
     test_refusals();
+    test_order();
     test_bad_input();
     remove_tree(root);
     if (failures) printf("%d failures\n", failures);

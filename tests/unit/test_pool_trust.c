@@ -158,9 +158,47 @@ static void test_commit_verify(void)
     world_free(&w);
 }
 
+/* Issue 12, finding 5: the submitter of a job is the member whose own
+ * record carried it first; only it uses the job's out_dir. */
+static void test_submitter(void)
+{
+    json_t *bundle = json_pack("{s:s,s:s,s:{s:s}}", "id", JOB, "submitted_by", "a", "job",
+                               "out_dir", "/etc/cron.d");
+    json_t *carrying = json_pack("{s:s,s:O}", "id", JOB, "bundle", bundle);
+    json_t *other = json_pack("{s:s}", "id", "fedcba9876543210");
+    pool_peer peers[3] = {{"a", addr[0], true, NULL}, {"b", addr[1], true, NULL},
+                          {"evil", addr[2], true, carrying}};
+    /* evil gossips a job it says a submitted; a carries nothing: ignored */
+    CHECK(!pool_job_from(bundle, "evil", peers, 3), "a job pinned on a member was taken up");
+    /* a carries another job: still ignored */
+    peers[0].doc = other;
+    CHECK(!pool_job_from(bundle, "evil", peers, 3), "a job pinned on a member was taken up");
+    /* a submitter no longer in the view: ignored */
+    CHECK(!pool_job_from(bundle, "evil", peers + 1, 2), "a job of an unknown submitter");
+    /* a's own record carries it: anyone may relay it */
+    peers[0].doc = carrying;
+    CHECK(pool_job_from(bundle, "evil", peers, 3) && pool_job_from(bundle, "b", peers, 3),
+          "a relayed job of its submitter was refused");
+    /* the submitter itself */
+    peers[0].doc = NULL;
+    CHECK(pool_job_from(bundle, "a", peers, 3), "a submitter's own job was refused");
+
+    /* out_dir is the submitter's only */
+    char out[512];
+    pool_gather_dir(bundle, "a", "/var/lib/shardnode/jobs/" JOB, out, sizeof out);
+    CHECK(strcmp(out, "/etc/cron.d") == 0, "the submitter gathers into its out_dir: %s", out);
+    pool_gather_dir(bundle, "b", "/var/lib/shardnode/jobs/" JOB, out, sizeof out);
+    CHECK(strcmp(out, "/var/lib/shardnode/jobs/" JOB "/model") == 0,
+          "another member gathers under its state directory: %s", out);
+    json_decref(other);
+    json_decref(carrying);
+    json_decref(bundle);
+}
+
 int main(void)
 {
     test_commit_verify();
+    test_submitter();
     if (failures) printf("%d failure(s)\n", failures);
     else printf("ok\n");
     return failures != 0;
