@@ -79,8 +79,24 @@ static void blas_reexec(char **argv)
             "set OPENBLAS_CORETYPE=%s for full speed\n", kernels_blas_corename(), core);
 }
 
+/* A node's pool children (profiles, link probes, stages) may share the
+ * machine's cores with other members' stages. OpenMP's idle threads spin by
+ * default, and a spinning stage that waits for its input takes the cores a
+ * computing one needs: two 2-thread stages on 2 cores ran 4x slower than with
+ * sleeping threads (bench/shared_cores.py). The daemon sets the passive
+ * policy for everything it starts, before any child loads libgomp, unless
+ * the user chose one; the cost model counts a waiting stage as idle. */
+static void pool_wait_policy(int argc, char **argv)
+{
+    if (argc < 2 || getenv("OMP_WAIT_POLICY")) return;
+    if (strcmp(argv[1], "up") == 0 || strcmp(argv[1], "join") == 0 ||
+        strcmp(argv[1], "demo") == 0)
+        setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+}
+
 int main(int argc, char **argv)
 {
+    pool_wait_policy(argc, argv);
     blas_reexec(argv);
     if (argc < 2) {
         usage(stderr);

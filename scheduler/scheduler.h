@@ -273,6 +273,22 @@ typedef struct {
  * stage s, as the cost model counts them. */
 int sim_run(sim_result *out, const plan *p, char *err, size_t errlen);
 
+/* Where a stage runs: stages with the same host share that machine's cores. */
+typedef struct {
+    int host;                      /* index into the machines' core counts */
+    int threads;                   /* the threads the stage computes with (its profile's) */
+} sim_placement;
+
+/* The same replay with stages that share machines: while the threads of the
+ * ops running at once on a machine exceed its cores, each of them runs at
+ * cores / threads of its profiled speed (the kernel shares the cores evenly);
+ * a stage waiting for its input takes no core (idle OpenMP threads sleep).
+ * The optimizer of every stage runs at once after the last backward, shared
+ * alike. With every stage alone on its machine it equals sim_run. place has
+ * one entry per stage; host_cores one per machine. */
+int sim_run_shared(sim_result *out, const plan *p, const sim_placement *place,
+                   const int *host_cores, int nhosts, char *err, size_t errlen);
+
 /* END planner section */
 
 

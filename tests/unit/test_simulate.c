@@ -92,6 +92,73 @@ int main(void)
     }
     CHECK(worst < 0.02, "balanced plans: closed form off by %.2f%%", 100 * worst);
     printf("balanced plans, m >= 4p: closed form within %.3f%% of the replay\n", 100 * worst);
+
+    /* Stages sharing machines. Alone (or with cores to spare) the replay is
+     * sim_run's, to rounding. */
+    sim_placement place[PLAN_MAX_STAGES];
+    int cores[PLAN_MAX_STAGES];
+    for (int t = 0; t < 300; t++) {
+        int n = (int)range(1, 10);
+        p->nstages = n;
+        p->micro_batches = range(1, 24);
+        for (int s = 0; s < n; s++) {
+            int64_t f = range(100, 5000);
+            set_stage(p, s, f, f * range(10, 30) / 10, range(0, 3000), range(0, 3000));
+            p->stage[s].opt_ns = range(0, 500);
+            place[s] = (sim_placement){.host = t % 2 ? s : 0, .threads = (int)range(1, 4)};
+            cores[s] = t % 2 ? place[s].threads : 4 * n;
+        }
+        sim_result a, b;
+        CHECK(sim_run(&a, p, err, sizeof err) == 0, "%s", err);
+        CHECK(sim_run_shared(&b, p, place, cores, n, err, sizeof err) == 0, "%s", err);
+        CHECK(llabs(a.step_ns - b.step_ns) <= 2 * n * p->micro_batches &&
+              llabs(a.pipeline_ns - b.pipeline_ns) <= 2 * n * p->micro_batches,
+              "plan %d with cores to spare: shared %lld, alone %lld", t, (long long)b.step_ns,
+              (long long)a.step_ns);
+    }
+    /* Two equal 2-thread stages on one 2-core machine: in 1F1B both compute
+     * at once for most of the step, each at half speed. One micro-batch
+     * never overlaps: the sum, as alone. */
+    p->nstages = 2;
+    for (int s = 0; s < 2; s++) {
+        set_stage(p, s, 1000, 2000, 0, 0);
+        p->stage[s].opt_ns = 400;
+        place[s] = (sim_placement){.host = 0, .threads = 2};
+    }
+    cores[0] = 2;
+    p->micro_batches = 1;
+    CHECK(sim_run_shared(&r, p, place, cores, 1, err, sizeof err) == 0, "%s", err);
+    CHECK(r.pipeline_ns == 6000 && r.step_ns == 6800,
+          "one micro-batch on a shared machine: pipeline %lld, step %lld (want 6000, 6800: the "
+          "optimizers overlap at half speed)", (long long)r.pipeline_ns, (long long)r.step_ns);
+    p->micro_batches = 16;
+    sim_result alone;
+    CHECK(sim_run(&alone, p, err, sizeof err) == 0, "%s", err);
+    CHECK(sim_run_shared(&r, p, place, cores, 1, err, sizeof err) == 0, "%s", err);
+    /* the machine's work is 2 stages x 16 x 3000 ns of 2 threads on 2 cores:
+     * 96000 ns at the very least, whatever the schedule */
+    CHECK(r.pipeline_ns >= 96000 && r.pipeline_ns <= 96000 + 2 * 3000 * 2,
+          "16 micro-batches, two stages on one machine: %lld ns (alone %lld; the machine's "
+          "work alone takes 96000)", (long long)r.pipeline_ns, (long long)alone.pipeline_ns);
+    int64_t shared22 = r.pipeline_ns;
+    /* a 1-thread stage beside a 2-thread one on 2 cores: 3 threads, 2/3 speed while both run */
+    place[1].threads = 1;
+    CHECK(sim_run_shared(&r, p, place, cores, 1, err, sizeof err) == 0, "%s", err);
+    CHECK(r.pipeline_ns > alone.pipeline_ns && r.pipeline_ns < 96000,
+          "2 + 1 threads on 2 cores: %lld ns, between alone %lld and fully serial 96000",
+          (long long)r.pipeline_ns, (long long)alone.pipeline_ns);
+    printf("two stages of 3000 ns x 16 micro-batches on 2 cores: alone %lld ns, 2+2 threads "
+           "shared %lld ns, 2+1 threads %lld ns\n", (long long)alone.pipeline_ns,
+           (long long)shared22, (long long)r.pipeline_ns);
+    /* refusals name what is wrong */
+    place[1].host = 3;
+    CHECK(sim_run_shared(&r, p, place, cores, 1, err, sizeof err) != 0 &&
+          strstr(err, "stage 1 is on machine 3"), "a stage on an unknown machine: %s", err);
+    place[1].host = 0;
+    cores[0] = 0;
+    CHECK(sim_run_shared(&r, p, place, cores, 1, err, sizeof err) != 0 &&
+          strstr(err, "machine 0 has 0 cores"), "a machine without cores: %s", err);
+
     p->micro_batches = 0;
     CHECK(sim_run(&r, p, err, sizeof err) != 0 && strstr(err, "out of range"), "no micro-batches");
     free(p);
