@@ -325,6 +325,7 @@ struct data_set {
     int T;
     data_format format;
     int32_t eos;
+    int32_t vocab;     /* the tokenizer's: ids in the cache are below it */
     data_info info;
     void *map;
     size_t maplen;
@@ -337,6 +338,15 @@ struct data_set {
 
 /* Maps cache_path if it holds exactly this fingerprint and adds up; 0 if
  * it did, -1 if it must be (re)built. */
+/* Every id in [0, vocab), every label -100 or an id: a cache damaged on
+ * disk is rebuilt, never trained on. */
+static bool ids_valid(const int32_t *p, int64_t n, int32_t vocab, bool labels)
+{
+    for (int64_t i = 0; i < n; i++)
+        if ((p[i] < 0 || p[i] >= vocab) && !(labels && p[i] == -100)) return false;
+    return true;
+}
+
 static int cache_map(data_set *d, const char *path, const data_chars *fp)
 {
     struct stat st;
@@ -362,15 +372,17 @@ static int cache_map(data_set *d, const char *path, const data_chars *fp)
     for (int s = 0; ok && s < 2; s++) {
         d->side[s].n = h.n[s];
         d->side[s].tok = (const int32_t *)(base + l.tok[s]);
+        ok = ids_valid(d->side[s].tok, h.ntok[s], d->vocab, false);
         if (d->format != DATA_JSONL) {
-            ok = h.ntok[s] % (d->T + 1) == 0 && h.ntok[s] / (d->T + 1) == h.n[s];
+            ok = ok && h.ntok[s] % (d->T + 1) == 0 && h.ntok[s] / (d->T + 1) == h.n[s];
             continue;
         }
         /* Offsets drive the memcpy of every batch: check them all. */
         const int64_t *off = (const int64_t *)(base + l.off[s]);
         d->side[s].lab = (const int32_t *)(base + l.lab[s]);
         d->side[s].off = off;
-        ok = off[0] == 0 && off[h.n[s]] == h.ntok[s];
+        ok = ok && ids_valid(d->side[s].lab, h.ntok[s], d->vocab, true);
+        ok = ok && off[0] == 0 && off[h.n[s]] == h.ntok[s];
         for (int64_t e = 0; ok && e < h.n[s]; e++)
             ok = off[e + 1] > off[e] && off[e + 1] <= off[e] + d->T;
     }
@@ -439,6 +451,7 @@ int data_open(data_set **out, const data_spec *spec, const tokenizer *tok,
     d->T = spec->seq_len;
     d->format = spec->format;
     d->eos = tokenizer_eos_id(tok);
+    d->vocab = tokenizer_vocab_size(tok);
     if (fingerprint(&fp, spec, tok, err, errlen) != 0) goto fail;
     if (cache_map(d, cache_path, &fp) == 0) goto done;
     /* Open the cache for writing first, so an unwritable path fails before

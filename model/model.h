@@ -255,6 +255,13 @@ typedef struct stage stage;
  * shape [B, T]; nothing is allocated after stage_create. */
 int stage_create(stage **out, const llama_config *cfg, int layer_begin, int layer_end,
                  bool first, bool last, int B, int T, int slots, char *err, size_t errlen);
+/* The bytes stage_create with the same arguments allocates (weights,
+ * gradients, AdamW moments, activations of every slot, scratch), computed
+ * without allocating, as a double so absurd sizes cannot overflow.
+ * stage_create refuses a stage that needs more than the machine's physical
+ * memory, with this figure, before allocating anything. */
+double stage_memory_bytes(const llama_config *cfg, int layer_begin, int layer_end, bool first,
+                          bool last, int B, int T, int slots);
 /* Micro-batch slots: the activations of `slots` micro-batches can be held
  * between their forward and their backward (a pipeline schedule's in-flight
  * bound; 1 for a single process). */

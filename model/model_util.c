@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int model_errf(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -12,8 +13,39 @@ int model_errf(char *err, size_t errlen, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(err, errlen, fmt, ap);
         va_end(ap);
+        model_one_line(err, errlen);
     }
     return -1;
+}
+
+void model_one_line(char *s, size_t cap)
+{
+    size_t n = strlen(s), bad = 0;
+    for (size_t i = 0; i < n; i++) bad += (unsigned char)s[i] < 0x20 || s[i] == 0x7f;
+    if (!bad || cap == 0) return;
+    char *copy = malloc(n + 1);
+    if (!copy) {
+        for (size_t i = 0; i < n; i++)
+            if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) s[i] = '?';
+        return;
+    }
+    memcpy(copy, s, n + 1);
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)copy[i];
+        char esc[8];
+        if (c == '\n') memcpy(esc, "\\n", 3);
+        else if (c == '\t') memcpy(esc, "\\t", 3);
+        else if (c == '\r') memcpy(esc, "\\r", 3);
+        else if (c < 0x20 || c == 0x7f) snprintf(esc, sizeof esc, "\\x%02x", c);
+        else esc[0] = (char)c, esc[1] = 0;
+        size_t el = strlen(esc);
+        if (o + el >= cap) break;
+        memcpy(s + o, esc, el);
+        o += el;
+    }
+    s[o] = 0;
+    free(copy);
 }
 
 int model_grow(void **p, size_t elem, size_t need, size_t *cap)

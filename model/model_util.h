@@ -10,6 +10,11 @@
  * -1 so a failing function can `return model_errf(...)`. */
 int model_errf(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Rewrites s (a message in a buffer of cap bytes) on one line: control
+ * characters echoed from a file (a newline inside a JSON string, a regex)
+ * become \n, \t, \r or \xNN, cut to fit. model_errf does it to every
+ * message, so no file can forge extra lines in a log. */
+void model_one_line(char *s, size_t cap);
 /* Makes room for `need` elements of `elem` bytes in *p (capacity *cap,
  * doubling). Returns 0, or -1 when out of memory (then *p is unchanged). */
 int model_grow(void **p, size_t elem, size_t need, size_t *cap);

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     float *ln1, *wqkv, *wo, *ln2, *wgu, *wdown;
@@ -147,11 +148,15 @@ static void bind_views(stage *s, float *base, layer_weights *lw, float **wte, fl
 
 /* ---- activation arena ------------------------------------------------------ */
 
-/* Carves every activation buffer from base; with base == NULL only counts.
- * Returns the number of floats needed. One table of sizes, one allocation. */
-static size_t stage_layout(stage *s, float *base)
+/* Carves every activation buffer from base; with base == NULL only counts
+ * (and touches no pointer of s, so a stage not yet allocated can be
+ * measured). Returns the number of floats needed; *total (if given) gets the
+ * same count as a double, which cannot overflow for absurd sizes. One table
+ * of sizes, one allocation. */
+static size_t stage_layout(stage *s, float *base, double *total)
 {
     size_t used = 0;
+    double sum = 0;
     const llama_config *c = &s->cfg;
     size_t N = (size_t)s->N, C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size;
     size_t V = (size_t)c->vocab_size, TT = (size_t)s->T * s->T;
@@ -159,11 +164,12 @@ static size_t stage_layout(stage *s, float *base)
     do {                                                                  \
         if (base) (ptr) = base + used;                                    \
         used += ((size_t)(n) + 15) & ~(size_t)15; /* 64-byte aligned */   \
+        sum += (double)(n) + 15;                                          \
     } while (0)
     for (int k = 0; k < s->nslots; k++) {
-    slot_acts *sl = &s->slots[k];
+    slot_acts *sl = base ? &s->slots[k] : NULL;
     for (int l = 0; l < s->nl; l++) {
-        layer_acts *a = &sl->acts[l];
+        layer_acts *a = base ? &sl->acts[l] : NULL;
         CARVE(a->res_in, N * C);
         CARVE(a->ln1, N * C);
         CARVE(a->rstd1, N);
@@ -196,6 +202,7 @@ static size_t stage_layout(stage *s, float *base)
     CARVE(s->rope_cos, (size_t)s->T * c->head_dim / 2);
     CARVE(s->rope_sin, (size_t)s->T * c->head_dim / 2);
 #undef CARVE
+    if (total) *total = sum;
     return used;
 }
 
@@ -205,6 +212,68 @@ static float *alloc_floats(size_t n)
     float *p = aligned_alloc(64, bytes ? bytes : 64);
     if (p) memset(p, 0, bytes);
     return p;
+}
+
+static int stage_threads(void)
+{
+    return omp_get_max_threads() > omp_get_num_procs() ? omp_get_max_threads()
+                                                       : omp_get_num_procs();
+}
+
+double stage_memory_bytes(const llama_config *cfg, int layer_begin, int layer_end, bool first,
+                          bool last, int B, int T, int slots)
+{
+    double C = cfg->hidden_size, F = cfg->intermediate_size, V = cfg->vocab_size;
+    double KVD = (double)cfg->num_key_value_heads * cfg->head_dim;
+    double nl = layer_end > layer_begin ? layer_end - layer_begin : 0;
+    /* The parameter table (build_table), each tensor 64-byte aligned. */
+    double params = nl * (2 * C + 2 * C * C + 2 * KVD * C + 3 * F * C);
+    if (first) params += V * C;
+    if (last) params += C + (cfg->tie_word_embeddings && first ? 0 : V * C);
+    /* params, grads and two moments; a tied head kept apart; the table, the
+     * slots' ids and labels, and every activation (stage_layout). */
+    double bytes = 4 * params * sizeof(float) + (nl * 9 + 3) * sizeof(stage_param);
+    if (first && last && cfg->tie_word_embeddings) bytes += V * C * sizeof(float);
+    bytes += (double)slots * ((double)B * T * 2 * sizeof(int32_t) + (nl + 1) * sizeof(layer_acts));
+    stage probe;
+    memset(&probe, 0, sizeof probe);
+    probe.cfg = *cfg;
+    probe.nl = (int)nl;
+    probe.last = last;
+    probe.B = B;
+    probe.T = T;
+    /* N and QKV only feed products below; the double total is exact enough
+     * even where the int fields would overflow, so they are clamped. */
+    double N = (double)B * T;
+    probe.N = N > 1e9 ? 1000000000 : (int)N;
+    probe.QKV = (cfg->num_attention_heads + 2 * cfg->num_key_value_heads) * cfg->head_dim;
+    probe.nslots = slots;
+    probe.nscratch = stage_threads();
+    double acts;
+    stage_layout(&probe, NULL, &acts);
+    if (N > 1e9) acts *= N / 1e9;
+    return bytes + acts * sizeof(float);
+}
+
+/* Physical memory of this machine in bytes, or 0 if the system does not say. */
+static double machine_memory(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (double)pages * size : 0;
+}
+
+static void bytes_text(double b, char *out, size_t len)
+{
+    static const char *const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    int u = 0;
+    while (b >= 1024 && u < 6) {
+        b /= 1024;
+        u++;
+    }
+    if (u >= 6 && b >= 1024)
+        snprintf(out, len, "%.3g EiB", b);
+    else
+        snprintf(out, len, u ? "%.1f %s" : "%.0f %s", b, units[u]);
 }
 
 int stage_create(stage **out, const llama_config *cfg, int layer_begin, int layer_end,
@@ -229,6 +298,21 @@ int stage_create(stage **out, const llama_config *cfg, int layer_begin, int laye
                     cfg->max_position_embeddings);
     if ((double)B * T > 1e9 || (double)B * T * cfg->vocab_size > 4e12)
         return model_errf(err, errlen, "micro-batch [%d, %d] is too large", B, T);
+    /* What the stage will allocate, before any of it is: an absurd config
+     * (a million layers, sequences of 65536 in micro-batches of 64) is
+     * refused with the figure instead of failing somewhere in the middle. */
+    double need = stage_memory_bytes(cfg, layer_begin, layer_end, first, last, B, T, slots);
+    double have = machine_memory();
+    if ((have > 0 && need > have) || need > 0x1p62) {
+        char needs[32], has[32];
+        bytes_text(need, needs, sizeof needs);
+        bytes_text(have, has, sizeof has);
+        return model_errf(err, errlen,
+                          "a stage of layers [%d, %d) at micro-batch [%d, %d] needs %s "
+                          "(weights, gradients, AdamW moments and activations), more than "
+                          "this machine's %s of memory",
+                          layer_begin, layer_end, B, T, needs, has);
+    }
 
     stage *s = calloc(1, sizeof *s);
     if (!s) return model_errf(err, errlen, "out of memory for the stage");
@@ -242,8 +326,7 @@ int stage_create(stage **out, const llama_config *cfg, int layer_begin, int laye
     s->T = T;
     s->N = B * T;
     s->QKV = (cfg->num_attention_heads + 2 * cfg->num_key_value_heads) * cfg->head_dim;
-    s->nscratch = omp_get_max_threads() > omp_get_num_procs() ? omp_get_max_threads()
-                                                               : omp_get_num_procs();
+    s->nscratch = stage_threads();
 
     s->table = calloc((size_t)s->nl * 9 + 3, sizeof *s->table);
     s->w = calloc((size_t)s->nl + 1, sizeof *s->w);
@@ -263,9 +346,9 @@ int stage_create(stage **out, const llama_config *cfg, int layer_begin, int laye
     s->grads = alloc_floats(s->nparams);
     s->m = alloc_floats(s->nparams);
     s->v = alloc_floats(s->nparams);
-    s->arena = alloc_floats(stage_layout(s, NULL));
+    s->arena = alloc_floats(stage_layout(s, NULL, NULL));
     if (!s->params || !s->grads || !s->m || !s->v || !s->arena) goto oom;
-    stage_layout(s, s->arena);
+    stage_layout(s, s->arena, NULL);
     bind_views(s, s->params, s->w, &s->wte, &s->lnf, &s->head);
     bind_views(s, s->grads, s->dw, &s->dwte, &s->dlnf, &s->dhead);
     if (first && last && cfg->tie_word_embeddings) {

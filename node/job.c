@@ -12,6 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Tokens of one optimizer step (batch x seq_len): 2^30 keeps every count the
+ * trainer makes of them inside an int. */
+#define JOB_MAX_STEP_TOKENS (1L << 30)
+
 /* Line and column of the first `"key"` followed by ':' in the text: jansson
  * keeps no positions for parsed keys. */
 static void key_position(const char *text, const char *key, int *line, int *col)
@@ -208,6 +212,12 @@ static int parse_job(ctx *c, job_spec *j, json_t *root)
     if (batch % micro)
         return key_error(c, "batch", "(%ld) is not a multiple of \"micro_batch\" (%ld)", batch,
                          micro);
+    /* Token counts per step are ints in the trainer; a model's memory is
+     * checked against the machine when its stages are made. */
+    if ((double)batch * seq > JOB_MAX_STEP_TOKENS)
+        return key_error(c, "batch", "(%ld) x \"seq_len\" (%ld) is %.0f tokens per step, more "
+                         "than the %ld a step may hold", batch, seq, (double)batch * seq,
+                         (long)JOB_MAX_STEP_TOKENS);
     j->seq_len = (int)seq;
     j->batch = (int)batch;
     j->micro_batch = (int)micro;
@@ -220,6 +230,16 @@ static int parse_job(ctx *c, job_spec *j, json_t *root)
     j->log_interval = log;
     j->threads = (int)threads;
     return 0;
+}
+
+/* A message on one line: a control character the job's text put in it (a
+ * newline inside a string jansson quotes, an unknown key) becomes '?', so a
+ * file cannot forge lines in a log. */
+static int one_line(char *err, size_t errlen)
+{
+    for (size_t i = 0; err && i < errlen && err[i]; i++)
+        if ((unsigned char)err[i] < 0x20 || err[i] == 0x7f) err[i] = '?';
+    return -1;
 }
 
 int job_parse(job_spec *j, const char *path, const char *text, char *err, size_t errlen)
@@ -236,13 +256,16 @@ int job_parse(job_spec *j, const char *path, const char *text, char *err, size_t
     if (!root) {
         node_errf(err, errlen, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
         job_free(j);
-        return -1;
+        return one_line(err, errlen);
     }
     ctx c = {j, err, errlen};
     int rc = json_is_object(root) ? parse_job(&c, j, root)
                                   : node_errf(err, errlen, "%s: a job is a JSON object", path);
     json_decref(root);
-    if (rc) job_free(j);
+    if (rc) {
+        job_free(j);
+        one_line(err, errlen);
+    }
     return rc;
 }
 
@@ -258,7 +281,11 @@ int job_load(job_spec *j, const char *path, char *err, size_t errlen)
         if (len + got + 1 > cap) {
             cap = (len + got + 1) * 2;
             char *t = realloc(text, cap);
-            if (!t) break;
+            if (!t) {   /* never parse a truncated job */
+                free(text);
+                fclose(f);
+                return node_errf(err, errlen, "%s: out of memory reading it", path);
+            }
             text = t;
         }
         memcpy(text + len, buf, got);
