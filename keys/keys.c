@@ -15,6 +15,7 @@
 #include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <openssl/rand.h>
 
 int keys_errf(char *err, size_t errlen, const char *fmt, ...)
@@ -330,4 +331,57 @@ int keys_file_read(const char *path, uint8_t key[KEYS_LEN], char *err, size_t er
     }
     OPENSSL_cleanse(buf, sizeof buf);
     return rc;
+}
+
+/* ---- mesh ids, shared secrets, MACs ---- */
+
+int keys_mesh_id(const uint8_t founder_id_pub[KEYS_LEN], uint8_t out[KEYS_MESH_ID_LEN],
+                 char *err, size_t errlen)
+{
+    static const char label[] = "shardnode mesh id v1";
+    uint8_t h[32];
+    unsigned int n = 0;
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    int ok = c && EVP_DigestInit_ex(c, EVP_sha256(), NULL) == 1 &&
+             EVP_DigestUpdate(c, label, sizeof label - 1) == 1 &&
+             EVP_DigestUpdate(c, founder_id_pub, KEYS_LEN) == 1 &&
+             EVP_DigestFinal_ex(c, h, &n) == 1 && n == sizeof h;
+    EVP_MD_CTX_free(c);
+    if (!ok)
+        return keys_errf(err, errlen, "mesh id: SHA-256 failed: %s", ssl_reason());
+    memcpy(out, h, KEYS_MESH_ID_LEN);
+    return 0;
+}
+
+int keys_x25519_shared(const uint8_t priv[KEYS_LEN], const uint8_t peer_pub[KEYS_LEN],
+                       uint8_t out[KEYS_LEN], char *err, size_t errlen)
+{
+    EVP_PKEY *k = EVP_PKEY_new_raw_private_key(EVP_PKEY_X25519, NULL, priv, KEYS_LEN);
+    EVP_PKEY *p = EVP_PKEY_new_raw_public_key(EVP_PKEY_X25519, NULL, peer_pub, KEYS_LEN);
+    EVP_PKEY_CTX *c = k && p ? EVP_PKEY_CTX_new(k, NULL) : NULL;
+    size_t n = KEYS_LEN;
+    int ok = c && EVP_PKEY_derive_init(c) == 1 && EVP_PKEY_derive_set_peer(c, p) == 1 &&
+             EVP_PKEY_derive(c, out, &n) == 1 && n == KEYS_LEN;
+    EVP_PKEY_CTX_free(c);
+    EVP_PKEY_free(p);
+    EVP_PKEY_free(k);
+    if (!ok) {
+        memset(out, 0, KEYS_LEN);
+        return keys_errf(err, errlen, "X25519 key agreement: %s (a low-order peer key?)",
+                         ssl_reason());
+    }
+    return 0;
+}
+
+int keys_hmac_sha256(const uint8_t *key, size_t keylen, const void *msg, size_t len,
+                     uint8_t out[32])
+{
+    unsigned int n = 0;
+    uint8_t *r = HMAC(EVP_sha256(), key, (int)keylen, msg, len, out, &n);
+    if (!r || n != 32) {
+        ERR_clear_error();
+        memset(out, 0, 32);
+        return -1;
+    }
+    return 0;
 }

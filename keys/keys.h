@@ -49,6 +49,22 @@ int keys_verify(const uint8_t pub[KEYS_LEN], const void *msg, size_t len,
 /* n random bytes from OpenSSL's CSPRNG. */
 int keys_random(void *buf, size_t n, char *err, size_t errlen);
 
+/* ---- Mesh ids and message authentication ---- */
+
+#define KEYS_MESH_ID_LEN 16
+/* The id of the mesh a founder creates: the first 16 bytes of SHA-256 of a
+ * label and the founder's Ed25519 public key. Every member can check that a
+ * record claiming to be the founder's (self-admitted) is the founder's. */
+int keys_mesh_id(const uint8_t founder_id_pub[KEYS_LEN], uint8_t out[KEYS_MESH_ID_LEN],
+                 char *err, size_t errlen);
+/* X25519(priv, peer_pub): the same 32 bytes on both sides of a pair of
+ * WireGuard keys. Refuses a peer key that gives an all-zero secret. */
+int keys_x25519_shared(const uint8_t priv[KEYS_LEN], const uint8_t peer_pub[KEYS_LEN],
+                       uint8_t out[KEYS_LEN], char *err, size_t errlen);
+/* HMAC-SHA256 of msg[0..len) under key[0..keylen). 0, or -1 (out zeroed). */
+int keys_hmac_sha256(const uint8_t *key, size_t keylen, const void *msg, size_t len,
+                     uint8_t out[32]);
+
 /* ---- Text forms ---- */
 
 /* out gets KEYS_BASE64_LEN characters and a NUL. */

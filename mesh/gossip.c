@@ -21,7 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GOSSIP_MAX_MEMBERS GOSSIP_MAX_UPDATES
+/* The view's bound (a SYNC carries at most GOSSIP_MAX_UPDATES of it). */
+#define GOSSIP_MAX_MEMBERS 1024
+/* Room for a datagram's map: its MAC follows. */
+#define UDP_MAP_MAX (GOSSIP_UDP_MAX - GOSSIP_MAC_LEN)
 #define GOSSIP_MAX_FORWARDS 64
 #define GOSSIP_MAX_PIGGYBACK 8
 /* What a PING or an ACK adds to an UPDATE carrying the same updates, at
@@ -54,6 +57,9 @@ struct gossip {
     gossip_timing t;
     gossip_hooks h;
     uint8_t id_priv[GOSSIP_KEY_LEN];
+    uint8_t wg_priv[GOSSIP_KEY_LEN];
+    uint64_t auth_drops;       /* unauthenticated datagrams and frames */
+    int64_t auth_log_ms;       /* when the last of them was logged */
     uint64_t rng;
     gossip_member *m[GOSSIP_MAX_MEMBERS]; /* m[0] is self */
     size_t n;
@@ -132,9 +138,19 @@ static int find_key(const gossip *g, const uint8_t key[GOSSIP_KEY_LEN])
 const gossip_member *gossip_find_addr(const gossip *g, const char *addr)
 {
     for (size_t i = 0; i < g->n; i++)
-        if (strcmp(g->m[i]->rec.address, addr) == 0) return g->m[i];
+        if (!g->m[i]->displaced && strcmp(g->m[i]->rec.address, addr) == 0) return g->m[i];
     return NULL;
 }
+
+/* The other member at addr (not this node, not displaced), or NULL. */
+static gossip_member *peer_at(const gossip *g, const char *addr)
+{
+    for (size_t i = 1; i < g->n; i++)
+        if (!g->m[i]->displaced && strcmp(g->m[i]->rec.address, addr) == 0) return g->m[i];
+    return NULL;
+}
+
+uint64_t gossip_auth_drops(const gossip *g) { return g->auth_drops; }
 
 const gossip_member *gossip_self(const gossip *g) { return g->m[0]; }
 
@@ -164,7 +180,7 @@ static void notify(gossip *g, const gossip_member *m, int before)
  * `spare` bytes left over. */
 static bool update_fits(gossip *g, const gossip_update *u, size_t spare)
 {
-    uint8_t buf[GOSSIP_UDP_MAX];
+    uint8_t buf[UDP_MAP_MAX];
     size_t len = 0;
     char err[256];
     gossip_msg m = {.type = GOSSIP_MSG_UPDATE, .version = MESH_PROTOCOL_VERSION, .nupdates = 1,
@@ -172,7 +188,7 @@ static bool update_fits(gossip *g, const gossip_update *u, size_t spare)
     memcpy(m.mesh_id, self_of(g)->rec.mesh_id, GOSSIP_MESH_ID_LEN);
     snprintf(m.from, sizeof m.from, "%s", self_of(g)->rec.name);
     return gossip_encode(&m, buf, sizeof buf, &len, err, sizeof err) == 0 &&
-           len + spare <= GOSSIP_UDP_MAX;
+           len + spare <= UDP_MAP_MAX;
 }
 
 /* Queues u to ride on the next PINGs and ACKs. An update that might not fit
@@ -231,6 +247,11 @@ static void send_msg(gossip *g, const char *addr, int port, gossip_msg *m, bool 
     size_t len = 0;
     char err[256];
     gossip_update *ups = g->pig;
+    const gossip_member *to = peer_at(g, addr);
+    if (!to) {
+        glog(g, "gossip: no member at %s to send a message to", addr);
+        return;
+    }
     int idx[GOSSIP_MAX_PIGGYBACK];
     int nup = 0;
     m->version = MESH_PROTOCOL_VERSION;
@@ -248,7 +269,7 @@ static void send_msg(gossip *g, const char *addr, int port, gossip_msg *m, bool 
                 ups[nup] = g->queue[i].u;
                 m->updates = ups;
                 m->nupdates = nup + 1;
-                if (gossip_encode(m, buf, sizeof buf, &len, err, sizeof err) != 0) {
+                if (gossip_encode(m, buf, UDP_MAP_MAX, &len, err, sizeof err) != 0) {
                     /* Not even alone (queue_update keeps such out): spent,
                      * so it leaves the queue below. */
                     if (nup == 0) g->queue[i].sent = limit;
@@ -259,10 +280,14 @@ static void send_msg(gossip *g, const char *addr, int port, gossip_msg *m, bool 
         m->nupdates = nup;
         m->updates = nup ? ups : NULL;
     }
-    if (gossip_encode(m, buf, sizeof buf, &len, err, sizeof err) != 0) {
+    if (gossip_encode(m, buf, UDP_MAP_MAX, &len, err, sizeof err) != 0) {
         glog(g, "gossip: cannot encode a message to %s: %s", addr, err);
         return;
     }
+    /* Only the holder of the member's or this node's WireGuard key can
+     * compute this: a local process that binds our overlay address cannot. */
+    gossip_mac(to->mac_key, buf, len, buf + len);
+    len += GOSSIP_MAC_LEN;
     g->h.send(g->h.ctx, addr, port, buf, len);
     if (piggyback) {
         for (int k = 0; k < nup; k++) g->queue[idx[k]].sent++;
@@ -314,8 +339,11 @@ static void broadcast(gossip *g, const gossip_member *about)
 static int resign_self(gossip *g, int64_t now_ms, char *err, size_t errlen)
 {
     gossip_member *s = self_of(g);
+    gossip_admission adm = s->sig.adm;
     s->rec.signed_ms = now_ms;
-    if (gossip_record_sign(&s->rec, g->id_priv, &s->sig, err, errlen) != 0) return -1;
+    int rc = gossip_record_sign(&s->rec, g->id_priv, &s->sig, err, errlen);
+    s->sig.adm = adm;
+    if (rc != 0) return -1;
     s->state_inc = s->rec.incarnation;
     return 0;
 }
@@ -430,8 +458,69 @@ static void set_state(gossip *g, gossip_member *m, gossip_state st, uint64_t inc
     notify(g, m, before);
 }
 
+/* Whether admission a (of member ka) is older than b (of kb): the earlier
+ * admission time, then the lower WireGuard key. Every node decides the same. */
+static bool adm_older(const gossip_admission *a, const uint8_t *ka, const gossip_admission *b,
+                      const uint8_t *kb)
+{
+    if (a->at_ms != b->at_ms) return a->at_ms < b->at_ms;
+    return memcmp(ka, kb, GOSSIP_KEY_LEN) < 0;
+}
+
+static bool adm_same(const gossip_admission *a, const gossip_admission *b)
+{
+    return memcmp(a->by, b->by, GOSSIP_KEY_LEN) == 0 && a->at_ms == b->at_ms &&
+           memcmp(a->sig, b->sig, GOSSIP_SIG_LEN) == 0;
+}
+
+#define ADMITTER_UNKNOWN (-2)
+
+/* r's admission checks out in this view: the founder's own (the mesh id
+ * derives from its identity), or signed by a member this node knows. 0, -1
+ * (refused), or ADMITTER_UNKNOWN (refused for now: the admitter's record may
+ * come later in the same message). */
+static int check_admission(gossip *g, const gossip_record *r, const gossip_admission *a,
+                           char *err, size_t errlen)
+{
+    if (gossip_admission_founder(r, a)) return 0;
+    bool known = false;
+    for (size_t j = 0; j < g->n && !known; j++)
+        known = !g->m[j]->displaced && memcmp(g->m[j]->rec.id_pub, a->by, GOSSIP_KEY_LEN) == 0;
+    if (!known) {
+        mesh_errf(err, errlen, "record of %s (%s): not admitted by any member this node knows "
+                  "(members enter only through JOIN with an invite); dropped", r->name,
+                  r->address);
+        return ADMITTER_UNKNOWN;
+    }
+    if (!gossip_admission_verify(r, a))
+        return mesh_errf(err, errlen, "record of %s (%s): its admission does not verify "
+                         "(forged, or not for this name and keys); dropped", r->name,
+                         r->address);
+    return 0;
+}
+
+/* Whether member o still holds its name against another identity. */
+static bool holds_name(const gossip_member *o, int64_t now_ms)
+{
+    if (o->displaced || o->state == GOSSIP_LEFT) return false;
+    if (o->state == GOSSIP_DEAD) return now_ms - o->state_ms < GOSSIP_NAME_HOLD_MS;
+    return true;
+}
+
+/* o loses its overlay address to an older admission: out of the view. */
+static void displace(gossip *g, gossip_member *o, const gossip_record *winner)
+{
+    int before = (int)o->state;
+    o->displaced = true;
+    o->state = GOSSIP_LEFT;
+    glog(g, "gossip: %s's overlay address %s is also %s's, admitted earlier: %s is out of the "
+         "view (it must join again with a new WireGuard key)", o->rec.name, o->rec.address,
+         winner->name, o->rec.name);
+    notify(g, o, before);
+}
+
 /* A signed record (ALIVE or LEFT). Returns 0 when accepted or stale, -1
- * when refused. */
+ * (or ADMITTER_UNKNOWN) when refused. */
 static int apply_record(gossip *g, const gossip_signed *sig, int64_t now_ms, bool announce,
                         char *err, size_t errlen)
 {
@@ -448,17 +537,44 @@ static int apply_record(gossip *g, const gossip_signed *sig, int64_t now_ms, boo
                          "gives %s", r.name, r.address, want);
     int i = find_key(g, r.wg_pub);
     if (i == 0) return 0; /* our own record relayed back: only we sign it */
+    if (i > 0 && g->m[i]->displaced) return 0; /* its address belongs to an older admission */
+    if (i > 0 && memcmp(g->m[i]->rec.id_pub, r.id_pub, GOSSIP_KEY_LEN) != 0)
+        return mesh_errf(err, errlen, "record of %s is signed by another identity than the "
+                         "member with its WireGuard key", r.name);
+    /* A known member's admission, once checked, only needs checking again
+     * when it changes (the name is part of what it signs). */
+    if (i < 0 || !adm_same(&g->m[i]->sig.adm, &sig->adm) ||
+        strcmp(g->m[i]->rec.name, r.name) != 0) {
+        int rc = check_admission(g, &r, &sig->adm, err, errlen);
+        if (rc != 0) return rc;
+    }
     for (size_t j = 0; j < g->n; j++) {
-        const gossip_member *o = g->m[j];
-        if ((int)j == i || memcmp(o->rec.wg_pub, r.wg_pub, GOSSIP_KEY_LEN) == 0) continue;
-        if (strcmp(o->rec.address, r.address) == 0)
-            return mesh_errf(err, errlen, "record of %s: overlay address %s collides with "
-                             "member %s's; one of them needs a new key", r.name, r.address,
-                             o->rec.name);
-        if (strcmp(o->rec.name, r.name) == 0 && o->state != GOSSIP_LEFT &&
-            o->state != GOSSIP_DEAD)
-            return mesh_errf(err, errlen, "record of %s: the name is taken by another "
-                             "member (%s)", r.name, o->rec.address);
+        gossip_member *o = g->m[j];
+        if ((int)j == i || o->displaced) continue;
+        if (strcmp(o->rec.address, r.address) == 0) {
+            bool older = adm_older(&sig->adm, r.wg_pub, &o->sig.adm, o->rec.wg_pub);
+            if (j == 0) {
+                if (older)
+                    glog(g, "gossip: this node's overlay address %s is also %s's, admitted "
+                         "earlier: this node must join again with a new WireGuard key",
+                         r.address, r.name);
+                return mesh_errf(err, errlen, "record of %s: overlay address %s collides with "
+                                 "this node's", r.name, r.address);
+            }
+            if (!older)
+                return mesh_errf(err, errlen, "record of %s: overlay address %s collides with "
+                                 "member %s's, admitted earlier; %s needs a new key", r.name,
+                                 r.address, o->rec.name, r.name);
+            displace(g, o, &r);
+            continue;
+        }
+        /* A name is claimed by a member's first record (or a new name); a
+         * LEFT record claims nothing. */
+        if (!r.left && (i < 0 || strcmp(g->m[i]->rec.name, r.name) != 0) &&
+            strcmp(o->rec.name, r.name) == 0 &&
+            memcmp(o->rec.id_pub, r.id_pub, GOSSIP_KEY_LEN) != 0 && holds_name(o, now_ms))
+            return mesh_errf(err, errlen, "record of %s: the name belongs to another member "
+                             "(%s, %s)", r.name, o->rec.address, gossip_state_name(o->state));
     }
     if (i < 0) {
         if (g->n >= GOSSIP_MAX_MEMBERS)
@@ -466,6 +582,10 @@ static int apply_record(gossip *g, const gossip_signed *sig, int64_t now_ms, boo
                              r.name, GOSSIP_MAX_MEMBERS);
         gossip_member *m = calloc(1, sizeof *m);
         if (!m) return mesh_errf(err, errlen, "record of %s: out of memory", r.name);
+        if (gossip_mac_key(g->wg_priv, r.wg_pub, m->mac_key, err, errlen) != 0) {
+            free(m);
+            return -1;
+        }
         m->rec = r;
         m->sig = *sig;
         m->state = r.left ? GOSSIP_LEFT : GOSSIP_ALIVE;
@@ -479,9 +599,6 @@ static int apply_record(gossip *g, const gossip_signed *sig, int64_t now_ms, boo
         return 0;
     }
     gossip_member *m = g->m[i];
-    if (memcmp(m->rec.id_pub, r.id_pub, GOSSIP_KEY_LEN) != 0)
-        return mesh_errf(err, errlen, "record of %s is signed by another identity than the "
-                         "member with its WireGuard key", r.name);
     if (m->state == GOSSIP_LEFT) return 0; /* leaving is for good */
     bool newer = r.incarnation > m->rec.incarnation;
     /* The same incarnation may still turn ALIVE into LEFT? No: leaving raises
@@ -522,11 +639,21 @@ static void apply_claim(gossip *g, const gossip_update *u, int64_t now_ms)
     if (i < 0) return; /* about someone we do not know: the sync brings the record */
     gossip_member *m = g->m[i];
     const char *what = u->state == GOSSIP_SUSPECT ? "suspect" : "dead";
+    /* A claim names the incarnation of the accused's record the claimer
+     * holds; it is unsigned, so it cannot say more than a record this node
+     * has seen: a claim beyond the accused's latest known incarnation is
+     * ignored (else one claim at 2^64-1 would outlast every refutation). */
     if (i == 0) {
+        if (u->incarnation > m->rec.incarnation) {
+            glog(g, "gossip: %s says this node is %s at incarnation %llu, which it never "
+                 "signed; ignored", u->from, what, (unsigned long long)u->incarnation);
+            return;
+        }
         refute(g, u->incarnation, now_ms, what, u->from);
         return;
     }
-    if (m->state == GOSSIP_LEFT || u->incarnation < m->rec.incarnation) return;
+    if (m->displaced || m->state == GOSSIP_LEFT || u->incarnation != m->rec.incarnation)
+        return;
     if (u->state == GOSSIP_SUSPECT) {
         if (m->state == GOSSIP_ALIVE) {
             set_state(g, m, GOSSIP_SUSPECT, u->incarnation, now_ms);
@@ -560,15 +687,42 @@ static int apply_update(gossip *g, const gossip_update *u, int64_t now_ms, char 
 
 int gossip_merge(gossip *g, const gossip_msg *m, int64_t now_ms)
 {
-    int refused = 0;
+    int refused = 0, nlater = 0;
     char err[512];
     const char *via = g->via; /* a sync hook may merge into g while g merges */
+    int *later = m->nupdates ? malloc((size_t)m->nupdates * sizeof *later) : NULL;
     g->via = m->from;
-    for (int i = 0; i < m->nupdates; i++)
-        if (apply_update(g, &m->updates[i], now_ms, err, sizeof err) != 0) {
+    for (int i = 0; i < m->nupdates; i++) {
+        int rc = apply_update(g, &m->updates[i], now_ms, err, sizeof err);
+        if (rc == ADMITTER_UNKNOWN && later) {
+            later[nlater++] = i; /* its admitter may be further on */
+        } else if (rc != 0) {
             glog(g, "gossip: from %s: %s", m->from, err);
             refused++;
         }
+    }
+    /* Records whose admitter came later in the message: again, while that
+     * lets more in. */
+    for (bool progress = true; progress && nlater;) {
+        progress = false;
+        int w = 0;
+        for (int k = 0; k < nlater; k++) {
+            int rc = apply_update(g, &m->updates[later[k]], now_ms, err, sizeof err);
+            if (rc == ADMITTER_UNKNOWN) later[w++] = later[k];
+            else progress = true;
+            if (rc != 0 && rc != ADMITTER_UNKNOWN) {
+                glog(g, "gossip: from %s: %s", m->from, err);
+                refused++;
+            }
+        }
+        nlater = w;
+    }
+    for (int k = 0; k < nlater; k++) {
+        apply_update(g, &m->updates[later[k]], now_ms, err, sizeof err);
+        glog(g, "gossip: from %s: %s", m->from, err);
+        refused++;
+    }
+    free(later);
     g->via = via;
     return refused;
 }
@@ -576,12 +730,72 @@ int gossip_merge(gossip *g, const gossip_msg *m, int64_t now_ms)
 int gossip_add_known(gossip *g, const gossip_signed *s, int64_t now_ms, char *err,
                      size_t errlen)
 {
-    return apply_record(g, s, now_ms, false, err, errlen);
+    return apply_record(g, s, now_ms, false, err, errlen) == 0 ? 0 : -1;
 }
 
 int gossip_admit(gossip *g, const gossip_signed *s, int64_t now_ms, char *err, size_t errlen)
 {
-    return apply_record(g, s, now_ms, true, err, errlen);
+    gossip_record r;
+    if (gossip_record_open(s, &r, err, errlen) != 0) return -1;
+    if (self_of(g)->rec.left)
+        return mesh_errf(err, errlen, "this node left the mesh; it admits nobody");
+    if (find_key(g, r.wg_pub) >= 0)
+        return mesh_errf(err, errlen, "%s's WireGuard key is already a member's", r.name);
+    /* Every address the view knows, dead and left members' included: an
+     * address is never handed out twice. */
+    for (size_t j = 0; j < g->n; j++)
+        if (!g->m[j]->displaced && strcmp(g->m[j]->rec.address, r.address) == 0)
+            return mesh_errf(err, errlen, GOSSIP_ADDRESS_TAKEN " overlay address %s is "
+                             "already %s's; the joiner draws a new WireGuard key and asks again",
+                             r.address, g->m[j]->rec.name);
+    gossip_signed *c = malloc(sizeof *c);
+    if (!c) return mesh_errf(err, errlen, "out of memory");
+    *c = *s;
+    int rc = gossip_admission_sign(&r, g->id_priv, now_ms, &c->adm, err, errlen);
+    if (rc == 0) rc = apply_record(g, c, now_ms, true, err, errlen) == 0 ? 0 : -1;
+    free(c);
+    return rc;
+}
+
+static void auth_drop(gossip *g, int64_t now_ms, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void auth_drop(gossip *g, int64_t now_ms, const char *fmt, ...)
+{
+    g->auth_drops++;
+    if (g->auth_log_ms && now_ms - g->auth_log_ms < 1000) return; /* once a second at most */
+    g->auth_log_ms = now_ms;
+    char line[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    glog(g, "gossip: %s (%llu unauthenticated so far)", line,
+         (unsigned long long)g->auth_drops);
+}
+
+int gossip_frame_seal(gossip *g, const char *addr, const void *buf, size_t len,
+                      uint8_t mac[GOSSIP_MAC_LEN])
+{
+    const gossip_member *m = peer_at(g, addr);
+    if (!m) return -1;
+    gossip_mac(m->mac_key, buf, len, mac);
+    return 0;
+}
+
+const gossip_member *gossip_frame_open(gossip *g, const char *addr, const void *buf, size_t len,
+                                       int64_t now_ms)
+{
+    const gossip_member *m = peer_at(g, addr);
+    if (!m) {
+        auth_drop(g, now_ms, "dropped a frame from %s, not a member's address", addr);
+        return NULL;
+    }
+    if (!gossip_mac_check(m->mac_key, buf, len)) {
+        auth_drop(g, now_ms, "dropped a frame from %s: its MAC does not verify with %s's key",
+                  addr, m->rec.name);
+        return NULL;
+    }
+    return m;
 }
 
 int gossip_sync_message(gossip *g, gossip_msg *m, bool reply, char *err, size_t errlen)
@@ -604,6 +818,7 @@ int gossip_sync_message(gossip *g, gossip_msg *m, bool reply, char *err, size_t 
     size_t i;
     for (i = 0; i < g->n; i++) {
         const gossip_member *mm = g->m[i];
+        if (mm->displaced) continue;
         bool claim = mm->state == GOSSIP_SUSPECT || mm->state == GOSSIP_DEAD;
         size_t more = SYNC_RECORD_EXTRA + mm->sig.len + (claim ? SYNC_CLAIM_MAX : 0);
         if ((size_t)m->nupdates + (claim ? 2 : 1) > cap || bytes + more > GOSSIP_TCP_MAX) break;
@@ -779,14 +994,18 @@ static void ack(gossip *g, const char *addr, int port, uint32_t seq)
 void gossip_receive(gossip *g, const char *addr, int port, const void *buf, size_t len,
                     int64_t now_ms)
 {
-    int idx = -1;
-    for (size_t i = 1; i < g->n; i++)
-        if (strcmp(g->m[i]->rec.address, addr) == 0) idx = (int)i;
-    if (idx < 0) {
-        glog(g, "gossip: dropped a datagram from %s:%d, not a member's address", addr, port);
+    gossip_member *from = peer_at(g, addr);
+    if (!from) {
+        auth_drop(g, now_ms, "dropped a datagram from %s:%d, not a member's address", addr,
+                  port);
         return;
     }
-    gossip_member *from = g->m[idx];
+    if (!gossip_mac_check(from->mac_key, buf, len)) {
+        auth_drop(g, now_ms, "dropped a datagram from %s:%d: its MAC does not verify with "
+                  "%s's key (not sent by %s)", addr, port, from->rec.name, from->rec.name);
+        return;
+    }
+    len -= GOSSIP_MAC_LEN;
     gossip_msg m;
     char err[512];
     if (gossip_decode(buf, len, &m, err, sizeof err) != 0) {
@@ -795,6 +1014,7 @@ void gossip_receive(gossip *g, const char *addr, int port, const void *buf, size
     }
     if (memcmp(m.mesh_id, self_of(g)->rec.mesh_id, GOSSIP_MESH_ID_LEN) != 0 ||
         strcmp(m.from, from->rec.name) != 0) {
+        g->auth_drops++;
         glog(g, "gossip: dropped a datagram from %s: it says it is %s%s", addr, m.from,
              memcmp(m.mesh_id, self_of(g)->rec.mesh_id, GOSSIP_MESH_ID_LEN) ? " of another mesh"
                                                                            : "");
@@ -881,6 +1101,7 @@ int gossip_create(gossip **out, const gossip_config *cfg, int64_t now_ms, char *
     if (c->retransmit_mult > 0) g->t.retransmit_mult = c->retransmit_mult;
     g->h = cfg->hooks;
     memcpy(g->id_priv, cfg->id_priv, GOSSIP_KEY_LEN);
+    memcpy(g->wg_priv, cfg->wg_priv, GOSSIP_KEY_LEN);
     g->rng = cfg->seed ^ 0x5eedull;
     s->self = true;
     s->rec = cfg->self;
@@ -892,8 +1113,22 @@ int gossip_create(gossip **out, const gossip_config *cfg, int64_t now_ms, char *
     g->next_probe_ms = now_ms;
     g->next_sync_ms = now_ms + g->t.sync_interval_ms;
     char want[GOSSIP_ADDR_MAX];
+    static const gossip_admission none;
+    s->sig.adm = cfg->self_adm;
     if (mesh_overlay_address(g->prefix, s->rec.wg_pub, want, sizeof want, err, errlen) != 0 ||
+        (adm_same(&cfg->self_adm, &none) &&
+         gossip_admission_sign(&s->rec, g->id_priv, now_ms, &s->sig.adm, err, errlen) != 0) ||
         resign_self(g, now_ms, err, errlen) != 0) {
+        gossip_destroy(g);
+        return -1;
+    }
+    /* A node's own admission: the founder's (the mesh id derives from its
+     * identity) or one a member signed; what it is signed by, members check. */
+    if (!gossip_admission_verify(&s->rec, &s->sig.adm) ||
+        (adm_same(&cfg->self_adm, &none) && !gossip_admission_founder(&s->rec, &s->sig.adm))) {
+        mesh_errf(err, errlen, "this node (%s) has no admission to its mesh: it is not the "
+                  "mesh's founder and no member admitted it (join with an invite)",
+                  s->rec.name);
         gossip_destroy(g);
         return -1;
     }
@@ -912,7 +1147,7 @@ void gossip_destroy(gossip *g)
     if (!g) return;
     for (size_t i = 0; i < g->n; i++) free(g->m[i]);
     free(g->queue);
-    volatile uint8_t *p = g->id_priv;
-    for (size_t i = 0; i < GOSSIP_KEY_LEN; i++) p[i] = 0;
+    volatile uint8_t *p = g->id_priv, *q = g->wg_priv;
+    for (size_t i = 0; i < GOSSIP_KEY_LEN; i++) p[i] = 0, q[i] = 0;
     free(g);
 }

@@ -54,8 +54,8 @@ static const char *const rec_keys[R_COUNT] = {
 #define REC_OPTIONAL KEY(R_JOB)
 
 /* Update keys, in the encoder's order. */
-enum { U_S, U_R, U_G, U_W, U_INC, U_BY, U_COUNT };
-static const char *const upd_keys[U_COUNT] = {"s", "r", "g", "w", "inc", "by"};
+enum { U_S, U_R, U_G, U_A, U_W, U_INC, U_BY, U_COUNT };
+static const char *const upd_keys[U_COUNT] = {"s", "r", "g", "a", "w", "inc", "by"};
 
 #define KEY(k) (1u << (k))
 #define COMMON (KEY(M_V) | KEY(M_T) | KEY(M_MESH) | KEY(M_FROM))
@@ -108,6 +108,33 @@ static uint32_t update_keys(gossip_state s)
  * one-letter claimant, takes 50), so a count is refused at once when the
  * bytes left could not hold it, before anything is allocated for it. */
 #define UPDATE_MIN_BYTES 32
+
+/* "a", the admission, rides beside an ALIVE or LEFT record when it is not
+ * all zero (a JOIN's record has none yet). */
+static int has_adm(const gossip_admission *a)
+{
+    static const gossip_admission zero;
+    return memcmp(a->by, zero.by, sizeof a->by) != 0 || a->at_ms != 0 ||
+           memcmp(a->sig, zero.sig, sizeof a->sig) != 0;
+}
+
+static void adm_to_wire(const gossip_admission *a, uint8_t out[GOSSIP_ADM_LEN])
+{
+    memcpy(out, a->by, GOSSIP_KEY_LEN);
+    for (int i = 0; i < 8; i++)
+        out[GOSSIP_KEY_LEN + i] = (uint8_t)((uint64_t)a->at_ms >> (56 - 8 * i));
+    memcpy(out + GOSSIP_KEY_LEN + 8, a->sig, GOSSIP_SIG_LEN);
+}
+
+static void adm_from_wire(const uint8_t in[GOSSIP_ADM_LEN], gossip_admission *a)
+{
+    uint64_t t = 0;
+    memcpy(a->by, in, GOSSIP_KEY_LEN);
+    for (int i = 0; i < 8; i++)
+        t = t << 8 | in[GOSSIP_KEY_LEN + i];
+    a->at_ms = (int64_t)t;
+    memcpy(a->sig, in + GOSSIP_KEY_LEN + 8, GOSSIP_SIG_LEN);
+}
 
 static int known_type(uint64_t t)
 {
@@ -458,6 +485,10 @@ static int pack_record(msgpack_packer *pk, const gossip_record *r)
 static int pack_update(msgpack_packer *pk, const gossip_update *u)
 {
     uint32_t keys = update_keys(u->state);
+    if ((keys & KEY(U_R)) && has_adm(&u->rec.adm))
+        keys |= KEY(U_A);
+    uint8_t adm[GOSSIP_ADM_LEN];
+    adm_to_wire(&u->rec.adm, adm);
     int rc = msgpack_pack_map(pk, (size_t)__builtin_popcount(keys));
     for (int k = 0; k < U_COUNT; k++) {
         if (!(keys & KEY(k)))
@@ -467,6 +498,7 @@ static int pack_update(msgpack_packer *pk, const gossip_update *u)
         case U_S: rc |= msgpack_pack_uint32(pk, (uint32_t)u->state); break;
         case U_R: rc |= pack_bin(pk, u->rec.bytes, u->rec.len); break;
         case U_G: rc |= pack_bin(pk, u->rec.sig, GOSSIP_SIG_LEN); break;
+        case U_A: rc |= pack_bin(pk, adm, GOSSIP_ADM_LEN); break;
         case U_W: rc |= pack_bin(pk, u->wg_pub, GOSSIP_KEY_LEN); break;
         case U_INC: rc |= msgpack_pack_uint64(pk, u->incarnation); break;
         case U_BY: rc |= pack_str(pk, u->from); break;
@@ -1061,7 +1093,7 @@ static int read_update(cur *r, int i, gossip_update *u)
     if (read_map_len(r, &n))
         return -1;
     if (n > U_COUNT)
-        return cerr(r, "map has %" PRIu64 " keys, an update has at most 4", n);
+        return cerr(r, "map has %" PRIu64 " keys, an update has at most 5", n);
     uint32_t seen = 0;
     for (uint64_t j = 0; j < n; j++) {
         int k = 0;
@@ -1082,6 +1114,13 @@ static int read_update(cur *r, int i, gossip_update *u)
             rc = read_bin(r, u->rec.bytes, 1, GOSSIP_RECORD_MAX, &u->rec.len);
             break;
         case U_G: rc = read_bin(r, u->rec.sig, GOSSIP_SIG_LEN, GOSSIP_SIG_LEN, NULL); break;
+        case U_A: {
+            uint8_t adm[GOSSIP_ADM_LEN];
+            rc = read_bin(r, adm, GOSSIP_ADM_LEN, GOSSIP_ADM_LEN, NULL);
+            if (rc == 0)
+                adm_from_wire(adm, &u->rec.adm);
+            break;
+        }
         case U_W: rc = read_bin(r, u->wg_pub, GOSSIP_KEY_LEN, GOSSIP_KEY_LEN, NULL); break;
         case U_INC: rc = read_uint(r, 0, UINT64_MAX, &u->incarnation); break;
         case U_BY:
@@ -1094,12 +1133,13 @@ static int read_update(cur *r, int i, gossip_update *u)
     r->key = r->base;
     if (!(seen & KEY(U_S)))
         return cerr(r, "missing key \"s\"");
-    uint32_t allowed = update_keys(u->state);
+    uint32_t required = update_keys(u->state);
+    uint32_t allowed = required | ((required & KEY(U_R)) ? KEY(U_A) : 0);
     for (int k = 0; k < U_COUNT; k++) {
         if ((seen & KEY(k)) && !(allowed & KEY(k)))
             return cerr(r, "key \"%s\" is not allowed when \"s\" is %s", upd_keys[k],
                         state_names[u->state]);
-        if (!(seen & KEY(k)) && (allowed & KEY(k)))
+        if (!(seen & KEY(k)) && (required & KEY(k)))
             return cerr(r, "missing key \"%s\" (\"s\" is %s)", upd_keys[k],
                         state_names[u->state]);
     }
@@ -1313,4 +1353,98 @@ void gossip_msg_free(gossip_msg *m)
     free(m->data);
     m->data = NULL;
     m->data_len = 0;
+}
+
+/* ------------------------------------------------- admission and MACs */
+
+/* The statement an admission signs: a label, the mesh, the member's two keys,
+ * its name and the time. */
+static size_t adm_statement(const gossip_record *r, int64_t at_ms, uint8_t *out)
+{
+    static const char label[] = "shardnode admission v1";
+    size_t n = 0, nl = strnlen(r->name, MESH_NAME_MAX - 1);
+    memcpy(out + n, label, sizeof label - 1), n += sizeof label - 1;
+    memcpy(out + n, r->mesh_id, GOSSIP_MESH_ID_LEN), n += GOSSIP_MESH_ID_LEN;
+    memcpy(out + n, r->id_pub, GOSSIP_KEY_LEN), n += GOSSIP_KEY_LEN;
+    memcpy(out + n, r->wg_pub, GOSSIP_KEY_LEN), n += GOSSIP_KEY_LEN;
+    out[n++] = (uint8_t)nl;
+    memcpy(out + n, r->name, nl), n += nl;
+    for (int i = 0; i < 8; i++)
+        out[n++] = (uint8_t)((uint64_t)at_ms >> (56 - 8 * i));
+    return n;
+}
+
+#define ADM_STATEMENT_MAX (32 + GOSSIP_MESH_ID_LEN + 2 * GOSSIP_KEY_LEN + 1 + MESH_NAME_MAX + 8)
+
+int gossip_admission_sign(const gossip_record *r, const uint8_t admitter_priv[GOSSIP_KEY_LEN],
+                          int64_t at_ms, gossip_admission *out, char *err, size_t errlen)
+{
+    uint8_t st[ADM_STATEMENT_MAX];
+    char kerr[192] = "";
+    memset(out, 0, sizeof *out);
+    size_t n = adm_statement(r, at_ms, st);
+    if (keys_ed25519_public(admitter_priv, out->by, kerr, sizeof kerr) != 0 ||
+        keys_sign(admitter_priv, st, n, out->sig, kerr, sizeof kerr) != 0) {
+        memset(out, 0, sizeof *out);
+        return mesh_errf(err, errlen, "admission of %s: %s", r->name, kerr);
+    }
+    out->at_ms = at_ms;
+    return 0;
+}
+
+int gossip_admission_verify(const gossip_record *r, const gossip_admission *a)
+{
+    uint8_t st[ADM_STATEMENT_MAX];
+    size_t n = adm_statement(r, a->at_ms, st);
+    return keys_verify(a->by, st, n, a->sig);
+}
+
+int gossip_admission_founder(const gossip_record *r, const gossip_admission *a)
+{
+    uint8_t id[KEYS_MESH_ID_LEN];
+    if (memcmp(a->by, r->id_pub, GOSSIP_KEY_LEN) != 0 ||
+        keys_mesh_id(r->id_pub, id, NULL, 0) != 0)
+        return 0;
+    return memcmp(id, r->mesh_id, GOSSIP_MESH_ID_LEN) == 0 && gossip_admission_verify(r, a);
+}
+
+int gossip_mac_key(const uint8_t own_priv[GOSSIP_KEY_LEN], const uint8_t peer_pub[GOSSIP_KEY_LEN],
+                   uint8_t key[32], char *err, size_t errlen)
+{
+    static const char label[] = "shardnode gossip mac v1";
+    uint8_t own_pub[KEYS_LEN], shared[KEYS_LEN], msg[sizeof label - 1 + 2 * KEYS_LEN];
+    char kerr[192] = "";
+    memset(key, 0, 32);
+    if (keys_x25519_public(own_priv, own_pub, kerr, sizeof kerr) != 0 ||
+        keys_x25519_shared(own_priv, peer_pub, shared, kerr, sizeof kerr) != 0)
+        return mesh_errf(err, errlen, "gossip MAC key: %s", kerr);
+    int own_first = memcmp(own_pub, peer_pub, KEYS_LEN) < 0;
+    memcpy(msg, label, sizeof label - 1);
+    memcpy(msg + sizeof label - 1, own_first ? own_pub : peer_pub, KEYS_LEN);
+    memcpy(msg + sizeof label - 1 + KEYS_LEN, own_first ? peer_pub : own_pub, KEYS_LEN);
+    int rc = keys_hmac_sha256(shared, sizeof shared, msg, sizeof msg, key);
+    memset(shared, 0, sizeof shared);
+    if (rc != 0)
+        return mesh_errf(err, errlen, "gossip MAC key: HMAC-SHA256 failed");
+    return 0;
+}
+
+void gossip_mac(const uint8_t key[32], const void *buf, size_t len, uint8_t mac[GOSSIP_MAC_LEN])
+{
+    uint8_t full[32];
+    keys_hmac_sha256(key, 32, buf, len, full);
+    memcpy(mac, full, GOSSIP_MAC_LEN);
+}
+
+int gossip_mac_check(const uint8_t key[32], const void *buf, size_t len)
+{
+    if (len < GOSSIP_MAC_LEN)
+        return 0;
+    uint8_t mac[GOSSIP_MAC_LEN];
+    const uint8_t *p = buf;
+    gossip_mac(key, p, len - GOSSIP_MAC_LEN, mac);
+    uint8_t diff = 0;
+    for (int i = 0; i < GOSSIP_MAC_LEN; i++)
+        diff |= (uint8_t)(mac[i] ^ p[len - GOSSIP_MAC_LEN + i]);
+    return diff == 0;
 }

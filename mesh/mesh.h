@@ -121,7 +121,13 @@ typedef struct {
                                 * still awaited. NULL: any address */
     size_t max_frame;          /* the largest frame it may send after HELLO (0: the
                                 * net's max_frame); a larger one closes its connection */
+    const uint8_t *hello_key;  /* MESH_HELLO_KEY_LEN bytes both ends share (NULL: none):
+                                * HELLOs both ways carry an HMAC-SHA256 under it of
+                                * sender, receiver and run, and a HELLO without the
+                                * right one is dropped (the peer still awaited) */
 } mesh_net_peer_opts;
+#define MESH_HELLO_KEY_LEN 32
+#define MESH_HELLO_MAC_HEX 32      /* hex digits of the MAC after " #" in HELLO's text */
 
 /* Starts the event loop on its own thread (and the listener). */
 int mesh_net_start(mesh_net **out, const mesh_net_config *cfg, char *err, size_t errlen);

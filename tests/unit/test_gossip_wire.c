@@ -170,7 +170,10 @@ static int same_update(const gossip_update *a, const gossip_update *b)
         return 0;
     if (a->state == GOSSIP_ALIVE || a->state == GOSSIP_LEFT)
         return a->rec.len == b->rec.len && memcmp(a->rec.bytes, b->rec.bytes, a->rec.len) == 0 &&
-               memcmp(a->rec.sig, b->rec.sig, GOSSIP_SIG_LEN) == 0;
+               memcmp(a->rec.sig, b->rec.sig, GOSSIP_SIG_LEN) == 0 &&
+               memcmp(a->rec.adm.by, b->rec.adm.by, GOSSIP_KEY_LEN) == 0 &&
+               a->rec.adm.at_ms == b->rec.adm.at_ms &&
+               memcmp(a->rec.adm.sig, b->rec.adm.sig, GOSSIP_SIG_LEN) == 0;
     return memcmp(a->wg_pub, b->wg_pub, GOSSIP_KEY_LEN) == 0 &&
            a->incarnation == b->incarnation && strcmp(a->from, b->from) == 0;
 }
@@ -1515,6 +1518,98 @@ static void test_random_damage(void)
     printf("random damage: %d of %d accepted\n", accepted, tried);
 }
 
+/* Issue 12: the admission beside a record ("a") and the MACs. */
+static void test_admission_and_mac(void)
+{
+    char err[256] = "";
+    gossip_record r, r2;
+    gossip_update u[2];
+    memset(u, 0, sizeof u);
+    sample_record(&r, 0);
+    u[0].state = GOSSIP_ALIVE;
+    sign_or_fail(&r, 0, &u[0].rec, __LINE__);
+    CHECK(gossip_admission_sign(&r, priv[1], 1760000000123, &u[0].rec.adm, err, sizeof err) == 0,
+          "admission: %s", err);
+    CHECK(memcmp(u[0].rec.adm.by, pub[1], KEYS_LEN) == 0, "admission: \"by\" is not the signer");
+    CHECK(gossip_admission_verify(&r, &u[0].rec.adm) == 1, "admission does not verify");
+    /* Bound to name, keys, mesh and time. */
+    r2 = r;
+    strcpy(r2.name, "other");
+    CHECK(gossip_admission_verify(&r2, &u[0].rec.adm) == 0, "admission verifies for another name");
+    r2 = r;
+    r2.wg_pub[5] ^= 1;
+    CHECK(gossip_admission_verify(&r2, &u[0].rec.adm) == 0, "admission verifies for another key");
+    r2 = r;
+    r2.mesh_id[0] ^= 1;
+    CHECK(gossip_admission_verify(&r2, &u[0].rec.adm) == 0, "admission verifies in another mesh");
+    gossip_admission t = u[0].rec.adm;
+    t.at_ms++;
+    CHECK(gossip_admission_verify(&r, &t) == 0, "admission verifies at another time");
+    /* Other fields of the record may change: the admission stays valid. */
+    r2 = r;
+    r2.incarnation += 7;
+    strcpy(r2.devices, "");
+    CHECK(gossip_admission_verify(&r2, &u[0].rec.adm) == 1, "admission lost with the incarnation");
+    /* The founder: self-admitted, and the mesh id derives from its identity. */
+    CHECK(gossip_admission_founder(&r, &u[0].rec.adm) == 0, "a member's admission is a founder's");
+    gossip_admission self;
+    CHECK(gossip_admission_sign(&r, priv[0], 5, &self, err, sizeof err) == 0, "admission: %s", err);
+    CHECK(gossip_admission_founder(&r, &self) == 0,
+          "self-admitted with a mesh id not derived from the identity counts as the founder");
+    r2 = r;
+    CHECK(keys_mesh_id(pub[0], r2.mesh_id, err, sizeof err) == 0, "mesh id: %s", err);
+    CHECK(gossip_admission_sign(&r2, priv[0], 5, &self, err, sizeof err) == 0, "admission: %s", err);
+    CHECK(gossip_admission_founder(&r2, &self) == 1, "the founder's self-admission is refused");
+    /* On the wire: "a" rides with ALIVE and LEFT, round trip exact. */
+    u[1] = ups[1];
+    gossip_msg m = sample_msg(GOSSIP_MSG_SYNC);
+    m.updates = u;
+    m.nupdates = 2;
+    size_t len = 0;
+    uint8_t *buf = encode_or_fail(&m, &len, __LINE__);
+    gossip_msg back;
+    if (buf) {
+        CHECK(decode_exact(buf, len, &back, err, sizeof err) == 0, "decode: %s", err);
+        CHECK(back.nupdates == 2 && same_update(&back.updates[0], &u[0]) &&
+                  same_update(&back.updates[1], &u[1]),
+              "the admission does not survive the round trip");
+        gossip_msg_free(&back);
+        free(buf);
+    }
+    /* MACs: both sides of a pair of WireGuard keys compute one key; a third
+     * key, a flipped byte, a missing byte fail. */
+    uint8_t wa[KEYS_LEN], wb[KEYS_LEN], wc[KEYS_LEN], pa[KEYS_LEN], pb[KEYS_LEN], pc[KEYS_LEN];
+    for (int i = 0; i < KEYS_LEN; i++)
+        wa[i] = (uint8_t)(i + 1), wb[i] = (uint8_t)(3 * i + 2), wc[i] = (uint8_t)(5 * i + 9);
+    uint8_t kab[32], kba[32], kac[32], kcb[32];
+    CHECK(keys_x25519_public(wa, pa, err, sizeof err) == 0 &&
+              keys_x25519_public(wb, pb, err, sizeof err) == 0 &&
+              keys_x25519_public(wc, pc, err, sizeof err) == 0,
+          "x25519: %s", err);
+    CHECK(gossip_mac_key(wa, pb, kab, err, sizeof err) == 0 &&
+              gossip_mac_key(wb, pa, kba, err, sizeof err) == 0 &&
+              gossip_mac_key(wa, pc, kac, err, sizeof err) == 0 &&
+              gossip_mac_key(wc, pb, kcb, err, sizeof err) == 0,
+          "mac key: %s", err);
+    CHECK(memcmp(kab, kba, 32) == 0, "the two sides of a pair compute different MAC keys");
+    CHECK(memcmp(kab, kac, 32) != 0 && memcmp(kab, kcb, 32) != 0,
+          "another pair computes the same MAC key");
+    uint8_t msg[64 + GOSSIP_MAC_LEN];
+    memcpy(msg, chunk, 64);
+    gossip_mac(kab, msg, 64, msg + 64);
+    CHECK(gossip_mac_check(kba, msg, sizeof msg) == 1, "a MAC does not verify");
+    CHECK(gossip_mac_check(kcb, msg, sizeof msg) == 0, "a MAC verifies under another pair's key");
+    msg[10] ^= 0x20;
+    CHECK(gossip_mac_check(kab, msg, sizeof msg) == 0, "a MAC verifies over a changed byte");
+    msg[10] ^= 0x20;
+    CHECK(gossip_mac_check(kab, msg, sizeof msg - 1) == 0, "a cut MAC verifies");
+    CHECK(gossip_mac_check(kab, msg, GOSSIP_MAC_LEN - 1) == 0, "a message shorter than a MAC");
+    /* A low-order peer key gives no key at all. */
+    uint8_t zero[KEYS_LEN] = {0};
+    CHECK(gossip_mac_key(wa, zero, kab, err, sizeof err) != 0, "a MAC key with an all-zero "
+          "peer key");
+}
+
 int main(void)
 {
     init_keys();
@@ -1533,6 +1628,7 @@ int main(void)
     test_fetch();
     test_truncation();
     test_random_damage();
+    test_admission_and_mac();
     if (failures) {
         fprintf(stderr, "test_gossip_wire: %d failure(s)\n", failures);
         return 1;

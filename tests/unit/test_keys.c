@@ -267,6 +267,41 @@ static void test_key_files(void)
           "write into a missing folder: %s", err);
 }
 
+/* RFC 7748 §6.1's Diffie-Hellman example, RFC 4231 case 2's HMAC, and the
+ * mesh id (a founder is recognised by it). */
+static void test_shared_and_mac(void)
+{
+    uint8_t a[32], b[32], apub[32], bpub[32], ab[32], ba[32], want[32];
+    char err[256] = "";
+    from_hex("77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a", a, 32);
+    from_hex("5dab087e624a8a4b79e17f8b83800ee66f3bb1292618b6fd1c2f8b27ff88e0eb", b, 32);
+    from_hex("4a5d9d5ba4ce2de1728e3bf480350f25e07e21c947d19e3376f09b3c1e161742", want, 32);
+    CHECK(keys_x25519_public(a, apub, err, sizeof err) == 0 &&
+              keys_x25519_public(b, bpub, err, sizeof err) == 0,
+          "x25519 public: %s", err);
+    CHECK(keys_x25519_shared(a, bpub, ab, err, sizeof err) == 0 &&
+              keys_x25519_shared(b, apub, ba, err, sizeof err) == 0,
+          "x25519 shared: %s", err);
+    CHECK(memcmp(ab, want, 32) == 0 && memcmp(ba, want, 32) == 0,
+          "X25519 shared secret is not RFC 7748's");
+    uint8_t zero[32] = {0};
+    CHECK(keys_x25519_shared(a, zero, ab, err, sizeof err) != 0 && strstr(err, "X25519"),
+          "an all-zero peer key gives a shared secret (\"%s\")", err);
+    uint8_t mac[32];
+    from_hex("5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843", want, 32);
+    CHECK(keys_hmac_sha256((const uint8_t *)"Jefe", 4, "what do ya want for nothing?", 28,
+                           mac) == 0 &&
+              memcmp(mac, want, 32) == 0,
+          "HMAC-SHA256 is not RFC 4231's");
+    uint8_t id1[KEYS_MESH_ID_LEN], id2[KEYS_MESH_ID_LEN], id3[KEYS_MESH_ID_LEN];
+    CHECK(keys_mesh_id(apub, id1, err, sizeof err) == 0 &&
+              keys_mesh_id(apub, id2, err, sizeof err) == 0 &&
+              keys_mesh_id(bpub, id3, err, sizeof err) == 0,
+          "mesh id: %s", err);
+    CHECK(memcmp(id1, id2, sizeof id1) == 0 && memcmp(id1, id3, sizeof id1) != 0,
+          "the mesh id is not a function of the founder's key");
+}
+
 int main(void)
 {
     test_rfc7748();
@@ -275,6 +310,7 @@ int main(void)
     test_sign_verify();
     test_text_forms();
     test_key_files();
+    test_shared_and_mac();
     if (failures) {
         fprintf(stderr, "test_keys: %d failure(s)\n", failures);
         return 1;
