@@ -7,6 +7,8 @@
 #include <errno.h>
 #include <event2/thread.h>
 #include <netdb.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,6 +211,33 @@ static int start_listener(mesh_net *n, const mesh_net_config *cfg, char *err, si
     return 0;
 }
 
+void net_hello_mac(const uint8_t key[MESH_HELLO_KEY_LEN], const char *sender,
+                   const char *receiver, const char *run, char out[MESH_HELLO_MAC_HEX + 1])
+{
+    /* "shardnode hello" NUL sender NUL receiver NUL run */
+    char msg[16 + 2 * MESH_NAME_MAX + MESH_TEXT_MAX + 4];
+    size_t k = 0;
+    const char *parts[] = {"shardnode hello", sender, receiver, run};
+    for (int i = 0; i < 4; i++) {
+        size_t l = strnlen(parts[i], MESH_TEXT_MAX);
+        if (k + l + 1 > sizeof msg)
+            l = sizeof msg - k - 1;
+        memcpy(msg + k, parts[i], l);
+        k += l;
+        msg[k++] = 0;
+    }
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    if (!HMAC(EVP_sha256(), key, MESH_HELLO_KEY_LEN, (const unsigned char *)msg, k, md, &mdlen))
+        memset(md, 0, sizeof md);
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < MESH_HELLO_MAC_HEX / 2; i++) {
+        out[2 * i] = hex[md[i] >> 4];
+        out[2 * i + 1] = hex[md[i] & 15];
+    }
+    out[MESH_HELLO_MAC_HEX] = 0;
+}
+
 /* The source address of outgoing connections, when it is one of this
  * host's (a trial bind says so). */
 static void set_bind(mesh_net *n, const char *host)
@@ -396,6 +425,16 @@ int mesh_net_add_peer_opts(mesh_net *n, const char *name, const char *host, int 
     p->net = n;
     snprintf(p->name, sizeof p->name, "%s", name);
     p->backoff_ms = 50;
+    if (opts && opts->hello_key) {
+        if (strlen(n->run) + 2 + MESH_HELLO_MAC_HEX >= MESH_TEXT_MAX) {
+            mesh_errf(err, errlen, "peer %s: a HELLO MAC needs a run name of at most %d bytes",
+                      name, MESH_TEXT_MAX - 3 - MESH_HELLO_MAC_HEX);
+            free(p);
+            return -1;
+        }
+        p->has_key = true;
+        memcpy(p->key, opts->hello_key, MESH_HELLO_KEY_LEN);
+    }
     p->max_frame = opts && opts->max_frame && opts->max_frame < n->max_frame ? opts->max_frame
                                                                              : n->max_frame;
     if (opts && opts->from) {

@@ -270,12 +270,60 @@ static void set_socket_options(struct mesh_net *n, evutil_socket_t fd)
 static int conn_send_hello(struct net_conn *c)
 {
     struct mesh_net *n = c->net;
-    c->hello_unsent = n->hello_len;
-    if (evbuffer_add(bufferevent_get_output(c->bev), n->hello, n->hello_len) != 0) {
+    const uint8_t *hello = n->hello;
+    size_t len = n->hello_len;
+    uint8_t *own = NULL;
+    if (c->peer && c->peer->has_key) {
+        /* this peer's HELLO: the run name, then " #" and the MAC */
+        mesh_msg h;
+        memset(&h, 0, sizeof h);
+        h.type = MESH_MSG_HELLO;
+        h.run_id = n->run_id;
+        snprintf(h.name, sizeof h.name, "%s", n->self);
+        char mac[MESH_HELLO_MAC_HEX + 1], e[256];
+        net_hello_mac(c->peer->key, n->self, c->peer->name, n->run, mac);
+        /* fits: mesh_net_add_peer_opts checked the run name's length */
+        size_t rl = strlen(n->run);
+        memcpy(h.text, n->run, rl);
+        memcpy(h.text + rl, " #", 2);
+        memcpy(h.text + rl + 2, mac, MESH_HELLO_MAC_HEX + 1);
+        if (mesh_encode_head(&h, &own, &len, e, sizeof e) != 0) {
+            conn_close(c, "cannot encode HELLO: %s; disconnecting", e);
+            return -1;
+        }
+        hello = own;
+    }
+    c->hello_unsent = len;
+    int rc = evbuffer_add(bufferevent_get_output(c->bev), hello, len);
+    free(own);
+    if (rc != 0) {
         conn_close(c, "cannot queue HELLO: out of memory; disconnecting");
         return -1;
     }
     return 0;
+}
+
+/* Splits a HELLO's text into the run name and the MAC after its last " #"
+ * (mac "" when there is none). */
+static void hello_text(const char *text, char run[MESH_TEXT_MAX], char mac[MESH_HELLO_MAC_HEX + 1])
+{
+    const char *h = strrchr(text, '#');
+    mac[0] = 0;
+    if (h && h > text && h[-1] == ' ' && strlen(h + 1) == MESH_HELLO_MAC_HEX) {
+        snprintf(run, MESH_TEXT_MAX, "%.*s", (int)(h - 1 - text), text);
+        snprintf(mac, MESH_HELLO_MAC_HEX + 1, "%s", h + 1);
+    } else {
+        snprintf(run, MESH_TEXT_MAX, "%s", text);
+    }
+}
+
+/* Equal strings of one length, compared in constant time. */
+static bool same_mac(const char *a, const char *b)
+{
+    unsigned char d = 0;
+    for (int i = 0; i < MESH_HELLO_MAC_HEX; i++)
+        d |= (unsigned char)(a[i] ^ b[i]);
+    return d == 0;
 }
 
 /* TCP is up: give the other side timeout_ms to say HELLO (the read
@@ -449,6 +497,14 @@ static void printable(const char *in, char *out, size_t outlen)
     out[o] = 0;
 }
 
+static bool hello_mac_ok(const struct net_peer *p, const char *sender, const char *receiver,
+                         const char *run, const char *mac)
+{
+    char want[MESH_HELLO_MAC_HEX + 1];
+    net_hello_mac(p->key, sender, receiver, run, want);
+    return strlen(mac) == MESH_HELLO_MAC_HEX && same_mac(want, mac);
+}
+
 /* The first frame: who is this, and is it our run? Returns -1 when the
  * connection was closed (c is freed). */
 static int conn_hello(struct net_conn *c, const mesh_msg *m)
@@ -466,7 +522,9 @@ static int conn_hello(struct net_conn *c, const mesh_msg *m)
                    m->version, MESH_PROTOCOL_VERSION);
         return -1;
     }
-    if (m->run_id != n->run_id || strcmp(m->text, n->run) != 0) {
+    char run[MESH_TEXT_MAX], mac[MESH_HELLO_MAC_HEX + 1];
+    hello_text(m->text, run, mac);
+    if (m->run_id != n->run_id || strcmp(run, n->run) != 0) {
         conn_close(c, "HELLO from \"%s\" is for run \"%s\", this node is in \"%s\"; "
                    "disconnecting", name, text, n->run);
         return -1;
@@ -478,6 +536,8 @@ static int conn_hello(struct net_conn *c, const mesh_msg *m)
         p = c->peer;
         if (strcmp(m->name, p->name) != 0)
             why = "is not the peer this node dialled there";
+        else if (p->has_key && !hello_mac_ok(p, m->name, n->self, n->run, mac))
+            why = "did not prove it holds that peer's key (HELLO MAC)";
     } else {
         for (int i = 0; i < n->npeers && !p; i++)
             if (strcmp(n->peers[i]->name, m->name) == 0)
@@ -490,6 +550,8 @@ static int conn_hello(struct net_conn *c, const mesh_msg *m)
             why = "is already connected";
         else if (p->state == NET_PEER_DOWN)
             why = "already failed in this run";
+        else if (p->has_key && !hello_mac_ok(p, m->name, n->self, n->run, mac))
+            why = "did not prove it holds that peer's key (HELLO MAC; still waiting for it)";
         else if (p->nfrom > 0) {
             bool ok = false;
             for (int i = 0; i < p->nfrom && c->have_remote && !ok; i++)

@@ -65,6 +65,8 @@ struct net_peer {
     socklen_t salen;
     int64_t deadline_ns;           /* connecting gives up at this time */
     size_t max_frame;              /* the largest frame it may send after HELLO */
+    bool has_key;                  /* HELLOs with it carry a MAC under key */
+    uint8_t key[MESH_HELLO_KEY_LEN];
     int nfrom;                     /* incoming: its connections come from one of these */
     struct sockaddr_storage from[NET_FROM_MAX];
 
@@ -163,5 +165,9 @@ void net_format_addr(const struct sockaddr *sa, char *out, size_t outlen);
 /* Whether two socket addresses name the same host (ports ignored; an IPv4
  * address mapped into IPv6 equals the IPv4 one). */
 bool net_same_host(const struct sockaddr *a, const struct sockaddr *b);
+/* The HELLO MAC of sender to receiver in run under key, as hex
+ * (MESH_HELLO_MAC_HEX digits and a NUL). */
+void net_hello_mac(const uint8_t key[MESH_HELLO_KEY_LEN], const char *sender,
+                   const char *receiver, const char *run, char out[MESH_HELLO_MAC_HEX + 1]);
 
 #endif

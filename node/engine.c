@@ -12,6 +12,7 @@
 
 #include "kernels.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -450,6 +451,42 @@ static void abort_run(engine *e, const char *reason)
     }
 }
 
+/* The HELLO keys a pool gives its stages: SHARDNODE_HELLO_KEYS names a JSON
+ * file {"NAME": "64 hex digits", ...} (the daemon writes it, 0600, one key
+ * per other stage of the plan). Unset: no keys (a cluster file run). */
+static int hello_keys(json_t **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    const char *path = getenv("SHARDNODE_HELLO_KEYS");
+    if (!path || !path[0]) return 0;
+    json_error_t je;
+    *out = json_load_file(path, 0, &je);
+    if (!json_is_object(*out)) {
+        json_decref(*out);
+        *out = NULL;
+        snprintf(err, errlen, "%s (SHARDNODE_HELLO_KEYS): %s", path,
+                 je.text[0] ? je.text : "not a JSON object");
+        return -1;
+    }
+    return 0;
+}
+
+/* NAME's HELLO key from keys into buf (*key NULL without keys). */
+static int hello_key(json_t *keys, const char *name, uint8_t buf[MESH_HELLO_KEY_LEN],
+                     const uint8_t **key, char *err, size_t errlen)
+{
+    *key = NULL;
+    if (!keys) return 0;
+    const char *hex = json_string_value(json_object_get(keys, name));
+    if (!hex || node_hex_decode(hex, buf, MESH_HELLO_KEY_LEN) != 0) {
+        snprintf(err, errlen, "SHARDNODE_HELLO_KEYS: no key of %d bytes for peer %s",
+                 MESH_HELLO_KEY_LEN, name);
+        return -1;
+    }
+    *key = buf;
+    return 0;
+}
+
 static int engine_open(engine *e, char *err, size_t errlen)
 {
     const cluster_spec *cl = e->cl;
@@ -501,9 +538,23 @@ static int engine_open(engine *e, char *err, size_t errlen)
     const cluster_node *nn = e->self < e->p - 1 ? &cl->nodes[e->self + 1] : NULL;
     bool pn_tied = tied && e->p == 2 && e->self == 1; /* two stages: the tied peer is the other */
     bool nn_tied = tied && e->p == 2 && e->self == 0;
-    mesh_net_peer_opts po = {pn ? pn->host : NULL, pn_tied && tied_bytes > from_prev ? tied_bytes
-                                                                                    : from_prev};
-    mesh_net_peer_opts no = {NULL, nn_tied && tied_bytes > from_next ? tied_bytes : from_next};
+    /* in a pool, HELLOs both ways also carry a MAC under the pair's key */
+    json_t *keys;
+    if (hello_keys(&keys, err, errlen)) return -1;
+    uint8_t kbuf[3][MESH_HELLO_KEY_LEN];
+    const uint8_t *kp = NULL, *kn = NULL, *kt = NULL;
+    const cluster_node *tn = !tied || e->p == 2 ? NULL
+                             : e->self == 0       ? &cl->nodes[e->p - 1]
+                             : e->self == e->p - 1 ? &cl->nodes[0]
+                                                  : NULL;
+    int rc = (pn && hello_key(keys, pn->name, kbuf[0], &kp, err, errlen)) ||
+             (nn && hello_key(keys, nn->name, kbuf[1], &kn, err, errlen)) ||
+             (tn && hello_key(keys, tn->name, kbuf[2], &kt, err, errlen));
+    json_decref(keys);
+    if (rc) return -1;
+    mesh_net_peer_opts po = {pn ? pn->host : NULL,
+                             pn_tied && tied_bytes > from_prev ? tied_bytes : from_prev, kp};
+    mesh_net_peer_opts no = {NULL, nn_tied && tied_bytes > from_next ? tied_bytes : from_next, kn};
     if (pn && (e->prev = mesh_net_add_peer_opts(e->net, pn->name, NULL, 0, &po, err, errlen)) < 0)
         return -1;
     if (nn &&
@@ -513,15 +564,13 @@ static int engine_open(engine *e, char *err, size_t errlen)
         if (e->p == 2) {
             e->tied = e->self == 0 ? e->next : e->prev;
         } else if (e->self == 0) {
-            const cluster_node *ln = &cl->nodes[e->p - 1];
-            mesh_net_peer_opts lo = {NULL, tied_bytes};
-            if ((e->tied = mesh_net_add_peer_opts(e->net, ln->name, ln->host, ln->port, &lo, err,
+            mesh_net_peer_opts lo = {NULL, tied_bytes, kt};
+            if ((e->tied = mesh_net_add_peer_opts(e->net, tn->name, tn->host, tn->port, &lo, err,
                                                   errlen)) < 0)
                 return -1;
         } else if (e->self == e->p - 1) {
-            mesh_net_peer_opts fo = {cl->nodes[0].host, tied_bytes};
-            if ((e->tied = mesh_net_add_peer_opts(e->net, cl->nodes[0].name, NULL, 0, &fo, err,
-                                                  errlen)) < 0)
+            mesh_net_peer_opts fo = {tn->host, tied_bytes, kt};
+            if ((e->tied = mesh_net_add_peer_opts(e->net, tn->name, NULL, 0, &fo, err, errlen)) < 0)
                 return -1;
         }
     }

@@ -9,6 +9,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,8 +34,9 @@ static void self_exe(char *out, size_t len)
     out[n > 0 ? n : 0] = 0;
 }
 
-/* A child `shardnode ARGS...` with stdout and stderr appended to log. */
-static pid_t spawn(daemon_t *d, const char *log, char *const *args)
+/* A child `shardnode ARGS...` with stdout and stderr appended to log;
+ * keys: the path of its HELLO keys (SHARDNODE_HELLO_KEYS), or NULL. */
+static pid_t spawn(daemon_t *d, const char *log, char *const *args, const char *keys)
 {
     char exe[DAEMON_PATH_MAX];
     self_exe(exe, sizeof exe);
@@ -50,6 +54,8 @@ static pid_t spawn(daemon_t *d, const char *log, char *const *args)
         int nul = open("/dev/null", O_RDONLY);
         if (nul >= 0) dup2(nul, 0);
         for (int k = 3; k < 1024; k++) close(k); /* not the daemon's sockets */
+        if (keys) setenv("SHARDNODE_HELLO_KEYS", keys, 1);
+        else unsetenv("SHARDNODE_HELLO_KEYS");
         setpgid(0, 0);
         execv(exe, args);
         _exit(127);
@@ -450,7 +456,7 @@ static void measure(daemon_t *d, part *parts, int n)
                         "--micro-batch", mb, "--seq", seq,
                         "--cache", cache, "--out", out, "--lock", lock,
                         d->threads ? "--threads" : NULL, thr, NULL};
-        p->prof_pid = spawn(d, log, args);
+        p->prof_pid = spawn(d, log, args, NULL);
     }
     /* links: once the profile is in, to every live member with the job */
     if (p->prof && !p->links_done && !p->probe_pid) {
@@ -480,14 +486,76 @@ static void measure(daemon_t *d, part *parts, int n)
             args[a++] = targets[t++];
         }
         args[a] = NULL;
-        p->probe_pid = spawn(d, log, args);
+        p->probe_pid = spawn(d, log, args, NULL);
     }
 }
 
 /* ---- running this node's stage ---- */
 
-static int write_run_files(daemon_t *d, char *job_path, char *cl_path, size_t len, char *err,
-                           size_t errlen)
+int pool_hello_key(const uint8_t own_priv[GOSSIP_KEY_LEN], const uint8_t own_pub[GOSSIP_KEY_LEN],
+                   const uint8_t peer_pub[GOSSIP_KEY_LEN], const char *run,
+                   uint8_t key[MESH_HELLO_KEY_LEN])
+{
+    EVP_PKEY *a = EVP_PKEY_new_raw_private_key(EVP_PKEY_X25519, NULL, own_priv, GOSSIP_KEY_LEN);
+    EVP_PKEY *b = EVP_PKEY_new_raw_public_key(EVP_PKEY_X25519, NULL, peer_pub, GOSSIP_KEY_LEN);
+    EVP_PKEY_CTX *ctx = a ? EVP_PKEY_CTX_new(a, NULL) : NULL;
+    uint8_t shared[32];
+    size_t slen = sizeof shared;
+    int ok = ctx && b && EVP_PKEY_derive_init(ctx) > 0 && EVP_PKEY_derive_set_peer(ctx, b) > 0 &&
+             EVP_PKEY_derive(ctx, shared, &slen) > 0 && slen == sizeof shared;
+    EVP_PKEY_CTX_free(ctx);
+    EVP_PKEY_free(a);
+    EVP_PKEY_free(b);
+    if (!ok) return -1;
+    /* "shardnode pipeline" NUL run NUL, then both public keys, lower first */
+    uint8_t msg[20 + MESH_TEXT_MAX + 2 * GOSSIP_KEY_LEN];
+    size_t k = 0, rl = strnlen(run, MESH_TEXT_MAX - 1);
+    memcpy(msg, "shardnode pipeline", 19);
+    k = 19;
+    memcpy(msg + k, run, rl);
+    k += rl;
+    msg[k++] = 0;
+    bool own_first = memcmp(own_pub, peer_pub, GOSSIP_KEY_LEN) < 0;
+    memcpy(msg + k, own_first ? own_pub : peer_pub, GOSSIP_KEY_LEN);
+    memcpy(msg + k + GOSSIP_KEY_LEN, own_first ? peer_pub : own_pub, GOSSIP_KEY_LEN);
+    k += 2 * GOSSIP_KEY_LEN;
+    unsigned int mdlen = 0;
+    ok = HMAC(EVP_sha256(), shared, sizeof shared, msg, k, key, &mdlen) && mdlen == 32;
+    OPENSSL_cleanse(shared, sizeof shared);
+    return ok ? 0 : -1;
+}
+
+/* The HELLO keys of this node's stage with every other stage of the plan
+ * (pool_hello_key with each one's WireGuard key from its own record), 0600. */
+static int write_hello_keys(daemon_t *d, const char *run, const char *path, char *err,
+                            size_t errlen)
+{
+    const gossip_member *const *list;
+    size_t n = gossip_members(d->g, &list);
+    json_t *keys = json_object();
+    size_t i;
+    json_t *s;
+    json_array_foreach(json_object_get(d->pool->committed, "stages"), i, s) {
+        const char *name = json_string_value(json_array_get(s, 0));
+        if (!name || strcmp(name, d->name) == 0) continue;
+        for (size_t k = 0; k < n; k++) {
+            uint8_t key[MESH_HELLO_KEY_LEN];
+            char hex[2 * MESH_HELLO_KEY_LEN + 1];
+            if (strcmp(list[k]->rec.name, name) != 0 ||
+                pool_hello_key(d->wg_priv, d->wg_pub, list[k]->rec.wg_pub, run, key) != 0)
+                continue;
+            node_hex_encode(key, sizeof key, hex);
+            OPENSSL_cleanse(key, sizeof key);
+            json_object_set_new(keys, name, json_string(hex));
+        }
+    }
+    int rc = node_write_json(path, keys, 0600, err, errlen);
+    json_decref(keys);
+    return rc;
+}
+
+static int write_run_files(daemon_t *d, char *job_path, char *cl_path, char *keys_path,
+                           size_t len, char *err, size_t errlen)
 {
     pool *p = d->pool;
     json_t *c = p->committed;
@@ -496,6 +564,7 @@ static int write_run_files(daemon_t *d, char *job_path, char *cl_path, size_t le
     snprintf(src, sizeof src, "%s/job.json", p->dir);
     snprintf(job_path, len, "%s/job-e%lld.json", p->dir, (long long)e);
     snprintf(cl_path, len, "%s/cluster-e%lld.json", p->dir, (long long)e);
+    snprintf(keys_path, len, "%s/hello-e%lld.json", p->dir, (long long)e);
     json_error_t je;
     json_t *job = json_load_file(src, 0, &je);
     if (!job) return node_errf(err, errlen, "%s: %s", src, je.text);
@@ -514,7 +583,8 @@ static int write_run_files(daemon_t *d, char *job_path, char *cl_path, size_t le
                            60000, "nodes", nodes);
     int rc = 0;
     if (node_write_json(job_path, job, 0644, err, errlen) ||
-        node_write_json(cl_path, cl, 0644, err, errlen))
+        node_write_json(cl_path, cl, 0644, err, errlen) ||
+        write_hello_keys(d, run, keys_path, err, errlen))
         rc = -1;
     json_decref(job);
     json_decref(cl);
@@ -577,8 +647,9 @@ static void run_stage(daemon_t *d, part *parts, int n)
         return;
     }
     if (p->run || !p->committed || !named_here(d)) return;
-    char job_path[DAEMON_PATH_MAX + 64], cl_path[DAEMON_PATH_MAX + 64], err[1024];
-    if (write_run_files(d, job_path, cl_path, sizeof job_path, err, sizeof err) != 0) {
+    char job_path[DAEMON_PATH_MAX + 64], cl_path[DAEMON_PATH_MAX + 64],
+        keys_path[DAEMON_PATH_MAX + 64], err[1024];
+    if (write_run_files(d, job_path, cl_path, keys_path, sizeof job_path, err, sizeof err) != 0) {
         set_run(p, "failed", err);
         return;
     }
@@ -588,7 +659,7 @@ static void run_stage(daemon_t *d, part *parts, int n)
     snprintf(thr, sizeof thr, "%d", d->threads);
     char *args[] = {"shardnode", "train", "--job", job_path, "--cluster", cl_path, "--node",
                     d->name, "--metrics", metrics, d->threads ? "--threads" : NULL, thr, NULL};
-    p->run_pid = spawn(d, log, args);
+    p->run_pid = spawn(d, log, args, keys_path);
     set_run(p, p->run_pid > 0 ? "running" : "failed",
             p->run_pid > 0 ? NULL : "cannot start the training process");
     json_object_set_new(p->run, "steps", json_integer(p->job.steps));
@@ -626,7 +697,7 @@ static void gather_model(daemon_t *d, part *parts, int n)
     char log[DAEMON_PATH_MAX + 32];
     snprintf(log, sizeof log, "%s/export.log", p->dir);
     char *args[] = {"shardnode", "export", "--state", d->state, NULL};
-    p->export_pid = spawn(d, log, args);
+    p->export_pid = spawn(d, log, args, NULL);
 }
 
 /* ---- the daemon's entry points ---- */

@@ -93,6 +93,15 @@ bool pool_job_from(json_t *bundle, const char *carrier, const pool_peer *peers, 
 void pool_gather_dir(json_t *bundle, const char *self, const char *job_dir, char *out,
                      size_t len);
 
+/* The HELLO key of two stages of a run (mesh_net_peer_opts.hello_key):
+ * HMAC-SHA256 under the X25519 secret of their WireGuard keys of
+ * "shardnode pipeline" NUL run NUL and both public keys, lower first. Both
+ * ends compute the same 32 bytes; nobody without one of the private keys
+ * can. Returns 0 or -1. */
+int pool_hello_key(const uint8_t own_priv[GOSSIP_KEY_LEN], const uint8_t own_pub[GOSSIP_KEY_LEN],
+                   const uint8_t peer_pub[GOSSIP_KEY_LEN], const char *run,
+                   uint8_t key[MESH_HELLO_KEY_LEN]);
+
 /* pool_elect.c */
 /* The plan hash of a layout or committed section: the first 8 bytes of the
  * SHA-256 of the compact, key-sorted JSON of its mb, step_ns,

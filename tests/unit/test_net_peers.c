@@ -508,6 +508,56 @@ static void test_impostors(void)
     mesh_net_stop(a);
 }
 
+/* A HELLO MAC (a key both ends hold, e.g. derived from their WireGuard
+ * keys): a HELLO under the peer's name without it, or with a wrong one, is
+ * dropped and the peer still awaited, whatever address it comes from; the
+ * dialling side refuses an answer without it too (a squatter on the port). */
+static void test_hello_mac(void)
+{
+    char err[512] = "";
+    uint8_t key[MESH_HELLO_KEY_LEN], other[MESH_HELLO_KEY_LEN];
+    for (int i = 0; i < MESH_HELLO_KEY_LEN; i++)
+        key[i] = (uint8_t)(i * 7 + 1), other[i] = (uint8_t)(i * 7 + 2);
+    mesh_net *a = start("a", true, 0, 0, LONG_MS);
+    int port = mesh_net_port(a);
+    mesh_net_peer_opts opts = {.hello_key = key};
+    int ab = mesh_net_add_peer_opts(a, "b", NULL, 0, &opts, err, sizeof err);
+    CHECK(ab >= 0, "add b: %s", err);
+
+    /* no MAC, then a MAC under another key: both dropped */
+    int fd = raw_connect(port);
+    mesh_msg h = hello("b", RUN);
+    raw_frame(fd, &h);
+    CHECK(closed_by_node(fd), "a HELLO without a MAC was not refused");
+    close(fd);
+    fd = raw_connect(port);
+    snprintf(h.text, sizeof h.text, "%s #%s", RUN, "0123456789abcdef0123456789abcdef");
+    raw_frame(fd, &h);
+    CHECK(closed_by_node(fd), "a HELLO with a wrong MAC was not refused");
+    close(fd);
+    CHECK(mesh_net_wait_connected(a, 300, err, sizeof err) != 0 && strstr(err, "b (has not"),
+          "after two impostors: %s", err);
+
+    /* a dialler with another key refuses a's answer (and a refuses it) */
+    mesh_net *x = start("b", false, 0, 0, 1500);
+    opts.hello_key = other;
+    CHECK(mesh_net_add_peer_opts(x, "a", "127.0.0.1", port, &opts, err, sizeof err) >= 0, "%s",
+          err);
+    CHECK(mesh_net_wait_connected(x, 1500, err, sizeof err) != 0, "a key mismatch connected");
+    mesh_net_stop(x);
+
+    /* the real b */
+    mesh_net *b = start("b", false, 0, 0, LONG_MS);
+    opts.hello_key = key;
+    int ba = mesh_net_add_peer_opts(b, "a", "127.0.0.1", port, &opts, err, sizeof err);
+    CHECK(ba >= 0, "%s", err);
+    CHECK(mesh_net_wait_connected(a, LONG_MS, err, sizeof err) == 0, "a: %s", err);
+    CHECK(mesh_net_wait_connected(b, LONG_MS, err, sizeof err) == 0, "b: %s", err);
+    check_still_answers(a, b, ab, ba, 1);
+    mesh_net_stop(b);
+    mesh_net_stop(a);
+}
+
 int main(int argc, char **argv)
 {
     static const net_test tests[] = {
@@ -515,6 +565,7 @@ int main(int argc, char **argv)
         {"bad_peers", test_bad_peers},
         {"probe", test_probe},
         {"impostors", test_impostors},
+        {"hello_mac", test_hello_mac},
     };
     return run_net_tests(tests, sizeof tests / sizeof tests[0], argc, argv, "net peer");
 }

@@ -195,10 +195,29 @@ static void test_submitter(void)
     json_decref(bundle);
 }
 
+/* Issue 12, finding 9: the pipeline's HELLO key of two stages is the same
+ * on both ends, and another member's or another run's differs. */
+static void test_hello_key(void)
+{
+    uint8_t priv[3][32], pub[3][32], ab[32], ba[32], ac[32], ab2[32];
+    char err[256];
+    for (int i = 0; i < 3; i++)
+        CHECK(keys_x25519_generate(priv[i], pub[i], err, sizeof err) == 0, "%s", err);
+    CHECK(pool_hello_key(priv[0], pub[0], pub[1], "job-1-e1", ab) == 0 &&
+              pool_hello_key(priv[1], pub[1], pub[0], "job-1-e1", ba) == 0 &&
+              pool_hello_key(priv[0], pub[0], pub[2], "job-1-e1", ac) == 0 &&
+              pool_hello_key(priv[0], pub[0], pub[1], "job-1-e2", ab2) == 0,
+          "pool_hello_key failed");
+    CHECK(memcmp(ab, ba, 32) == 0, "the two ends of a pair derive different keys");
+    CHECK(memcmp(ab, ac, 32) != 0, "two pairs share a key");
+    CHECK(memcmp(ab, ab2, 32) != 0, "two runs share a key");
+}
+
 int main(void)
 {
     test_commit_verify();
     test_submitter();
+    test_hello_key();
     if (failures) printf("%d failure(s)\n", failures);
     else printf("ok\n");
     return failures != 0;
