@@ -954,7 +954,7 @@ int pool_fetch(daemon_t *d, const gossip_msg *m, gossip_msg *r, uint8_t **data)
     }
     char path[DAEMON_PATH_MAX + 300];
     snprintf(path, sizeof path, "%s/%s", d->state, m->path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = pool_fetch_open(d->state, m->path);   /* no symbolic link is followed */
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0) {
         snprintf(r->reason, sizeof r->reason, "%.200s: %s", m->path, strerror(errno));

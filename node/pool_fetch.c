@@ -192,6 +192,56 @@ int cmd_probe_links(int argc, char **argv)
     return rc;
 }
 
+/* ---- FETCH's files: no symbolic link is followed ---- */
+
+int pool_fetch_open(const char *state, const char *rel)
+{
+    if (!*rel || rel[0] == '/') {
+        errno = EINVAL;
+        return -1;
+    }
+    int dir = open(state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0) return -1;
+    const char *p = rel;
+    for (;;) {
+        const char *slash = strchr(p, '/');
+        size_t n = slash ? (size_t)(slash - p) : strlen(p);
+        char part[256];
+        if (n == 0 || n >= sizeof part || (n == 1 && p[0] == '.') ||
+            (n == 2 && p[0] == '.' && p[1] == '.')) {
+            close(dir);
+            errno = EINVAL;
+            return -1;
+        }
+        memcpy(part, p, n);
+        part[n] = 0;
+        int fd = openat(dir, part,
+                        (slash ? O_DIRECTORY : 0) | O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) {
+            /* a link in the middle fails as "not a directory": say it is a link */
+            int saved = errno;
+            struct stat ls;
+            if (fstatat(dir, part, &ls, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(ls.st_mode))
+                saved = ELOOP;
+            close(dir);
+            errno = saved;
+            return -1;
+        }
+        close(dir);
+        if (!slash) {
+            struct stat st;
+            if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+                close(fd);
+                errno = EINVAL;
+                return -1;
+            }
+            return fd;
+        }
+        dir = fd;
+        p = slash + 1;
+    }
+}
+
 /* ---- export --state DIR: gather the stages of the committed plan ---- */
 
 static int fetch_file(const char *addr, int port, const uint8_t mesh_id[GOSSIP_MESH_ID_LEN],
@@ -200,8 +250,14 @@ static int fetch_file(const char *addr, int port, const uint8_t mesh_id[GOSSIP_M
 {
     char tmp[DAEMON_PATH_MAX + 320];
     snprintf(tmp, sizeof tmp, "%s.part", dest);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return node_errf(err, errlen, "%s: %s", tmp, strerror(errno));
+    /* never through a symbolic link planted where the part file goes */
+    int tfd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *f = tfd >= 0 ? fdopen(tfd, "wb") : NULL;
+    if (!f) {
+        int e = errno;
+        if (tfd >= 0) close(tfd);
+        return node_errf(err, errlen, "%s: %s", tmp, strerror(e));
+    }
     uint64_t off = 0, total = 1;
     int rc = -1;
     while (off < total) {

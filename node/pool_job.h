@@ -70,4 +70,11 @@ int pool_bundle_check(json_t *bundle, const char *state_dir, json_t *node_paths,
  * hold any stage (it has the initial weights if the job names any). */
 void pool_lacks_roles(json_t *lacks, bool *can_first, bool *can_any);
 
+/* pool_fetch.c: opens STATE/REL for FETCH to serve, read-only, refusing a
+ * symbolic link anywhere in REL (each component is opened with O_NOFOLLOW,
+ * so a link planted under jobs/ cannot serve a file from elsewhere) and
+ * anything but a regular file. Returns the descriptor, or -1 with errno
+ * (ELOOP for a link, EINVAL for not a regular file). */
+int pool_fetch_open(const char *state, const char *rel);
+
 #endif
