@@ -18,6 +18,9 @@ int node_errf(char *err, size_t errlen, const char *fmt, ...)
     return -1;
 }
 
+/* The most characters of a user's word an error message repeats. */
+#define ARGS_ECHO_MAX 64
+
 int args_parse(int argc, char **argv, int first, const args_option *opts, int nopts,
                char *err, size_t errlen)
 {
@@ -26,7 +29,11 @@ int args_parse(int argc, char **argv, int first, const args_option *opts, int no
         for (int k = 0; k < nopts; k++)
             if (strcmp(argv[i], opts[k].name) == 0) o = &opts[k];
         if (!o) {
-            snprintf(err, errlen, "%s: unknown %s", argv[i],
+            /* A word is echoed cut to a short prefix: a 100 KB token pasted
+             * in the wrong place must not fill the terminal. */
+            size_t len = strlen(argv[i]);
+            snprintf(err, errlen, "%.*s%s: unknown %s", ARGS_ECHO_MAX, argv[i],
+                     len > ARGS_ECHO_MAX ? "... (cut)" : "",
                      strncmp(argv[i], "--", 2) == 0 ? "option" : "argument");
             return -1;
         }
@@ -50,8 +57,8 @@ int args_int(const char *text, const char *name, long min, long max, long *out, 
     errno = 0;
     long v = strtol(text, &end, 10);
     if (end == text || *end || errno || v < min || v > max) {
-        snprintf(err, errlen, "%s \"%s\": expected an integer in [%ld, %ld]", name, text, min,
-                 max);
+        snprintf(err, errlen, "%s \"%.*s%s\": expected an integer in [%ld, %ld]", name,
+                 ARGS_ECHO_MAX, text, strlen(text) > ARGS_ECHO_MAX ? "..." : "", min, max);
         return -1;
     }
     *out = v;

@@ -299,7 +299,11 @@ static int parse_node(loader *ld, json_t *nj, int entry, int *at, const char *de
                 return rc;
             }
         }
-        int rc = fleet_profile_parse(pj, shape, &proto.prof, where, ld->err, ld->errlen);
+        /* A profile that does not fit the model is the profile file's fault:
+         * name it, not only the fleet file that points to it. */
+        char pwhere[sizeof where + 4200];
+        snprintf(pwhere, sizeof pwhere, "%s: profile %s", where, ppath ? ppath : "(inline)");
+        int rc = fleet_profile_parse(pj, shape, &proto.prof, pwhere, ld->err, ld->errlen);
         const char *dn = json_string_value(json_object_get(pj, "device_name"));
         snprintf(proto.device, sizeof proto.device, "%s", dn ? dn : "profiled");
         if (pj != prof) json_decref(pj);

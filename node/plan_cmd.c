@@ -212,7 +212,16 @@ int cmd_plan(int argc, char **argv)
     pm = !strcmp(method, "exact") ? PLAN_EXACT : !strcmp(method, "heuristic") ? PLAN_HEURISTIC
                                                                              : PLAN_AUTO;
     cost_shape shape = fleet_shape(&cfg, T);
-    if (fleet_load(&ff, fleet, devices, &shape, B, err, sizeof err)) goto fail;
+    if (fleet_load(&ff, fleet, devices, &shape, B, err, sizeof err)) {
+        /* A profile measured for another model or sequence: say which model
+         * the plan is for, so both files of the mismatch are named. */
+        if (strstr(err, "the profile was measured")) {
+            size_t l = strlen(err);
+            snprintf(err + l, sizeof err - l, " (--model %s, --seq %lld)", model,
+                     (long long)T);
+        }
+        goto fail;
+    }
     plan_job job = {.shape = shape,
                     .batch = N,
                     .max_micro_batch = B,

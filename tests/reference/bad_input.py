@@ -14,6 +14,11 @@ it runs gradcheck again and asserts:
   - that line names the offending file and the tensor or key at fault (for
     token ids: input_ids and the position);
   - the file already at the --out path is left untouched.
+Then other commands' bad input: a config of absurd sizes (a million layers;
+sequences of 65536 in micro-batches of 64) is refused with the memory it
+would need, before allocating it; a 100 KB token in the wrong place is
+echoed cut short; `plan` with a profile of another model names the profile
+and the model.
 """
 
 import argparse
@@ -257,6 +262,100 @@ def check_case(shardnode, out_path, c):
     return True, line.strip()
 
 
+# ------------------------------------------------- other commands' input ---
+
+def command_cases(workdir, cfg_path, w_path, b_path):
+    """Bad input to other commands: (name, argv, substrings the one stderr
+    line must hold, the longest it may be)."""
+    cases = []
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    # Absurd sizes are refused with the memory figure before anything is
+    # allocated (without the check: a table for a million layers, then out
+    # of memory or, under ASan, an abort on the activations).
+    huge = dict(cfg, num_hidden_layers=1000000, hidden_size=4096, num_attention_heads=32,
+                num_key_value_heads=32, intermediate_size=11008)
+    huge_path = os.path.join(workdir, "huge-config.json")
+    with open(huge_path, "w") as f:
+        json.dump(huge, f)
+    cases.append(("a million layers", ["gradcheck", "--config", huge_path, "--weights", w_path,
+                                       "--batch", b_path,
+                                       "--out", os.path.join(workdir, "huge-out.safetensors")],
+                  ["[0, 1000000)", "needs", "PiB", "memory"], 400))
+    long_cfg = dict(cfg, max_position_embeddings=65536)
+    long_path = os.path.join(workdir, "long-config.json")
+    with open(long_path, "w") as f:
+        json.dump(long_cfg, f)
+    cases.append(("sequence 65536 x batch 64", ["bench", "--config", long_path, "--seq", "65536",
+                                                "--batch", "64", "--steps", "1"],
+                  ["[64, 65536]", "needs", "TiB", "memory"], 400))
+    # A 100 KB token pasted where it does not belong is echoed cut short.
+    token = "snj1." + "A" * 100000
+    state = os.path.join(workdir, "no-state")
+    cases.append(("a 100 KB token as a stray argument of up", ["up", "--state", state, token],
+                  ["unknown argument", "snj1.AAAA", "(cut)"], 200))
+    cases.append(("a 100 KB token as a stray argument of invite",
+                  ["invite", "--state", state, token], ["unknown argument", "(cut)"], 200))
+    cases.append(("a 100 KB token to join", ["join", token, "--state", state], ["token"], 200))
+    cases.append(("a 100 KB --threads value", ["bench", "--config", cfg_path, "--threads", token],
+                  ["--threads", "..."], 200))
+    # plan: a profile measured for another model names the profile file and
+    # the model, not only the fleet file that points to it.
+    fleets = os.path.join(workdir, "fleets")
+    os.makedirs(fleets, exist_ok=True)
+    profile = {"format": "shardnode-profile", "version": 1, "device": "cpu",
+               "model": {"hidden_size": 96, "intermediate_size": 260, "num_hidden_layers": 4,
+                         "num_attention_heads": 6, "num_key_value_heads": 2, "vocab_size": 259,
+                         "tie_word_embeddings": False},
+               "micro_batch": 1, "seq": 64, "memory_bytes": 8 << 30, "scratch_slots": 1}
+    for unit in ("embedding", "layer", "head"):
+        profile[unit] = {"forward_ns": 1000, "backward_ns": 2000, "optimizer_ns": 500}
+    prof_path = os.path.join(fleets, "other-model.json")
+    with open(prof_path, "w") as f:
+        json.dump(profile, f)
+    fleet_path = os.path.join(fleets, "fleet.json")
+    with open(fleet_path, "w") as f:
+        json.dump({"name": "t", "nodes": [{"name": "a", "profile": "other-model.json"}]}, f)
+    cases.append(("plan with a profile of another model",
+                  ["plan", "--fleet", fleet_path, "--model", cfg_path, "--seq", "64"],
+                  [prof_path, cfg_path, "hidden_size"], 1000))
+    return cases
+
+
+def check_command(shardnode, name, argv, must, longest):
+    cmd = [shardnode] + argv
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=PROCESS_TIMEOUT_S)
+        rc, err = p.returncode, p.stderr.decode(errors="replace")
+    except subprocess.TimeoutExpired:
+        rc, err = None, "timed out after %d s" % PROCESS_TIMEOUT_S
+    problems = []
+    if rc is None:
+        problems.append(err)
+    elif rc == 0:
+        problems.append("exit status 0, expected a failure")
+    elif rc < 0:
+        problems.append("killed by signal %d" % -rc)
+    if "runtime error" in err or "Sanitizer" in err:
+        problems.append("sanitizer report on stderr")
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    line = lines[0] if lines else ""
+    # usage lines may follow a refusal of the command line; the first is the error
+    if not lines:
+        problems.append("nothing on stderr")
+    if len(line) > longest:
+        problems.append("the line is %d characters, expected at most %d" % (len(line), longest))
+    for m in must:
+        if m not in line:
+            problems.append("message does not name %r" % m)
+    short = " ".join(a if len(a) < 80 else a[:40] + "...(%d)" % len(a) for a in argv)
+    if problems:
+        return False, "; ".join(problems) + "\n     command: shardnode " + short + \
+            "\n     stderr: " + line[:600]
+    return True, line.strip()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shardnode", required=True, help="path of the shardnode binary")
@@ -290,6 +389,11 @@ def main():
         print("%s %-38s %s" % ("ok  " if ok else "FAIL", c["name"], msg), flush=True)
         if not ok:
             failures.append(c["name"])
+    for name, argv, must, longest in command_cases(workdir, cfg_path, w_path, b_path):
+        ok, msg = check_command(shardnode, name, argv, must, longest)
+        print("%s %-38s %s" % ("ok  " if ok else "FAIL", name, msg), flush=True)
+        if not ok:
+            failures.append(name)
     if failures:
         print("\nbad_input: %d case(s) failed: %s" % (len(failures), ", ".join(failures)))
         sys.exit(1)

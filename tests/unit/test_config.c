@@ -301,6 +301,61 @@ static void test_save_round_trip(void)
     unlink(path);
 }
 
+/* Absurd sizes are refused before anything is allocated, with the figure
+ * (a million layers; sequences of 65536 in micro-batches of 64). Without the
+ * check, stage_create would calloc the million layers' tables and then fail
+ * (or, under ASan, abort) on the activations. */
+static void test_absurd_sizes_refused_with_figure(void)
+{
+    llama_config c = {.hidden_size = 4096, .intermediate_size = 11008,
+                      .num_hidden_layers = 1000000, .num_attention_heads = 32,
+                      .num_key_value_heads = 32, .vocab_size = 32000,
+                      .max_position_embeddings = 65536, .rms_norm_eps = 1e-5f,
+                      .rope_theta = 10000.0f};
+    char err[512] = "";
+    CHECK(llama_config_validate(&c, "big.json", err, sizeof err) == 0, "%s", err);
+    double need = stage_memory_bytes(&c, 0, c.num_hidden_layers, true, true, 1, 64, 1);
+    CHECK(need > 1e15, "a million 4096-wide layers need %g bytes?", need);
+    stage *s = NULL;
+    int rc = stage_create(&s, &c, 0, c.num_hidden_layers, true, true, 1, 64, 1, err, sizeof err);
+    CHECK(rc != 0 && s == NULL && strstr(err, "needs") && strstr(err, "PiB") &&
+              strstr(err, "[0, 1000000)") && strstr(err, "memory"),
+          "a million layers: %s", err);
+
+    llama_config t = {.hidden_size = 96, .intermediate_size = 260, .num_hidden_layers = 4,
+                      .num_attention_heads = 6, .num_key_value_heads = 2, .vocab_size = 259,
+                      .max_position_embeddings = 65536, .rms_norm_eps = 1e-5f,
+                      .rope_theta = 10000.0f};
+    CHECK(llama_config_validate(&t, "long.json", err, sizeof err) == 0, "%s", err);
+    rc = stage_create(&s, &t, 0, 4, true, true, 64, 65536, 1, err, sizeof err);
+    CHECK(rc != 0 && s == NULL && strstr(err, "micro-batch [64, 65536] needs") &&
+              strstr(err, "TiB"),
+          "sequence 65536 x batch 64: %s", err);
+
+    /* the figure is what a real stage allocates, within the alignment slack */
+    rc = stage_create(&s, &t, 0, 4, true, true, 2, 16, 1, err, sizeof err);
+    CHECK(rc == 0, "%s", err);
+    double small = stage_memory_bytes(&t, 0, 4, true, true, 2, 16, 1);
+    double params = (double)stage_num_params(s) * 4 * sizeof(float);
+    CHECK(small > params && small < params * 1.5 + 4e6, "%g bytes for %g of weights and state",
+          small, params);
+    stage_free(s);
+}
+
+/* A file's text (a newline in a JSON string) never makes a message of
+ * several lines: a config could otherwise forge lines in a log. */
+static void test_one_line_messages(void)
+{
+    llama_config c;
+    char err[512] = "";
+    int rc = load_text("{\"hidden_size\": \"6\n4\"}", &c, err, sizeof err);
+    CHECK(rc != 0 && !strchr(err, '\n') && strstr(err, cfg_path), "%s", err);
+    /* jansson quotes the text near an error: here a backslash and a newline */
+    rc = load_text("{\"hidden_size\": 64,\n \"x\": \"a\\\n\"}", &c, err, sizeof err);
+    CHECK(rc != 0 && strstr(err, "invalid escape") && !strchr(err, '\n') && strstr(err, "\\n"),
+          "%s", err);
+}
+
 int main(void)
 {
     snprintf(cfg_path, sizeof cfg_path, "%s/test_config_%d_cfg.json", SHARDNODE_TEST_TMP,
@@ -313,6 +368,8 @@ int main(void)
     test_unsupported_features();
     test_bad_files();
     test_save_round_trip();
+    test_absurd_sizes_refused_with_figure();
+    test_one_line_messages();
     unlink(cfg_path);
     if (failures) {
         fprintf(stderr, "test_config: %d failure(s)\n", failures);

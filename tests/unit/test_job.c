@@ -87,6 +87,23 @@ int main(void)
                 "{\"config\": \"c\", \"tokenizer\": \"t\", \"out_dir\": \"o\", \"seq_len\": -3, "
                 "\"batch\": 1, \"steps\": 1, \"data\": {\"files\": [\"x\"]}}",
                 "\"seq_len\" is -3, must be in [1,");
+    /* a step of 2^20 x 2^20 tokens would overflow the trainer's counts */
+    expect_fail(__LINE__,
+                "{\"config\": \"c\", \"tokenizer\": \"t\", \"out_dir\": \"o\", "
+                "\"seq_len\": 1048576, \"batch\": 1048576, \"steps\": 1, "
+                "\"data\": {\"files\": [\"x\"]}}",
+                "\"batch\" (1048576) x \"seq_len\" (1048576) is 1099511627776 tokens per step");
+    /* a file's text never makes a message of several lines */
+    {
+        job_spec bad;
+        char e[512] = "";
+        CHECK(load("{\"config\": \"a\\\nb\"}", &bad, e, sizeof e) != 0 &&
+                  strstr(e, "invalid escape") && strchr(e, '\n') == NULL && strstr(e, path),
+              "a newline in the job's text reached the message: %s", e);
+        CHECK(load("{\"con\tfig\n\": 1}", &bad, e, sizeof e) != 0 && strchr(e, '\n') == NULL &&
+                  strchr(e, '\t') == NULL,
+              "an unknown key's control characters reached the message: %s", e);
+    }
     unlink(path);
     printf("%s\n", failures ? "FAILED" : "all job checks passed");
     return failures ? 1 : 0;
