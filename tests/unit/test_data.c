@@ -545,6 +545,31 @@ static void test_cache_reuse_and_rebuild(void)
     d = OPEN_OK(&sp, cache);
     CHECK(d && !data_get_info(d)->from_cache && data_train_samples(d) > n1, "damaged cache used");
     data_close(d);
+    /* So is one whose sizes add up but whose tokens were changed on disk
+     * (a flipped bit, another program's write): an id outside the
+     * vocabulary would reach the model as if it were data. */
+    struct stat st3;
+    CHECK(stat(cache, &st3) == 0 && st3.st_size > 256, "no cache");
+    FILE *cf = fopen(cache, "r+b");
+    int32_t bogus = 0x7fffff00;
+    CHECK(cf && fseek(cf, (long)st3.st_size - 64, SEEK_SET) == 0 &&
+              fwrite(&bogus, sizeof bogus, 1, cf) == 1 && fclose(cf) == 0,
+          "cannot damage the cache");
+    d = OPEN_OK(&sp, cache);
+    CHECK(d && !data_get_info(d)->from_cache, "a cache holding an id outside the vocabulary used");
+    if (d) {
+        int32_t ids[4 * (T + 1)], labels[4 * (T + 1)];
+        for (int64_t step = 0; step < data_train_samples(d) / 4; step++) {
+            data_train_batch(d, 1, step, 0, 4, 4, ids, labels);
+            for (int i = 0; i < 4 * T; i++)
+                if (ids[i] < 0 || ids[i] >= tokenizer_vocab_size(tok)) {
+                    CHECK(0, "step %lld: id %d outside the vocabulary", (long long)step, ids[i]);
+                    step = INT64_MAX - 1;
+                    break;
+                }
+        }
+    }
+    data_close(d);
     char tmp[600];
     snprintf(tmp, sizeof tmp, "%s.tmp", cache);
     CHECK(access(tmp, F_OK) != 0, "%s left behind", tmp);
