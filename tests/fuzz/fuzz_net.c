@@ -1,0 +1,99 @@
+/* fuzz_net.c — libFuzzer target for the transport's frame reader
+ * (mesh/net_conn.c: conn_read, conn_frame_start, conn_frame, conn_hello):
+ * the state machine that turns a TCP byte stream from a peer into frames —
+ * length prefixes, partial reads, the HELLO that must come first and its
+ * size limit, frames of another run or version, a second HELLO, probes
+ * that are echoed.
+ *
+ * Each input is sent, as it is, over a real TCP connection to a real
+ * mesh_net (listening on 127.0.0.1, started for the input, with one
+ * declared incoming peer "p" in run "fuzz"), then the write side is shut:
+ * the node reads everything and closes. The harness reads the node's
+ * replies to the end (a HELLO back, probe echoes), takes every frame it
+ * delivered (mesh_net_recv), and stops it. Beyond "no crash, no leak, no
+ * hang": every frame delivered comes from peer "p", is a message of this
+ * run and version, and never a HELLO. A fresh net per input keeps inputs
+ * independent (a peer that failed stays failed for its run).
+ *
+ * The node logs each refused connection on stderr; run with
+ * -close_fd_mask=2 to keep the output short (sanitizer reports still show). */
+#include "fuzz_util.h"
+#include "mesh.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#define T "fuzz_net"
+
+static int dial(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    fuzz_require(fd >= 0, T, "socket", NULL);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    fuzz_require(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, T, "connect", NULL);
+    return fd;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static int once;
+    if (!once) {
+        signal(SIGPIPE, SIG_IGN);
+        once = 1;
+    }
+    char err[512];
+    mesh_net_config cfg = {.self = "s", .run = "fuzz", .listen_host = "127.0.0.1",
+                           .timeout_ms = 5000, .max_frame = (size_t)1 << 20};
+    mesh_net *n;
+    fuzz_require(mesh_net_start(&n, &cfg, err, sizeof err) == 0, T, "start", err);
+    int peer = mesh_net_add_peer(n, "p", NULL, 0, err, sizeof err);
+    fuzz_require(peer >= 0, T, "add peer", err);
+    int fd = dial(mesh_net_port(n));
+    /* Write and read at once: the node answers (HELLO, probe echoes) while
+     * it reads, and could otherwise block on a full socket. */
+    size_t off = 0;
+    bool shut = false;
+    for (;;) {
+        struct pollfd p = {fd, POLLIN | (shut ? 0 : POLLOUT), 0};
+        int k = poll(&p, 1, 5000);
+        fuzz_require(k > 0, T, "the node neither reads nor closes (hang)", NULL);
+        if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
+            char buf[65536];
+            ssize_t r = read(fd, buf, sizeof buf);
+            if (r <= 0)
+                break;   /* the node closed: it has read everything it will */
+        }
+        if (!shut && (p.revents & POLLOUT)) {
+            ssize_t w = off < size ? send(fd, data + off, size - off, MSG_NOSIGNAL) : 0;
+            if (w > 0)
+                off += (size_t)w;
+            if (w < 0 || off == size) {
+                shutdown(fd, SHUT_WR);
+                shut = true;
+            }
+        }
+    }
+    close(fd);
+    uint64_t run_id = mesh_run_id("fuzz");
+    for (;;) {
+        int from;
+        mesh_msg m;
+        mesh_frame *f = NULL;
+        if (mesh_net_recv(n, &from, &m, &f, 0, err, sizeof err) != 0)
+            break;   /* nothing more, or the peer is gone */
+        fuzz_require(from == peer, T, "a frame from an undeclared peer", NULL);
+        fuzz_require(m.type != MESH_MSG_HELLO && m.run_id == run_id &&
+                         m.version == MESH_PROTOCOL_VERSION,
+                     T, "delivered a HELLO, or a frame of another run or version", NULL);
+        mesh_frame_free(f);
+    }
+    mesh_net_stop(n);
+    return 0;
+}
