@@ -733,21 +733,47 @@ int gossip_add_known(gossip *g, const gossip_signed *s, int64_t now_ms, char *er
     return apply_record(g, s, now_ms, false, err, errlen) == 0 ? 0 : -1;
 }
 
-int gossip_admit(gossip *g, const gossip_signed *s, int64_t now_ms, char *err, size_t errlen)
+int gossip_admit_check(gossip *g, const gossip_signed *s, int64_t now_ms, char *err,
+                       size_t errlen)
 {
     gossip_record r;
     if (gossip_record_open(s, &r, err, errlen) != 0) return -1;
     if (self_of(g)->rec.left)
         return mesh_errf(err, errlen, "this node left the mesh; it admits nobody");
+    if (memcmp(r.mesh_id, self_of(g)->rec.mesh_id, GOSSIP_MESH_ID_LEN) != 0)
+        return mesh_errf(err, errlen, "record of %s belongs to another mesh", r.name);
     if (find_key(g, r.wg_pub) >= 0)
         return mesh_errf(err, errlen, "%s's WireGuard key is already a member's", r.name);
+    char want[GOSSIP_ADDR_MAX];
+    if (mesh_overlay_address(g->prefix, r.wg_pub, want, sizeof want, err, errlen) != 0)
+        return -1;
+    if (strcmp(want, r.address) != 0)
+        return mesh_errf(err, errlen, "record of %s claims overlay address %s, but its key "
+                         "gives %s", r.name, r.address, want);
     /* Every address the view knows, dead and left members' included: an
      * address is never handed out twice. */
-    for (size_t j = 0; j < g->n; j++)
-        if (!g->m[j]->displaced && strcmp(g->m[j]->rec.address, r.address) == 0)
+    for (size_t j = 0; j < g->n; j++) {
+        const gossip_member *o = g->m[j];
+        if (o->displaced) continue;
+        if (strcmp(o->rec.address, r.address) == 0)
             return mesh_errf(err, errlen, GOSSIP_ADDRESS_TAKEN " overlay address %s is "
                              "already %s's; the joiner draws a new WireGuard key and asks again",
-                             r.address, g->m[j]->rec.name);
+                             r.address, o->rec.name);
+        if (strcmp(o->rec.name, r.name) == 0 &&
+            memcmp(o->rec.id_pub, r.id_pub, GOSSIP_KEY_LEN) != 0 && holds_name(o, now_ms))
+            return mesh_errf(err, errlen, "record of %s: the name belongs to another member "
+                             "(%s, %s); join with another --name", r.name, o->rec.address,
+                             gossip_state_name(o->state));
+    }
+    return 0;
+}
+
+int gossip_admit(gossip *g, const gossip_signed *s, int64_t now_ms, char *err, size_t errlen)
+{
+    gossip_record r;
+    if (gossip_admit_check(g, s, now_ms, err, errlen) != 0 ||
+        gossip_record_open(s, &r, err, errlen) != 0)
+        return -1;
     gossip_signed *c = malloc(sizeof *c);
     if (!c) return mesh_errf(err, errlen, "out of memory");
     *c = *s;

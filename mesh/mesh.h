@@ -541,6 +541,10 @@ int gossip_add_known(gossip *g, const gossip_signed *s, int64_t now_ms, char *er
  * with GOSSIP_ADDRESS_TAKEN and the joiner draws a new WireGuard key). */
 int gossip_admit(gossip *g, const gossip_signed *s, int64_t now_ms, char *err, size_t errlen);
 #define GOSSIP_ADDRESS_TAKEN "address taken:"
+/* What gossip_admit would refuse, without admitting (so a JOIN can be
+ * refused before its invite is spent). */
+int gossip_admit_check(gossip *g, const gossip_signed *s, int64_t now_ms, char *err,
+                       size_t errlen);
 /* TCP frames: the MAC to append to the frame's map for the member at addr
  * (0), or -1 when addr is no member's. */
 int gossip_frame_seal(gossip *g, const char *addr, const void *buf, size_t len,

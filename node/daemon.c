@@ -390,12 +390,16 @@ static int open_gossip(daemon_t *d, char *err, size_t errlen)
     gc.prefix = d->prefix;
     daemon_self_record(d, &gc.self);
     memcpy(gc.id_priv, d->id_priv, GOSSIP_KEY_LEN);
+    memcpy(gc.wg_priv, d->wg_priv, GOSSIP_KEY_LEN);
+    gc.self_adm = d->adm;
     gc.hooks = (gossip_hooks){.ctx = d, .send = udp_send, .sync = sync_hook,
                               .changed = member_changed, .observe = observe_hook,
                               .log = gossip_log_hook};
     gc.seed = (uint64_t)daemon_now_ms() ^ ((uint64_t)d->wg_pub[0] << 32 | d->wg_pub[1]);
     int rc = gossip_create(&d->g, &gc, daemon_now_ms(), err, errlen);
     memset(gc.id_priv, 0, sizeof gc.id_priv);
+    memset(gc.wg_priv, 0, sizeof gc.wg_priv);
+    if (rc == 0) d->adm = gossip_self(d->g)->sig.adm;
     return rc;
 }
 
@@ -499,6 +503,9 @@ int daemon_run(const char *state, const daemon_options *opt)
     int rc = 1;
     signal(SIGPIPE, SIG_IGN);
     if (daemon_open_state(&d, state, err, sizeof err) != 0) goto fail;
+    /* The node's helpers (probe-links) MAC their FETCHes with this node's
+     * WireGuard key: they find it through the state directory. */
+    setenv("SHARDNODE_STATE", state, 1);
     if (opt) {
         d->threads = opt->threads;
         d->no_compute = opt->no_compute;

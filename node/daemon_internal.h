@@ -45,7 +45,12 @@ typedef struct {
     char address[GOSSIP_ADDR_MAX];       /* the one address it may use */
     int64_t expires;
     bool used;
+    int64_t used_at;                     /* Unix seconds (when used) */
 } daemon_invite;
+
+/* A redeemed invite stays a WireGuard peer this long, so the JOIN_REPLY
+ * reaches the joiner; then it is withdrawn (PROTOCOL.md, "Joining"). */
+#define DAEMON_INVITE_GRACE_S 10
 
 typedef struct daemon_conn daemon_conn;
 typedef struct pool pool;
@@ -64,6 +69,8 @@ typedef struct daemon_t {
     uint8_t wg_priv[GOSSIP_KEY_LEN], wg_pub[GOSSIP_KEY_LEN];
     uint8_t id_priv[GOSSIP_KEY_LEN], id_pub[GOSSIP_KEY_LEN];
     uint8_t mesh_id[GOSSIP_MESH_ID_LEN];
+    gossip_admission adm;               /* this node's admission (mesh.json "admission";
+                                           zero: the founder's, made at start) */
     int listen_port, gossip_port, prefix_len;
     uint64_t incarnation;
     bool joined, left;
@@ -122,6 +129,10 @@ void daemon_free(daemon_t *d);
 bool daemon_prefix_insecure(const char *prefix);
 
 /* daemon_state.c */
+/* mesh.json's form of an admission: {"by": hex, "at_ms": int, "sig": hex}. */
+json_t *daemon_adm_json(const gossip_admission *a);
+/* 0, or -1 when j is not an admission (a is then zero). */
+int daemon_adm_parse(json_t *j, gossip_admission *a);
 int daemon_open_state(daemon_t **out, const char *state, char *err, size_t errlen);
 int daemon_save(daemon_t *d, char *err, size_t errlen);
 /* The saved view of mesh.json into gossip; bad entries are logged and skipped. */
@@ -145,8 +156,21 @@ void daemon_sync_start(daemon_t *d, const char *addr, int port);
 int daemon_control_open(daemon_t *d, char *err, size_t errlen);
 void daemon_conns_close(daemon_t *d);
 /* Frames a gossip message (4-byte LE length, then the map) into a malloc'ed
- * buffer. */
+ * buffer, without a MAC: members refuse it (use daemon_frame_mac). */
 int daemon_frame(const gossip_msg *m, uint8_t **out, size_t *len, char *err, size_t errlen);
+/* Frames a gossip message with its MAC: 4-byte LE length (map and MAC),
+ * the map, GOSSIP_MAC_LEN bytes of gossip_mac under key (the pairwise key of
+ * this node's and the peer's WireGuard keys, gossip_mac_key). */
+int daemon_frame_mac(const gossip_msg *m, const uint8_t key[32], uint8_t **out, size_t *len,
+                     char *err, size_t errlen);
+/* A frame's payload (map and MAC, n bytes) checked under key and decoded. */
+int daemon_unframe(const uint8_t *buf, size_t n, const uint8_t key[32], gossip_msg *out,
+                   char *err, size_t errlen);
+/* The MAC key for talking to the member at overlay address addr from the
+ * node of state directory `state` (its wg.key, and the member's WireGuard
+ * key from its mesh.json): what a FETCH client needs. */
+int daemon_peer_key(const char *state, const char *addr, uint8_t key[32], char *err,
+                    size_t errlen);
 json_t *daemon_status_json(daemon_t *d);
 
 /* pool.c: the job's share of this node */

@@ -101,7 +101,7 @@ static int io_full(int fd, void *buf, size_t len, bool wr, int64_t deadline_ms)
 
 /* One JOIN exchange with a member: 0 with *reply filled, -1 with err. */
 static int join_one(daemon_t *d, const char *addr, const char *from, const gossip_msg *join,
-                    gossip_msg *reply, char *err, size_t errlen)
+                    const uint8_t key[32], gossip_msg *reply, char *err, size_t errlen)
 {
     int64_t deadline = daemon_now_ms() + JOIN_CONNECT_S * 1000;
     int fd = -1;
@@ -112,12 +112,13 @@ static int join_one(daemon_t *d, const char *addr, const char *from, const gossi
     }
     if (fd < 0)
         return node_errf(err, errlen, "no answer from %s:%d through WireGuard in %d s (is the "
-                         "inviting node up, and its endpoint reachable from here?)", addr,
-                         d->gossip_port, JOIN_CONNECT_S);
+                         "inviting node up, and its endpoint reachable from here? A token "
+                         "already used or expired gets no answer: the inviting node withdraws "
+                         "its key once it is used)", addr, d->gossip_port, JOIN_CONNECT_S);
     uint8_t *frame;
     size_t flen;
     int rc = -1;
-    if (daemon_frame(join, &frame, &flen, err, errlen) != 0) goto out;
+    if (daemon_frame_mac(join, key, &frame, &flen, err, errlen) != 0) goto out;
     deadline = daemon_now_ms() + JOIN_REPLY_S * 1000;
     int wr = io_full(fd, frame, flen, true, deadline);
     free(frame);
@@ -140,7 +141,7 @@ static int join_one(daemon_t *d, const char *addr, const char *from, const gossi
         goto out;
     }
     char why[512];
-    if (gossip_decode(buf, n, reply, why, sizeof why) != 0) {
+    if (daemon_unframe(buf, n, key, reply, why, sizeof why) != 0) {
         node_errf(err, errlen, "%s: bad reply: %s", addr, why);
     } else if (reply->type != GOSSIP_MSG_JOIN_REPLY) {
         node_errf(err, errlen, "%s answered with message type %d, not JOIN_REPLY", addr,
@@ -155,10 +156,12 @@ out:
     return rc;
 }
 
-/* The admitted view into mesh.json: every signed record of the reply. */
+/* The admitted view into mesh.json: every signed record of the reply (with
+ * its admission), and this node's own admission. */
 static int save_view(daemon_t *d, const gossip_msg *reply, char *err, size_t errlen)
 {
     json_t *list = json_array();
+    bool admitted = false;
     for (int i = 0; i < reply->nupdates; i++) {
         const gossip_update *u = &reply->updates[i];
         gossip_record r;
@@ -172,15 +175,55 @@ static int save_view(daemon_t *d, const gossip_msg *reply, char *err, size_t err
         if (!rec) continue;
         node_hex_encode(u->rec.bytes, u->rec.len, rec);
         node_hex_encode(u->rec.sig, GOSSIP_SIG_LEN, sig);
-        json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:s, s:s}", "name", r.name,
-                                              "overlay_address", r.address, "state",
-                                              r.left ? "left" : "alive", "record", rec,
-                                              "signature", sig));
+        char wg[KEYS_BASE64_LEN + 1];
+        keys_to_base64(r.wg_pub, wg);
+        json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:o}", "name",
+                                              r.name, "wg_public_key", wg, "overlay_address",
+                                              r.address, "state", r.left ? "left" : "alive",
+                                              "record", rec, "signature", sig, "admission",
+                                              daemon_adm_json(&u->rec.adm)));
         free(rec);
+        if (memcmp(r.wg_pub, d->wg_pub, GOSSIP_KEY_LEN) == 0 &&
+            gossip_admission_verify(&r, &u->rec.adm)) {
+            d->adm = u->rec.adm;
+            admitted = true;
+        }
     }
+    if (!admitted) {
+        json_decref(list);
+        return node_errf(err, errlen, "%s answered the join without this node's admission",
+                         reply->from);
+    }
+    json_object_set_new(d->mesh, "admission", daemon_adm_json(&d->adm));
     json_object_set_new(d->mesh, "members", list);
     d->joined = true;
     return daemon_save(d, err, errlen);
+}
+
+/* The admitting member found this node's overlay address taken: a new
+ * WireGuard key (wg.key and node.json rewritten), so a new address. */
+static int new_wireguard_key(daemon_t *d, char *err, size_t errlen)
+{
+    char path[DAEMON_PATH_MAX], wg[KEYS_BASE64_LEN + 1];
+    uint8_t priv[KEYS_LEN], pub[KEYS_LEN];
+    char overlay[GOSSIP_ADDR_MAX];
+    if (keys_x25519_generate(priv, pub, err, errlen) != 0 ||
+        mesh_overlay_address(d->prefix, pub, overlay, sizeof overlay, err, errlen) != 0)
+        return -1;
+    snprintf(path, sizeof path, "%s/wg.key", d->state);
+    if (keys_file_write(path, priv, err, errlen) != 0) return -1;
+    memcpy(d->wg_priv, priv, KEYS_LEN);
+    memcpy(d->wg_pub, pub, KEYS_LEN);
+    snprintf(d->overlay, sizeof d->overlay, "%s", overlay);
+    memset(priv, 0, sizeof priv);
+    keys_to_base64(pub, wg);
+    json_object_set_new(d->node, "wg_public_key", json_string(wg));
+    json_object_set_new(d->node, "overlay_address", json_string(overlay));
+    snprintf(path, sizeof path, "%s/node.json", d->state);
+    if (node_write_json(path, d->node, 0644, err, errlen) != 0) return -1;
+    fprintf(stderr, "shardnode join: the overlay address was taken; new WireGuard key, "
+                    "overlay address %s\n", overlay);
+    return 0;
 }
 
 int daemon_join(daemon_t *d, const char *token_text, char *err, size_t errlen)
@@ -206,7 +249,10 @@ int daemon_join(daemon_t *d, const char *token_text, char *err, size_t errlen)
         goto out;
     daemon_self_record(d, &r);
     if (gossip_record_sign(&r, d->id_priv, &self, err, errlen) != 0) goto out;
-    gossip_update up = {.state = GOSSIP_ALIVE, .rec = self};
+    static gossip_update up;
+    memset(&up, 0, sizeof up);
+    up.state = GOSSIP_ALIVE;
+    up.rec = self;
     gossip_msg join = {.type = GOSSIP_MSG_JOIN, .version = MESH_PROTOCOL_VERSION,
                        .nupdates = 1, .updates = &up};
     memcpy(join.mesh_id, d->mesh_id, sizeof join.mesh_id);
@@ -219,6 +265,7 @@ int daemon_join(daemon_t *d, const char *token_text, char *err, size_t errlen)
     for (int i = 0; i < t.nmembers; i++)
         if (memcmp(t.members[i].id_pub, t.issuer_id_pub, KEYS_LEN) != 0) order[no++] = i;
     err[0] = '\0';
+    int redraws = 0;
     for (int k = 0; k < no; k++) {
         const struct token_member *tm = &t.members[order[k]];
         char maddr[GOSSIP_ADDR_MAX], ep[MESH_WG_ENDPOINT_MAX], cidr[GOSSIP_ADDR_MAX + 8];
@@ -232,10 +279,25 @@ int daemon_join(daemon_t *d, const char *token_text, char *err, size_t errlen)
         fprintf(stderr, "shardnode join: asking %s (%s, overlay %s) to admit %s\n",
                 tm->endpoint, ep, maddr, d->name);
         gossip_msg reply;
+        /* JOIN and its reply are MACed with the invite key's pair with this
+         * member's WireGuard key. */
+        uint8_t key[32];
+        if (gossip_mac_key(bpriv, tm->wg_pub, key, err, errlen) != 0) continue;
         /* Insecure loopback: the invite's address is the source, as the
          * invite key's tunnel address would be. */
-        if (join_one(d, maddr, d->insecure ? baddr : NULL, &join, &reply, err, errlen) != 0)
+        if (join_one(d, maddr, d->insecure ? baddr : NULL, &join, key, &reply, err, errlen) != 0)
             continue;
+        if (!reply.ok && strncmp(reply.reason, GOSSIP_ADDRESS_TAKEN,
+                                 strlen(GOSSIP_ADDRESS_TAKEN)) == 0 && redraws < 8) {
+            /* Not spent: ask the same member again with a new key. */
+            redraws++;
+            gossip_msg_free(&reply);
+            if (new_wireguard_key(d, err, errlen) != 0) goto out;
+            daemon_self_record(d, &r);
+            if (gossip_record_sign(&r, d->id_priv, &up.rec, err, errlen) != 0) goto out;
+            k--;
+            continue;
+        }
         if (!reply.ok) {
             node_errf(err, errlen, "%s refused the token: %s", reply.from, reply.reason);
             gossip_msg_free(&reply);

@@ -31,6 +31,29 @@ uint64_t daemon_mem_available(void)
     return (uint64_t)kb * 1024;
 }
 
+json_t *daemon_adm_json(const gossip_admission *a)
+{
+    char by[2 * GOSSIP_KEY_LEN + 1], sig[2 * GOSSIP_SIG_LEN + 1];
+    node_hex_encode(a->by, GOSSIP_KEY_LEN, by);
+    node_hex_encode(a->sig, GOSSIP_SIG_LEN, sig);
+    return json_pack("{s:s, s:I, s:s}", "by", by, "at_ms", (json_int_t)a->at_ms, "sig", sig);
+}
+
+int daemon_adm_parse(json_t *j, gossip_admission *a)
+{
+    memset(a, 0, sizeof *a);
+    const char *by = node_json_str(j, "by"), *sig = node_json_str(j, "sig");
+    json_t *at = json_object_get(j, "at_ms");
+    if (!by || !sig || !json_is_integer(at) || strlen(by) != 2 * GOSSIP_KEY_LEN ||
+        strlen(sig) != 2 * GOSSIP_SIG_LEN || node_hex_decode(by, a->by, GOSSIP_KEY_LEN) != 0 ||
+        node_hex_decode(sig, a->sig, GOSSIP_SIG_LEN) != 0) {
+        memset(a, 0, sizeof *a);
+        return -1;
+    }
+    a->at_ms = (int64_t)json_integer_value(at);
+    return 0;
+}
+
 static int json_bool_or(json_t *obj, const char *key, int dflt)
 {
     json_t *v = json_object_get(obj, key);
@@ -122,6 +145,10 @@ int daemon_open_state(daemon_t **out, const char *state, char *err, size_t errle
         d->gossip_port = (int)json_integer_value(gp);
     }
     d->joined = json_bool_or(d->mesh, "joined", 1);
+    json_t *adm = json_object_get(d->mesh, "admission");
+    if (adm && daemon_adm_parse(adm, &d->adm) != 0)
+        return node_errf(err, errlen, "%s: \"admission\" must be {\"by\": 64 hex digits, "
+                         "\"at_ms\": integer, \"sig\": 128 hex digits}", path);
     d->left = json_bool_or(d->mesh, "left", 0);
     if (mesh_overlay_address(d->prefix, d->wg_pub, d->overlay, sizeof d->overlay, err, errlen))
         return -1;
@@ -153,33 +180,50 @@ int daemon_open_state(daemon_t **out, const char *state, char *err, size_t errle
 void daemon_load_members(daemon_t *d)
 {
     json_t *list = json_object_get(d->mesh, "members");
-    size_t i;
+    size_t i, n = json_array_size(list);
     json_t *e;
-    json_array_foreach(list, i, e) {
-        const char *rec = node_json_str(e, "record"), *sig = node_json_str(e, "signature");
-        if (!rec || !sig) continue; /* written by init, before any record existed */
-        gossip_signed s;
-        memset(&s, 0, sizeof s);
-        size_t n = strlen(rec) / 2;
-        if (n == 0 || n > sizeof s.bytes || node_hex_decode(rec, s.bytes, n) != 0 ||
-            node_hex_decode(sig, s.sig, sizeof s.sig) != 0) {
-            daemon_log(d, "%s/mesh.json: members[%zu]: record or signature is not hex of the "
-                       "right length; skipped", d->state, i);
-            continue;
+    /* Members admitted by a member listed after them come in on a later
+     * pass; members that left are loaded too (their identity may have
+     * admitted others). */
+    bool *done = calloc(n ? n : 1, sizeof *done);
+    if (!done) return;
+    for (bool progress = true; progress;) {
+        progress = false;
+        json_array_foreach(list, i, e) {
+            if (done[i]) continue;
+            const char *rec = node_json_str(e, "record"), *sig = node_json_str(e, "signature");
+            gossip_signed *s = calloc(1, sizeof *s);
+            char why[512];
+            gossip_record r;
+            size_t len = rec ? strlen(rec) / 2 : 0;
+            if (!rec || !sig || !s) {
+                done[i] = true; /* written by init, before any record existed */
+            } else if (len == 0 || len > sizeof s->bytes || node_hex_decode(rec, s->bytes, len) != 0 ||
+                       node_hex_decode(sig, s->sig, sizeof s->sig) != 0) {
+                daemon_log(d, "%s/mesh.json: members[%zu]: record or signature is not hex of "
+                           "the right length; skipped", d->state, i);
+                done[i] = true;
+            } else if ((s->len = len, gossip_record_open(s, &r, why, sizeof why)) != 0) {
+                daemon_log(d, "%s/mesh.json: members[%zu]: %s; skipped", d->state, i, why);
+                done[i] = true;
+            } else if (memcmp(r.wg_pub, d->wg_pub, GOSSIP_KEY_LEN) == 0) {
+                done[i] = true; /* ourselves */
+            } else {
+                daemon_adm_parse(json_object_get(e, "admission"), &s->adm);
+                if (gossip_add_known(d->g, s, daemon_now_ms(), why, sizeof why) == 0) {
+                    done[i] = progress = true;
+                }
+            }
+            free(s);
         }
-        s.len = n;
-        char why[512];
-        gossip_record r;
-        if (gossip_record_open(&s, &r, why, sizeof why) != 0) {
-            daemon_log(d, "%s/mesh.json: members[%zu]: %s; skipped", d->state, i, why);
-            continue;
-        }
-        if (memcmp(r.wg_pub, d->wg_pub, GOSSIP_KEY_LEN) == 0) continue; /* ourselves */
-        const char *st = node_json_str(e, "state");
-        if (st && strcmp(st, "left") == 0) continue;
-        if (gossip_add_known(d->g, &s, daemon_now_ms(), why, sizeof why) != 0)
-            daemon_log(d, "%s/mesh.json: members[%zu]: %s; skipped", d->state, i, why);
     }
+    json_array_foreach(list, i, e) {
+        if (done[i]) continue;
+        daemon_log(d, "%s/mesh.json: members[%zu] (%s): no valid admission by a known member; "
+                   "skipped", d->state, i, node_json_str(e, "name") ? node_json_str(e, "name")
+                                                                    : "?");
+    }
+    free(done);
 }
 
 int daemon_save(daemon_t *d, char *err, size_t errlen)
@@ -202,6 +246,8 @@ int daemon_save(daemon_t *d, char *err, size_t errlen)
                             m->rec.address, "endpoint",
                             m->rec.nendpoints ? m->rec.endpoints[0] : NULL, "state",
                             gossip_state_name(m->state), "record", rec, "signature", sig));
+        json_object_set_new(json_array_get(list, json_array_size(list) - 1), "admission",
+                            daemon_adm_json(&m->sig.adm));
         free(rec);
     }
     if (n) json_object_set_new(d->mesh, "members", list);
@@ -210,6 +256,7 @@ int daemon_save(daemon_t *d, char *err, size_t errlen)
     uint64_t inc = self ? self->rec.incarnation : d->incarnation;
     json_object_set_new(d->mesh, "incarnation", json_integer((json_int_t)inc));
     json_object_set_new(d->mesh, "joined", json_boolean(d->joined));
+    if (self) json_object_set_new(d->mesh, "admission", daemon_adm_json(&self->sig.adm));
     if (self && self->rec.left) json_object_set_new(d->mesh, "left", json_true());
     char path[DAEMON_PATH_MAX];
     state_file(path, d->state, "mesh.json");
@@ -258,7 +305,13 @@ void daemon_invites_refresh(daemon_t *d, bool force)
                 continue;
             iv.expires = json_integer_value(exp);
             iv.used = node_json_str(e, "used_by") != NULL;
-            if (iv.expires <= now || nfresh == DAEMON_MAX_INVITES) continue;
+            json_t *at = json_object_get(e, "used_at");
+            iv.used_at = json_is_integer(at) ? json_integer_value(at) : 0;
+            /* A used invite is withdrawn (issue 12, 6): its holder reached
+             * this node only to send JOIN. The grace lets the reply out. */
+            if (iv.expires <= now || (iv.used && now >= iv.used_at + DAEMON_INVITE_GRACE_S) ||
+                nfresh == DAEMON_MAX_INVITES)
+                continue;
             if (keys_invite_key(iv.secret, sizeof iv.secret, (uint8_t[KEYS_LEN]){0}, iv.pub,
                                 err, sizeof err) != 0 ||
                 mesh_overlay_address(d->prefix, iv.pub, iv.address, sizeof iv.address, err,
@@ -268,9 +321,11 @@ void daemon_invites_refresh(daemon_t *d, bool force)
         }
         json_decref(root);
     } else {
-        /* Only expiry to look at. */
+        /* Only expiry (and a used invite's grace) to look at. */
         for (size_t i = 0; i < d->ninvites; i++)
-            if (d->invites[i].expires > now) fresh[nfresh++] = d->invites[i];
+            if (d->invites[i].expires > now &&
+                (!d->invites[i].used || now < d->invites[i].used_at + DAEMON_INVITE_GRACE_S))
+                fresh[nfresh++] = d->invites[i];
         if (nfresh == d->ninvites) return;
     }
     /* Withdraw invites that are gone, add the new ones. */
@@ -278,8 +333,12 @@ void daemon_invites_refresh(daemon_t *d, bool force)
         bool keep = false;
         for (size_t j = 0; j < nfresh; j++)
             keep |= memcmp(d->invites[i].pub, fresh[j].pub, GOSSIP_KEY_LEN) == 0;
-        if (!keep && d->wg && mesh_wg_remove_peer(d->wg, d->invites[i].pub, err, sizeof err) != 0)
-            daemon_log(d, "wireguard: cannot remove an expired invite: %s", err);
+        if (keep) continue;
+        if (d->wg && mesh_wg_remove_peer(d->wg, d->invites[i].pub, err, sizeof err) != 0)
+            daemon_log(d, "wireguard: cannot remove an invite's peer: %s", err);
+        else
+            daemon_log(d, "wireguard: withdrew the invite peer of %s (%s)", d->invites[i].address,
+                       d->invites[i].used ? "used" : "expired or gone");
     }
     for (size_t j = 0; j < nfresh; j++) {
         bool had = false;
@@ -353,5 +412,35 @@ int daemon_invite_redeem(daemon_t *d, const uint8_t secret[GOSSIP_SECRET_LEN],
 out:
     json_decref(root);
     close(fd);
+    return rc;
+}
+
+int daemon_peer_key(const char *state, const char *addr, uint8_t key[32], char *err,
+                    size_t errlen)
+{
+    char path[DAEMON_PATH_MAX];
+    uint8_t priv[KEYS_LEN], pub[KEYS_LEN];
+    if (state_file(path, state, "wg.key") != 0)
+        return node_errf(err, errlen, "--state \"%.80s...\": path too long", state);
+    if (keys_file_read(path, priv, err, errlen) != 0) return -1;
+    state_file(path, state, "mesh.json");
+    json_t *mesh = node_load_json(path, err, errlen), *e;
+    size_t i;
+    if (!mesh) {
+        memset(priv, 0, sizeof priv);
+        return -1;
+    }
+    int rc = node_errf(err, errlen, "%s: no member at %s", path, addr);
+    json_array_foreach(json_object_get(mesh, "members"), i, e) {
+        const char *a = node_json_str(e, "overlay_address"), *k = node_json_str(e, "wg_public_key");
+        if (!a || !k || strcmp(a, addr) != 0) continue;
+        rc = keys_from_base64(k, pub, err, errlen) == 0 &&
+                     gossip_mac_key(priv, pub, key, err, errlen) == 0
+                 ? 0
+                 : -1;
+        break;
+    }
+    json_decref(mesh);
+    memset(priv, 0, sizeof priv);
     return rc;
 }

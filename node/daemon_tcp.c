@@ -25,6 +25,8 @@ struct daemon_conn {
     int kind;
     char addr[GOSSIP_ADDR_MAX];
     bool closing; /* free once the output has drained */
+    bool invite;  /* gossip: from an invite's address (JOIN only) */
+    uint8_t key[32]; /* gossip: the MAC key of this node's and the peer's WireGuard keys */
 };
 
 static void conn_free(daemon_conn *c)
@@ -84,6 +86,34 @@ static daemon_conn *conn_new(daemon_t *d, struct bufferevent *bev, int kind, con
     return c;
 }
 
+int daemon_frame_mac(const gossip_msg *m, const uint8_t key[32], uint8_t **out, size_t *len,
+                     char *err, size_t errlen)
+{
+    uint8_t *buf = malloc(4 + GOSSIP_TCP_MAX);
+    size_t n;
+    if (!buf) return node_errf(err, errlen, "out of memory");
+    if (gossip_encode(m, buf + 4, GOSSIP_TCP_MAX - GOSSIP_MAC_LEN, &n, err, errlen) != 0) {
+        free(buf);
+        return -1;
+    }
+    gossip_mac(key, buf + 4, n, buf + 4 + n);
+    n += GOSSIP_MAC_LEN;
+    for (int i = 0; i < 4; i++) buf[i] = (uint8_t)(n >> (8 * i));
+    *out = buf;
+    *len = n + 4;
+    return 0;
+}
+
+int daemon_unframe(const uint8_t *buf, size_t n, const uint8_t key[32], gossip_msg *out,
+                   char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (!gossip_mac_check(key, buf, n))
+        return node_errf(err, errlen, "its MAC does not verify (not sent by the holder of the "
+                         "peer's WireGuard key)");
+    return gossip_decode(buf, n - GOSSIP_MAC_LEN, out, err, errlen);
+}
+
 int daemon_frame(const gossip_msg *m, uint8_t **out, size_t *len, char *err, size_t errlen)
 {
     uint8_t *buf = malloc(4 + GOSSIP_TCP_MAX);
@@ -104,7 +134,7 @@ static void conn_send(daemon_conn *c, const gossip_msg *m)
     uint8_t *buf = NULL;
     size_t len = 0;
     char err[512];
-    if (daemon_frame(m, &buf, &len, err, sizeof err) != 0) {
+    if (daemon_frame_mac(m, c->key, &buf, &len, err, sizeof err) != 0) {
         daemon_log(c->d, "gossip: cannot encode a reply to %s: %s", c->addr, err);
         return;
     }
@@ -132,7 +162,25 @@ static int conn_frame(daemon_conn *c, gossip_msg *m)
     evbuffer_drain(in, 4);
     evbuffer_remove(in, buf, n);
     char err[512];
-    int rc = gossip_decode(buf, n, m, err, sizeof err);
+    int rc;
+    if (c->invite) {
+        rc = daemon_unframe(buf, n, c->key, m, err, sizeof err);
+    } else {
+        /* A member's frame: MACed with its key (counted and logged by
+         * gossip when not), and "from" is that member. */
+        const gossip_member *mm = gossip_frame_open(c->d->g, c->addr, buf, n, daemon_now_ms());
+        rc = -1;
+        snprintf(err, sizeof err, "not authenticated");
+        if (mm && gossip_decode(buf, n - GOSSIP_MAC_LEN, m, err, sizeof err) == 0) {
+            rc = 0;
+            if (strcmp(m->from, mm->rec.name) != 0) {
+                snprintf(err, sizeof err, "it says it is from %s, but %s's key MACed it",
+                         m->from, mm->rec.name);
+                gossip_msg_free(m);
+                rc = -1;
+            }
+        }
+    }
     free(buf);
     if (rc != 0) {
         daemon_log(c->d, "gossip: dropped a frame from %s: %s", c->addr, err);
@@ -178,16 +226,13 @@ static void handle_join(daemon_conn *c, const gossip_msg *m, const daemon_invite
         return join_reply_refused(c, m, "the secret does not match this invite");
     if (gossip_record_open(&m->updates[0].rec, &r, why, sizeof why) != 0)
         return join_reply_refused(c, m, why);
-    const gossip_member *const *ms;
-    size_t nm = gossip_members(d->g, &ms);
-    for (size_t i = 0; i < nm; i++)
-        if (strcmp(ms[i]->rec.name, r.name) == 0 &&
-            memcmp(ms[i]->rec.wg_pub, r.wg_pub, GOSSIP_KEY_LEN) != 0 &&
-            ms[i]->state != GOSSIP_LEFT && ms[i]->state != GOSSIP_DEAD) {
-            snprintf(why, sizeof why, "the name %s is taken by a member (%s); join with "
-                     "another --name", r.name, ms[i]->rec.address);
-            return join_reply_refused(c, m, why);
-        }
+    if (iv->used)
+        return join_reply_refused(c, m, "token already used");
+    /* Everything gossip_admit judges (name, address, keys) before the
+     * invite is spent: a joiner told GOSSIP_ADDRESS_TAKEN asks again with a
+     * new key and the same token. */
+    if (gossip_admit_check(d->g, &m->updates[0].rec, daemon_now_ms(), why, sizeof why) != 0)
+        return join_reply_refused(c, m, why);
     int rc = daemon_invite_redeem(d, m->secret, r.name, why, sizeof why, err, sizeof err);
     if (rc < 0) {
         daemon_log(d, "join: %s", err);
@@ -211,6 +256,9 @@ static void handle_join(daemon_conn *c, const gossip_msg *m, const daemon_invite
     reply.ok = 1;
     conn_send(c, &reply);
     gossip_msg_free(&reply);
+    /* The invite is spent: its WireGuard peer goes DAEMON_INVITE_GRACE_S
+     * from now (daemon_invites_refresh), once the reply is out. */
+    daemon_invites_refresh(d, true);
     daemon_log(d, "join: admitted %s (%s) from %s", r.name, r.address, ep[0] ? ep : "?");
 }
 
@@ -229,11 +277,12 @@ static void gossip_readable(struct bufferevent *bev, void *arg)
         conn_free(c);
         return;
     }
-    const daemon_invite *iv = c->kind == CONN_GOSSIP_IN ? daemon_invite_by_address(d, c->addr)
-                                                        : NULL;
+    const daemon_invite *iv = c->invite ? daemon_invite_by_address(d, c->addr) : NULL;
     int64_t now = daemon_now_ms();
-    if (iv) {
-        if (m.type == GOSSIP_MSG_JOIN)
+    if (c->invite) {
+        if (!iv)
+            daemon_log(d, "gossip: %s's invite is gone; dropped", c->addr);
+        else if (m.type == GOSSIP_MSG_JOIN)
             handle_join(c, &m, iv);
         else
             daemon_log(d, "gossip: %s (an invite's address) sent type %d, not JOIN; dropped",
@@ -279,9 +328,20 @@ void daemon_tcp_accept(struct evconnlistener *l, int fd, struct sockaddr *sa, in
     daemon_addr_string(sa, addr, sizeof addr, &port);
     /* Only members (any state: a restarted node syncs while we still think
      * it dead) and holders of an invite. */
-    if (!gossip_find_addr(d->g, addr) && !daemon_invite_by_address(d, addr)) {
+    const gossip_member *m = gossip_find_addr(d->g, addr);
+    const daemon_invite *iv = m ? NULL : daemon_invite_by_address(d, addr);
+    uint8_t key[32];
+    char err[256];
+    if ((!m || m->self) && !iv) {
         daemon_log(d, "gossip: refused a connection from %s:%d, not a member's address", addr,
                    port);
+        close(fd);
+        return;
+    }
+    if (m) {
+        memcpy(key, m->mac_key, sizeof key);
+    } else if (gossip_mac_key(d->wg_priv, iv->pub, key, err, sizeof err) != 0) {
+        daemon_log(d, "gossip: %s: %s", addr, err);
         close(fd);
         return;
     }
@@ -290,14 +350,21 @@ void daemon_tcp_accept(struct evconnlistener *l, int fd, struct sockaddr *sa, in
         close(fd);
         return;
     }
-    conn_new(d, bev, CONN_GOSSIP_IN, addr, gossip_readable);
+    daemon_conn *c = conn_new(d, bev, CONN_GOSSIP_IN, addr, gossip_readable);
+    if (c) {
+        c->invite = iv != NULL;
+        memcpy(c->key, key, sizeof key);
+    }
 }
 
 void daemon_sync_start(daemon_t *d, const char *addr, int port)
 {
     struct sockaddr_storage ss;
     socklen_t sl;
-    if (!d->base || daemon_sockaddr(addr, port, &ss, &sl) != 0) return;
+    const gossip_member *peer = gossip_find_addr(d->g, addr);
+    if (!d->base || !peer || peer->self || daemon_sockaddr(addr, port, &ss, &sl) != 0) return;
+    uint8_t key[32];
+    memcpy(key, peer->mac_key, sizeof key);
     /* From the overlay address: members are known by it (on loopback the
      * kernel would otherwise pick 127.0.0.1). */
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -317,6 +384,7 @@ void daemon_sync_start(daemon_t *d, const char *addr, int port)
     }
     daemon_conn *c = conn_new(d, bev, CONN_SYNC_OUT, addr, gossip_readable);
     if (!c) return;
+    memcpy(c->key, key, sizeof key);
     struct timeval tv = {5, 0};
     bufferevent_set_timeouts(bev, &tv, &tv);
     if (bufferevent_socket_connect(bev, (struct sockaddr *)&ss, (int)sl) != 0) {

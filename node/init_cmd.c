@@ -253,9 +253,12 @@ int state_create(const char *state, const char *name, long port, const char *end
     json_t *node = NULL, *mesh = NULL;
     int rc = -1;
     if (join_mesh_id) memcpy(mesh_id, join_mesh_id, sizeof mesh_id);
+    /* A new mesh's id derives from its founder's identity key: that is how
+     * every member recognises the founder's own admission (PROTOCOL.md,
+     * "Membership"). */
     if (keys_x25519_generate(wg_priv, wg_pub, err, errlen) != 0 ||
         keys_ed25519_generate(id_priv, id_pub, err, errlen) != 0 ||
-        (!join_mesh_id && keys_random(mesh_id, sizeof mesh_id, err, errlen) != 0) ||
+        (!join_mesh_id && keys_mesh_id(id_pub, mesh_id, err, errlen) != 0) ||
         mesh_overlay_address(prefix, wg_pub, overlay, overlay_len, err, errlen) != 0)
         goto fail;
     keys_to_base64(wg_pub, wg_b64);

@@ -34,7 +34,8 @@ directory; its daemon's stdout and stderr go to a log file there, whose last
    keep it left for 5 s more.
 7. Tokens: an expired one (--ttl 1s, 2 s later), b's token again, and a fresh
    token altered in one character are each refused by `join` (exit non-zero
-   within 30 s, "expired" / "already used" / "altered" on stderr, no process
+   within 35 s, "expired" / "already used" / "altered" on stderr: b's token
+   gets no answer at all, a used invite's WireGuard key being withdrawn; no process
    left behind); the members and their states are unchanged.
 8. NAT: nat1 behind a port-preserving MASQUERADE router joins through a
    without --endpoint; every node lists it alive, it lists every node alive,
