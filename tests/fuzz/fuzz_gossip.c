@@ -60,7 +60,10 @@ static int same_update(const gossip_update *a, const gossip_update *b)
         return 0;
     if (a->state == GOSSIP_ALIVE || a->state == GOSSIP_LEFT)
         return a->rec.len == b->rec.len && memcmp(a->rec.bytes, b->rec.bytes, a->rec.len) == 0 &&
-               memcmp(a->rec.sig, b->rec.sig, GOSSIP_SIG_LEN) == 0;
+               memcmp(a->rec.sig, b->rec.sig, GOSSIP_SIG_LEN) == 0 &&
+               memcmp(a->rec.adm.by, b->rec.adm.by, GOSSIP_KEY_LEN) == 0 &&
+               a->rec.adm.at_ms == b->rec.adm.at_ms &&
+               memcmp(a->rec.adm.sig, b->rec.adm.sig, GOSSIP_SIG_LEN) == 0;
     return memcmp(a->wg_pub, b->wg_pub, GOSSIP_KEY_LEN) == 0 &&
            a->incarnation == b->incarnation && strcmp(a->from, b->from) == 0;
 }

@@ -78,6 +78,13 @@ int main(int argc, char **argv)
             fprintf(stderr, "fuzz_gossip_seeds: %s\n", err);
             return 1;
         }
+        /* The first two carry an admission ("a"), as every member's record does. */
+        if (v < 2 &&
+            gossip_admission_sign(&r, SIGNER_PRIV, 1760000000000 + v, &ups[v].rec.adm, err,
+                                  sizeof err) != 0) {
+            fprintf(stderr, "fuzz_gossip_seeds: %s\n", err);
+            return 1;
+        }
         snprintf(name, sizeof name, "record-%d", v);
         if (write_seed(dir, name, ups[v].rec.bytes, ups[v].rec.len) != 0)
             return 1;
