@@ -1,0 +1,157 @@
+/* fuzz_state.c — libFuzzer target for the files a node reads back from its
+ * own state and output folders, which anyone who can write there (a local
+ * user, a disk error, an older or newer shardnode) may have left in any
+ * shape: checkpoints (checkpoint_load, node/checkpoint.c), and the state
+ * directory's node.json, mesh.json (the saved view) and invites.json
+ * (daemon_open_state and daemon_invites_refresh, node/daemon_state.c).
+ *
+ * The first input byte picks the file (mod 4):
+ *  - 0: a checkpoint. A valid one is written once (checkpoint_save of a
+ *    two-layer model with a tied head, at step 7); the rest of the input is
+ *    a list of patches (offset: 2 bytes LE, byte) applied to a copy of it,
+ *    offset 0xffff truncating it to byte/256 of its length. checkpoint_load
+ *    must refuse a damaged one with one line, or load it at a step >= 0.
+ *  - 1: mesh.json, 2: node.json: the rest is the file, beside the other
+ *    files of a state directory made once by state_create (as `shardnode
+ *    init` does); daemon_open_state must refuse with one line or open it.
+ *  - 3: invites.json, read by a node opened from that state directory
+ *    (daemon_invites_refresh): at most DAEMON_MAX_INVITES invites, none
+ *    expired, each with its overlay address. */
+#include "daemon_internal.h"
+#include "fuzz_util.h"
+#include "node.h"
+
+#include <time.h>
+
+#define T "fuzz_state"
+
+static const char JOB[] =
+    "{\"config\": \"config.json\", \"tokenizer\": \"tokenizer.json\", \"data\": "
+    "{\"files\": [\"corpus.txt\"]}, \"seq_len\": 8, \"batch\": 2, \"steps\": 10, \"seed\": 3, "
+    "\"out_dir\": \"out\"}";
+
+static chain ch;
+static job_spec job;
+static uint8_t *ckpt;
+static size_t ckpt_len;
+static char state[600], node_text[8192], mesh_text[8192];
+static daemon_t *opened;
+
+static void read_all(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    fuzz_require(f != NULL, T, "cannot read", path);
+    size_t n = fread(buf, 1, cap - 1, f);
+    buf[n] = 0;
+    fclose(f);
+}
+
+static void init(void)
+{
+    static int done;
+    if (done)
+        return;
+    done = 1;
+    char err[512], path[700];
+    llama_config cfg = {16, 32, 2, 2, 1, 300, 16, 0, 1e-5f, 10000.0f, true};
+    fuzz_require(llama_config_validate(&cfg, "fixed", err, sizeof err) == 0, T, "config", err);
+    split_plan plan;
+    fuzz_require(split_parse(&plan, "1", 2, "--split", err, sizeof err) == 0, T, "split", err);
+    fuzz_require(chain_create(&ch, &cfg, &plan, 1, 8, err, sizeof err) == 0, T, "chain", err);
+    for (int i = 0; i < plan.nstages; i++)
+        stage_init_weights(ch.stages[i], 5);
+    fuzz_require(job_parse(&job, "/fuzz/job.json", JOB, err, sizeof err) == 0, T, "job", err);
+    snprintf(path, sizeof path, "%s/checkpoint.safetensors", fuzz_dir());
+    fuzz_require(checkpoint_save(path, &ch, 7, JOB, err, sizeof err) == 0, T, "save", err);
+    FILE *f = fopen(path, "rb");
+    fuzz_require(f != NULL, T, "cannot read", path);
+    fseek(f, 0, SEEK_END);
+    ckpt_len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    ckpt = malloc(ckpt_len);
+    fuzz_require(fread(ckpt, 1, ckpt_len, f) == ckpt_len, T, "cannot read", path);
+    fclose(f);
+
+    snprintf(state, sizeof state, "%s/state", fuzz_dir());
+    char overlay[64], mesh_hex[33];
+    fuzz_require(state_create(state, "fuzz", 51820, "198.51.100.1:51820", "10.77.0.0/16", NULL,
+                              overlay, sizeof overlay, mesh_hex, err, sizeof err) == 0,
+                 T, "state_create", err);
+    snprintf(path, sizeof path, "%s/node.json", state);
+    read_all(path, node_text, sizeof node_text);
+    snprintf(path, sizeof path, "%s/mesh.json", state);
+    read_all(path, mesh_text, sizeof mesh_text);
+    fuzz_require(daemon_open_state(&opened, state, err, sizeof err) == 0, T,
+                 "the state made by state_create does not open", err);
+}
+
+static void checkpoint(const uint8_t *data, size_t size)
+{
+    uint8_t *bytes = malloc(ckpt_len + 1);
+    memcpy(bytes, ckpt, ckpt_len);
+    size_t len = ckpt_len;
+    for (size_t i = 0; i + 3 <= size; i += 3) {
+        size_t at = (size_t)data[i] | (size_t)data[i + 1] << 8;
+        if (at == 0xffff)
+            len = data[i + 2] * len / 256;
+        else if (at < len)
+            bytes[at] = data[i + 2];
+    }
+    char path[512], err[512];
+    fuzz_write_file("damaged.safetensors", bytes, len, path, sizeof path);
+    free(bytes);
+    long step = -1;
+    memset(err, 'x', sizeof err);
+    if (checkpoint_load(path, &ch, &job, &step, err, sizeof err) != 0)
+        fuzz_check_refusal(T, err, sizeof err);
+    else
+        fuzz_require(step >= 0, T, "loaded at a negative step", NULL);
+}
+
+static void state_file(const char *name, const uint8_t *data, size_t size)
+{
+    char path[700], err[512];
+    snprintf(path, sizeof path, "%s/node.json", state);
+    fuzz_write_file("state/node.json", node_text, strlen(node_text), path, sizeof path);
+    fuzz_write_file("state/mesh.json", mesh_text, strlen(mesh_text), path, sizeof path);
+    snprintf(path, sizeof path, "state/%s", name);
+    fuzz_write_file(path, data, size, err, sizeof err);
+    daemon_t *d = NULL;
+    memset(err, 'x', sizeof err);
+    if (daemon_open_state(&d, state, err, sizeof err) != 0) {
+        fuzz_check_refusal(T, err, sizeof err);
+    } else {
+        fuzz_require(node_name_valid(d->name) && d->listen_port >= 1 &&
+                         d->listen_port <= 65535 && strchr(d->prefix, '/') != NULL,
+                     T, "opened a state with a bad name, port or prefix", NULL);
+    }
+    if (d)
+        daemon_free(d);
+}
+
+static void invites(const uint8_t *data, size_t size)
+{
+    char path[700];
+    fuzz_write_file("state/invites.json", data, size, path, sizeof path);
+    daemon_invites_refresh(opened, true);
+    fuzz_require(opened->ninvites <= DAEMON_MAX_INVITES, T, "too many invites", NULL);
+    int64_t now = (int64_t)time(NULL);
+    for (size_t i = 0; i < opened->ninvites; i++)
+        fuzz_require(opened->invites[i].expires > now - 5 && opened->invites[i].address[0], T,
+                     "an expired invite, or one without an address", NULL);
+    opened->npeers = 0;   /* each input starts from no invite peers */
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    init();
+    switch (data[0] % 4) {
+    case 0: checkpoint(data + 1, size - 1); break;
+    case 1: state_file("mesh.json", data + 1, size - 1); break;
+    case 2: state_file("node.json", data + 1, size - 1); break;
+    default: invites(data + 1, size - 1); break;
+    }
+    return 0;
+}
