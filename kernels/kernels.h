@@ -99,9 +99,15 @@ int kernels_threads(void);
  * knows, running sgemm 4-6x below peak. The choice is made when the library
  * loads and can only be overridden by OPENBLAS_CORETYPE in the environment.
  * Returns the core type this CPU should use when OpenBLAS chose a weaker one
- * and the variable is unset, else NULL. */
+ * and the variable is unset, else NULL: SkylakeX on an AVX-512 CPU that
+ * OpenBLAS runs with a narrower core type (Haswell, Zen: half the width, by
+ * the figures in bench/README.md), Haswell on an AVX2 CPU that it runs with
+ * a pre-AVX2 one. */
 const char *kernels_blas_coretype_hint(void);
 const char *kernels_blas_corename(void);
+/* The matrix-product kernel matmul uses: "shardnode-avx512" (its own, on
+ * AVX-512 CPUs) or "openblas" (elsewhere, or with SHARDNODE_GEMM=openblas). */
+const char *kernels_gemm_name(void);
 /* Run sgemm of M x N x K `reps` times; returns seconds (peak measurement). */
 double kernels_sgemm_seconds(int M, int N, int K, int reps);
 

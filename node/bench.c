@@ -1,5 +1,11 @@
 /* bench.c — `shardnode bench`: timed training steps on random tokens, and
- * this machine's sgemm peak, as JSON lines for bench/ scripts. */
+ * this machine's sgemm peak, as JSON lines for bench/ scripts.
+ *
+ * --sgemm prints two rates for a 2048^3 product on --threads threads:
+ * sgemm_gflops, OpenBLAS's cblas_sgemm (the core type OPENBLAS_CORETYPE or
+ * OpenBLAS's detection chose, blas_core), and matmul_gflops, the kernels'
+ * matmul_forward as training runs it (fixed tiles; its kernel is "gemm":
+ * shardnode's own AVX-512 one, or OpenBLAS). */
 #include "node.h"
 
 #include "kernels.h"
@@ -16,17 +22,41 @@ static double now_ms(void)
     return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
 }
 
+/* matmul_forward of n x n x n, `reps` times after a warm-up; seconds. */
+static double matmul_seconds(int n, int reps)
+{
+    size_t nn = (size_t)n * n;
+    float *a = malloc(nn * sizeof *a), *b = malloc(nn * sizeof *b), *c = malloc(nn * sizeof *c);
+    double s = 0;
+    if (a && b && c) {
+        for (size_t i = 0; i < nn; i++) {
+            a[i] = (float)(i % 7) * 0.1f;
+            b[i] = (float)(i % 5) * 0.1f;
+        }
+        matmul_forward(c, a, b, n, n, n, 0);
+        double t0 = now_ms();
+        for (int r = 0; r < reps; r++) matmul_forward(c, a, b, n, n, n, 0);
+        s = (now_ms() - t0) * 1e-3;
+    }
+    free(a);
+    free(b);
+    free(c);
+    return s;
+}
+
 static int bench_sgemm(void)
 {
     int n = 2048, reps = 10;
-    double s = kernels_sgemm_seconds(n, n, n, reps);
-    if (s <= 0) {
+    double s = kernels_sgemm_seconds(n, n, n, reps), m = matmul_seconds(n, reps);
+    if (s <= 0 || m <= 0) {
         fprintf(stderr, "shardnode bench: out of memory for the sgemm measurement\n");
         return 1;
     }
-    printf("{\"sgemm_gflops\": %.1f, \"n\": %d, \"threads\": %d, \"blas_core\": \"%s\"}\n",
-           2.0 * n * n * (double)n * reps / s * 1e-9, n, kernels_threads(),
-           kernels_blas_corename());
+    double flops = 2.0 * n * n * (double)n * reps;
+    printf("{\"sgemm_gflops\": %.1f, \"matmul_gflops\": %.1f, \"n\": %d, \"threads\": %d, "
+           "\"blas_core\": \"%s\", \"gemm\": \"%s\"}\n",
+           flops / s * 1e-9, flops / m * 1e-9, n, kernels_threads(), kernels_blas_corename(),
+           kernels_gemm_name());
     return 0;
 }
 

@@ -2,24 +2,26 @@
  *   qkv [B*T, ld], ld = (NH + 2*NKV) * HD: per row [q heads | k heads | v heads]
  *   out, dout [B*T, NH*HD]; att [B, NH, T, T] softmax probabilities
  * Query head h reads key/value head h / (NH / NKV), as HF's repeat_kv. Each
- * (batch, head) is a pair of small sgemms on strided views of qkv; OpenBLAS
- * runs them single-threaded inside the OpenMP loop, so one pool is busy. */
+ * (batch, head) is a pair of small single-threaded products on strided views
+ * of qkv (gemm_single: the kernel matmul uses) inside the OpenMP loop, so one
+ * pool is busy and every task computes the same bits on any thread. */
 #include "kernels.h"
 
 #include "elementwise.h"
+#include "gemm.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 
 size_t attention_scratch_floats(int T) { return (size_t)T * T; }
 
-/* Row-wise causal softmax of s [T, T] in place; entries above the diagonal
- * become exact zeros so the backward can use plain sgemms. */
-static void causal_softmax(float *s, int T)
+/* Row-wise causal softmax of scale * s [T, T] in place; entries above the
+ * diagonal become exact zeros so the backward can use plain products. */
+static void causal_softmax(float *s, int T, float scale)
 {
     for (int i = 0; i < T; i++) {
         float *row = s + (size_t)i * T;
+        for (int j = 0; j <= i; j++) row[j] *= scale;
         float mx = row[0];
 #pragma omp simd reduction(max : mx)
         for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
@@ -48,11 +50,9 @@ void attention_forward(float *out, float *att, const float *qkv,
         const float *v = qkv + (size_t)b * T * ld + (size_t)(NH + NKV + kvh) * HD;
         float *p = att + (size_t)bh * T * T;
         /* p = scale * q k^T, then causal softmax; o = p v */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, scale, q, ld, k, ld,
-                    0.0f, p, T);
-        causal_softmax(p, T);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, 1.0f, p, T, v, ld,
-                    0.0f, out + (size_t)b * T * C + (size_t)h * HD, C);
+        gemm_single(0, 1, T, T, HD, q, ld, k, ld, 0, p, T);
+        causal_softmax(p, T, scale);
+        gemm_single(0, 0, T, HD, T, p, T, v, ld, 0, out + (size_t)b * T * C + (size_t)h * HD, C);
     }
 }
 
@@ -80,24 +80,21 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
             const float *p = att + ((size_t)b * NH + h) * T * T;
             const float *dO = dout + (size_t)b * T * C + (size_t)h * HD;
             /* dv += p^T dO;  dp = dO v^T */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, 1.0f, p, T, dO, C,
-                        1.0f, dv, ld);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, 1.0f, dO, C, v, ld,
-                        0.0f, dp, T);
-            /* softmax backward: ds = p * (dp - sum_j p dp), in place in dp */
+            gemm_single(1, 0, T, HD, T, p, T, dO, C, 1, dv, ld);
+            gemm_single(0, 1, T, T, HD, dO, C, v, ld, 0, dp, T);
+            /* softmax backward, with the scale of the scores folded in:
+             * ds = scale * p * (dp - sum_j p dp), in place in dp */
             for (int i = 0; i < T; i++) {
                 const float *pr = p + (size_t)i * T;
                 float *dr = dp + (size_t)i * T, dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
                 for (int j = 0; j <= i; j++) dot += pr[j] * dr[j];
-                for (int j = 0; j <= i; j++) dr[j] = pr[j] * (dr[j] - dot);
+                for (int j = 0; j <= i; j++) dr[j] = scale * (pr[j] * (dr[j] - dot));
                 for (int j = i + 1; j < T; j++) dr[j] = 0.0f;
             }
-            /* dq += scale ds k;  dk += scale ds^T q */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, scale, dp, T, k, ld,
-                        1.0f, dq, ld);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, scale, dp, T, q, ld,
-                        1.0f, dk, ld);
+            /* dq += ds k;  dk += ds^T q */
+            gemm_single(0, 0, T, HD, T, dp, T, k, ld, 1, dq, ld);
+            gemm_single(1, 0, T, HD, T, dp, T, q, ld, 1, dk, ld);
         }
     }
 }

@@ -15,10 +15,53 @@
  * panels once and never re-reads C (tiles of the inner dimension did). */
 #include "kernels.h"
 
+#include "gemm.h"
+
 #include <cblas.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define MATMUL_TM 256 /* rows of an output tile */
 #define MATMUL_TN 256 /* columns of an output tile */
+
+/* Which tile kernel runs, decided once: shardnode's own AVX-512 one where the
+ * CPU has AVX-512 (about 2x OpenBLAS's Haswell kernels, and the same whatever
+ * OPENBLAS_CORETYPE says), OpenBLAS sgemm elsewhere, or where
+ * SHARDNODE_GEMM=openblas asks for it. */
+enum { GEMM_UNDECIDED, GEMM_OPENBLAS, GEMM_AVX512 };
+static _Atomic int gemm_kind = GEMM_UNDECIDED;
+
+static int gemm_choice(void)
+{
+    int k = atomic_load_explicit(&gemm_kind, memory_order_relaxed);
+    if (k != GEMM_UNDECIDED) return k;
+    const char *env = getenv("SHARDNODE_GEMM");
+    k = (env && strcmp(env, "openblas") == 0) || !gemm_avx512_supported() ? GEMM_OPENBLAS
+                                                                            : GEMM_AVX512;
+    atomic_store_explicit(&gemm_kind, k, memory_order_relaxed);
+    return k;
+}
+
+const char *kernels_gemm_name(void)
+{
+    return gemm_choice() == GEMM_AVX512 ? "shardnode-avx512" : "openblas";
+}
+
+void gemm_single(int transa, int transb, int m, int n, int K, const float *a, int lda,
+                 const float *b, int ldb, int accumulate, float *c, int ldc)
+{
+    if (m <= 0 || n <= 0) return;
+    if (K > 0 && gemm_choice() == GEMM_AVX512) {
+        gemm_tile_avx512(transa, transb, m, n, K, a, lda, b, ldb, accumulate, c, ldc);
+    } else if (K > 0) {
+        cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans,
+                    transb ? CblasTrans : CblasNoTrans, m, n, K, 1.0f, a, lda, b, ldb,
+                    accumulate ? 1.0f : 0.0f, c, ldc);
+    } else if (!accumulate) {
+        for (int i = 0; i < m; i++) memset(c + (size_t)i * ldc, 0, (size_t)n * sizeof *c);
+    }
+}
 
 /* c[M,N] = alpha op(a)[M,K] op(b)[K,N] + beta c, tile by tile. */
 static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
@@ -27,6 +70,7 @@ static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, in
 {
     if (M <= 0 || N <= 0) return;
     int mt = (M + MATMUL_TM - 1) / MATMUL_TM, nt = (N + MATMUL_TN - 1) / MATMUL_TN;
+    int own = gemm_choice() == GEMM_AVX512 && (beta == 0.0f || beta == 1.0f);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int t = 0; t < mt * nt; t++) {
         int i0 = t / nt * MATMUL_TM, j0 = t % nt * MATMUL_TN;
@@ -44,7 +88,11 @@ static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, in
                 }
             continue;
         }
-        cblas_sgemm(CblasRowMajor, ta, tb, m, n, K, 1.0f, ai, lda, bj, ldb, beta, cij, ldc);
+        if (own)
+            gemm_tile_avx512(ta != CblasNoTrans, tb != CblasNoTrans, m, n, K, ai, lda, bj, ldb,
+                             beta != 0.0f, cij, ldc);
+        else
+            cblas_sgemm(CblasRowMajor, ta, tb, m, n, K, 1.0f, ai, lda, bj, ldb, beta, cij, ldc);
     }
 }
 

@@ -321,7 +321,8 @@ int main(void)
               "OPENBLAS_CORETYPE=%s but OpenBLAS runs %s: this test would check other kernels",
               want, kernels_blas_corename());
     }
-    printf("OpenBLAS core type %s\n", kernels_blas_corename());
+    printf("OpenBLAS core type %s, matrix products by %s\n", kernels_blas_corename(),
+           kernels_gemm_name());
     outputs ref = {0};
     kernels_set_threads(1);
     run_all(&ref);

@@ -93,6 +93,50 @@ static void test_matmul(void)
     free(c.inp); free(c.w); free(c.out); free(c.R);
 }
 
+/* All three products against a double-precision reference, on sizes that
+ * cross the 256 x 256 output tiles, the micro-tiles (8 x 32) and the 256-deep
+ * passes of the inner dimension, with accumulation onto nonzero outputs. */
+static void test_matmul_reference(int N, int IC, int OC)
+{
+    float *inp = rand_buf((size_t)N * IC, 1), *w = rand_buf((size_t)OC * IC, 1);
+    float *out = rand_buf((size_t)N * OC, 1), *dout = rand_buf((size_t)N * OC, 1);
+    float *dinp = rand_buf((size_t)N * IC, 1), *dw = rand_buf((size_t)OC * IC, 1);
+    float *out0 = malloc((size_t)N * OC * sizeof *out0), *dinp0 = malloc((size_t)N * IC * sizeof *dinp0);
+    float *dw0 = malloc((size_t)OC * IC * sizeof *dw0);
+    memcpy(out0, out, (size_t)N * OC * sizeof *out0);
+    memcpy(dinp0, dinp, (size_t)N * IC * sizeof *dinp0);
+    memcpy(dw0, dw, (size_t)OC * IC * sizeof *dw0);
+    matmul_forward(out, inp, w, N, IC, OC, 1);
+    matmul_backward(dinp, dw, dout, inp, w, N, IC, OC);
+    double ef = 0, ei = 0, ew = 0; /* errors relative to sqrt(depth): sums of +-1 terms */
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double r = out0[(size_t)n * OC + o];
+            for (int i = 0; i < IC; i++) r += (double)inp[(size_t)n * IC + i] * w[(size_t)o * IC + i];
+            ef = fmax(ef, fabs(r - out[(size_t)n * OC + o]) / sqrt((double)IC));
+        }
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < IC; i++) {
+            double r = dinp0[(size_t)n * IC + i];
+            for (int o = 0; o < OC; o++) r += (double)dout[(size_t)n * OC + o] * w[(size_t)o * IC + i];
+            ei = fmax(ei, fabs(r - dinp[(size_t)n * IC + i]) / sqrt((double)OC));
+        }
+    for (int o = 0; o < OC; o++)
+        for (int i = 0; i < IC; i++) {
+            double r = dw0[(size_t)o * IC + i];
+            for (int n = 0; n < N; n++) r += (double)dout[(size_t)n * OC + o] * inp[(size_t)n * IC + i];
+            ew = fmax(ew, fabs(r - dw[(size_t)o * IC + i]) / sqrt((double)N));
+        }
+    double e = fmax(ef, fmax(ei, ew));
+    char what[64];
+    snprintf(what, sizeof what, "matmul %dx%dx%d vs double", N, IC, OC);
+    printf("%-28s fwd %.1e dinp %.1e dw %.1e (%s) %s\n", what, ef, ei, ew, kernels_gemm_name(),
+           e < 1e-5 ? "ok" : "FAIL");
+    if (!(e < 1e-5)) failures++;
+    free(inp); free(w); free(out); free(dout); free(dinp); free(dw);
+    free(out0); free(dinp0); free(dw0);
+}
+
 /* ---- embedding -------------------------------------------------------------- */
 typedef struct { int N, C; int32_t *ids; float *wte, *out, *R; } emb_ctx;
 static double emb_loss(void *p)
@@ -313,6 +357,9 @@ int main(void)
 {
     kernels_set_threads(2);
     test_matmul();
+    test_matmul_reference(1, 1, 1);
+    test_matmul_reference(9, 33, 17);
+    test_matmul_reference(263, 521, 301);
     test_embedding();
     test_rmsnorm();
     test_rope();
