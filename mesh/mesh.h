@@ -118,7 +118,7 @@ typedef struct {
     const char *from;          /* incoming: its connections must come from an address
                                 * of this host (numeric or resolved here); one from
                                 * elsewhere is logged and dropped and the peer is
-                                * still awaited. NULL: any address */
+                                * still awaited. NULL or a wildcard: any address */
     size_t max_frame;          /* the largest frame it may send after HELLO (0: the
                                 * net's max_frame); a larger one closes its connection */
     const uint8_t *hello_key;  /* MESH_HELLO_KEY_LEN bytes both ends share (NULL: none):

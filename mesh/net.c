@@ -446,7 +446,15 @@ int mesh_net_add_peer_opts(mesh_net *n, const char *name, const char *host, int 
             free(p);
             return -1;
         }
-        for (struct addrinfo *a = res; a && p->nfrom < NET_FROM_MAX; a = a->ai_next)
+        /* a wildcard (a cluster file's 0.0.0.0 for a node nobody dials)
+         * says nothing about where the peer is: no check */
+        bool any = false;
+        for (struct addrinfo *a = res; a; a = a->ai_next)
+            any |= (a->ai_family == AF_INET &&
+                    ((struct sockaddr_in *)a->ai_addr)->sin_addr.s_addr == htonl(INADDR_ANY)) ||
+                   (a->ai_family == AF_INET6 &&
+                    IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)a->ai_addr)->sin6_addr));
+        for (struct addrinfo *a = res; a && !any && p->nfrom < NET_FROM_MAX; a = a->ai_next)
             memcpy(&p->from[p->nfrom++], a->ai_addr, a->ai_addrlen);
         freeaddrinfo(res);
     }

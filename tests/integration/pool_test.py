@@ -320,6 +320,25 @@ def body(t):
     for f in ("config.json", "tokenizer.json"):
         check(os.path.exists(os.path.join(pipe_out, f)), "gathered model lacks %s" % f)
     log("ok   the model d gathered equals one process to %.1e (max rel)" % wdiff)
+    # Issue 12: the job's out_dir is its submitter's (d) only; every other
+    # member would gather under its own state directory
+    for n in "abc":
+        got = t.status(n)["job"]["out_dir"]
+        check(got == os.path.join(t.state(n), "jobs", ida, "model"),
+              "%s would gather d's job into %s, not under its state directory" % (n, got))
+    check(t.status("d")["job"]["out_dir"] == pipe_out, "d's out_dir: %s"
+          % t.status("d")["job"]["out_dir"])
+    # each stage had a HELLO key (0600) for every other stage, and for no one else
+    names = sorted(s[0] for s in stages)
+    epoch = t.status("a")["job"]["committed"]["e"]
+    for n in names:
+        kp = os.path.join(t.state(n), "jobs", ida, "hello-e%d.json" % epoch)
+        check(os.path.exists(kp), "stage %s has no %s" % (n, kp))
+        check(os.stat(kp).st_mode & 0o777 == 0o600, "%s is mode %o" % (kp, os.stat(kp).st_mode))
+        with open(kp) as f:
+            keys = json.load(f)
+        check(sorted(keys) == [m for m in names if m != n], "%s names %s" % (kp, sorted(keys)))
+    log("ok   only d would write its out_dir; stages held HELLO keys for each other (0600)")
 
     # a job naming a file b has with another hash, then one too big for the pool
     other = os.path.join(wd, "corpus-b.txt")

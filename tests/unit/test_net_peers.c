@@ -506,6 +506,19 @@ static void test_impostors(void)
     mesh_net_flush(b, ba, LONG_MS, err, sizeof err);
     mesh_net_stop(b);
     mesh_net_stop(a);
+
+    /* a wildcard address (a cluster's 0.0.0.0 for a node nobody dials)
+     * checks nothing: its peer gets in from anywhere */
+    a = start("a", true, 0, 0, LONG_MS);
+    opts = (mesh_net_peer_opts){.from = "0.0.0.0"};
+    ab = mesh_net_add_peer_opts(a, "b", NULL, 0, &opts, err, sizeof err);
+    CHECK(ab >= 0, "add b from 0.0.0.0: %s", err);
+    b = start("b", false, 0, 0, LONG_MS);
+    ba = add_peer(b, "a", "127.0.0.1", mesh_net_port(a));
+    CHECK(mesh_net_wait_connected(a, LONG_MS, err, sizeof err) == 0, "a: %s", err);
+    CHECK(mesh_net_wait_connected(b, LONG_MS, err, sizeof err) == 0, "b: %s", err);
+    mesh_net_stop(b);
+    mesh_net_stop(a);
 }
 
 /* A HELLO MAC (a key both ends hold, e.g. derived from their WireGuard
