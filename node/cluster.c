@@ -4,6 +4,7 @@
 #include "node.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,15 +41,39 @@ static int parse_node(cluster_spec *c, int i, json_t *v, const char *path, char 
         !json_is_integer(json_array_get(layers, 0)) || !json_is_integer(json_array_get(layers, 1)))
         return node_errf(err, errlen, "%s: node %s: \"layers\" must be [first, end) as two integers",
                     path, n->name);
-    n->begin = (int)json_integer_value(json_array_get(layers, 0));
-    n->end = (int)json_integer_value(json_array_get(layers, 1));
+    json_int_t b = json_integer_value(json_array_get(layers, 0));
+    json_int_t e = json_integer_value(json_array_get(layers, 1));
+    /* checked before the cast: 4294967296 must not become layer 0 */
+    if (b < 0 || e < 0 || b > INT_MAX || e > INT_MAX)
+        return node_errf(err, errlen, "%s: node %s: \"layers\" [%lld, %lld) is outside 0..%d",
+                         path, n->name, (long long)b, (long long)e, INT_MAX);
+    n->begin = (int)b;
+    n->end = (int)e;
     for (int k = 0; k < i; k++)
         if (strcmp(c->nodes[k].name, n->name) == 0)
             return node_errf(err, errlen, "%s: node name %s appears twice", path, n->name);
     return 0;
 }
 
+/* A message on one line: a control character a key or a name put in it
+ * becomes '?', so a file cannot forge lines in a log. */
+static int one_line(char *err, size_t errlen)
+{
+    for (size_t i = 0; err && i < errlen && err[i]; i++)
+        if ((unsigned char)err[i] < 0x20 || err[i] == 0x7f) err[i] = '?';
+    return -1;
+}
+
+static int cluster_parse(cluster_spec *c, const char *path, int num_layers, char *err,
+                         size_t errlen);
+
 int cluster_load(cluster_spec *c, const char *path, int num_layers, char *err, size_t errlen)
+{
+    return cluster_parse(c, path, num_layers, err, errlen) ? one_line(err, errlen) : 0;
+}
+
+static int cluster_parse(cluster_spec *c, const char *path, int num_layers, char *err,
+                         size_t errlen)
 {
     memset(c, 0, sizeof *c);
     json_error_t jerr;

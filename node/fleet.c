@@ -464,8 +464,27 @@ out:
     return rc;
 }
 
+/* A message on one line: a control character a key or a name put in it
+ * becomes '?', so a file cannot forge lines in a log. */
+static int one_line(char *err, size_t errlen)
+{
+    for (size_t i = 0; err && i < errlen && err[i]; i++)
+        if ((unsigned char)err[i] < 0x20 || err[i] == 0x7f) err[i] = '?';
+    return -1;
+}
+
+static int fleet_parse(fleet_file *ff, const char *path, const char *devices,
+                       const cost_shape *shape, int64_t micro_batch, char *err, size_t errlen);
+
 int fleet_load(fleet_file *ff, const char *path, const char *devices, const cost_shape *shape,
                int64_t micro_batch, char *err, size_t errlen)
+{
+    return fleet_parse(ff, path, devices, shape, micro_batch, err, errlen) ? one_line(err, errlen)
+                                                                           : 0;
+}
+
+static int fleet_parse(fleet_file *ff, const char *path, const char *devices,
+                       const cost_shape *shape, int64_t micro_batch, char *err, size_t errlen)
 {
     memset(ff, 0, sizeof *ff);
     loader ld = {.path = path, .ff = ff, .err = err, .errlen = errlen};

@@ -145,6 +145,11 @@ static void test_errors(void)
                 "llama-70b.json", "missing", "layers");
     expect_fail(__LINE__, "{\"nodes\": [{\"name\": \"tiny\", \"device\": \"T4\", \"memory_gib\": 2}]}",
                 "llama-3b.json", "the closest node, tiny", "missing there");
+    /* a newline in a key or a name stays out of the one-line message */
+    expect_fail(__LINE__, "{" NODES2 ", \"default_\\nlink\": 1}", "llama-3b.json",
+                "\"default_?link\" is not a known key", NULL);
+    expect_fail(__LINE__, "{\"nodes\": [{\"name\": \"x\\ny\", \"device\": \"GTX 9090\"}]}",
+                "llama-3b.json", "nodes[0] (x?y): unknown device", NULL);
 }
 
 /* A measured profile in a fleet file, and the same fleet listed backwards:
@@ -211,6 +216,43 @@ static void test_profiles_and_order(void)
     unlink(ppath);
 }
 
+/* Cluster files: layers that do not fit an int are refused, not cut
+ * (4294967296 would become layer 0), and a key or name with a newline in
+ * it does not make a message of several lines. */
+static void test_cluster_files(void)
+{
+    char path[600], err[512];
+    snprintf(path, sizeof path, "%s/test_fleet_cluster_%d.json", SHARDNODE_TEST_TMP,
+             (int)getpid());
+    cluster_spec *c = calloc(1, sizeof *c);
+    static const struct { const char *text, *needle; } bad[] = {
+        {"{\"nodes\": [{\"name\": \"a\", \"host\": \"h\", \"port\": 1, "
+         "\"layers\": [4294967296, 4294967297]}]}", "[4294967296, 4294967297)"},
+        {"{\"nodes\": [{\"name\": \"a\", \"host\": \"h\", \"port\": 1, "
+         "\"layers\": [0, -4294967295]}]}", "outside"},
+        {"{\"nodes\": [], \"sch\\nedule\": 1}", "is not a known key"},
+        {"{\"nodes\": [{\"name\": \"a\\nb\", \"host\": 1, \"port\": 1}]}", "\"host\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        FILE *f = fopen(path, "w");
+        fputs(bad[i].text, f);
+        fclose(f);
+        err[0] = 0;
+        int rc = cluster_load(c, path, 1, err, sizeof err);
+        CHECK(rc != 0 && strstr(err, bad[i].needle) && strstr(err, path) && !strchr(err, '\n'),
+              "cluster %zu: %s", i, err);
+    }
+    FILE *f = fopen(path, "w");
+    fputs("{\"nodes\": [{\"name\": \"a\", \"host\": \"h\", \"port\": 1, \"layers\": [0, 1]}]}",
+          f);
+    fclose(f);
+    CHECK(cluster_load(c, path, 1, err, sizeof err) == 0 && c->nnodes == 1 &&
+              c->nodes[0].end == 1,
+          "a valid cluster: %s", err);
+    unlink(path);
+    free(c);
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "%s", __FILE__);
@@ -221,6 +263,7 @@ int main(void)
     }
     *cut = 0;
     test_errors();
+    test_cluster_files();
     test_profiles_and_order();
     test_examples();
     if (failures) printf("%d failures\n", failures);
