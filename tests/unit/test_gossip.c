@@ -176,15 +176,35 @@ static void hook_send(void *ctx, const char *addr, int port, const uint8_t *buf,
 }
 
 /* Encodes m as the TCP frame's payload and decodes it back (what the peer
- * reads), from a heap block of exactly the payload's size. */
+ * reads), from a heap block of exactly the payload's size. With from and to
+ * (nodes of the world), the frame carries from's MAC for to
+ * (gossip_frame_seal) and to checks it (gossip_frame_open), as the daemon
+ * does. */
+static int over_tcp_mac(const gossip_msg *m, gossip_msg *out, node *from, node *to);
 static int over_tcp(const gossip_msg *m, gossip_msg *out)
+{
+    return over_tcp_mac(m, out, NULL, NULL);
+}
+
+static int over_tcp_mac(const gossip_msg *m, gossip_msg *out, node *from, node *to)
 {
     uint8_t *buf = malloc(GOSSIP_TCP_MAX);
     size_t len = 0;
     char err[256] = "";
-    int rc = gossip_encode(m, buf, GOSSIP_TCP_MAX, &len, err, sizeof err);
+    int rc = gossip_encode(m, buf, GOSSIP_TCP_MAX - GOSSIP_MAC_LEN, &len, err, sizeof err);
     CHECK(rc == 0, "encode a %d message of %d updates for TCP: %s", (int)m->type, m->nupdates,
           err);
+    if (rc == 0 && from && to) {
+        CHECK(gossip_frame_seal(from->g, to->addr, buf, len, buf + len) == 0,
+              "%s: no member at %s to seal a frame for", from->name, to->addr);
+        uint8_t *exact = malloc(len + GOSSIP_MAC_LEN);
+        memcpy(exact, buf, len + GOSSIP_MAC_LEN);
+        const gossip_member *who = gossip_frame_open(to->g, from->addr, exact,
+                                                     len + GOSSIP_MAC_LEN, S.now);
+        CHECK(who && strcmp(who->rec.name, from->name) == 0,
+              "%s refused %s's frame (MAC)", to->name, from->name);
+        free(exact);
+    }
     if (rc == 0) {
         S.sync_bytes += (long)len;
         uint8_t *exact = malloc(len);
@@ -206,7 +226,7 @@ static void push_pull(node *a, node *b)
         CHECK(0, "%s: sync message: %s", a->name, err);
         return;
     }
-    if (over_tcp(&m, &wire) == 0) {
+    if (over_tcp_mac(&m, &wire, a, b) == 0) {
         int refused = gossip_merge(b->g, &wire, S.now);
         CHECK(refused == 0, "%s refused %d updates of %s's SYNC", b->name, refused, a->name);
         gossip_msg_free(&wire);
@@ -216,7 +236,7 @@ static void push_pull(node *a, node *b)
         CHECK(0, "%s: sync reply: %s", b->name, err);
         return;
     }
-    if (over_tcp(&m, &wire) == 0) {
+    if (over_tcp_mac(&m, &wire, b, a) == 0) {
         int refused = gossip_merge(a->g, &wire, S.now);
         CHECK(refused == 0, "%s refused %d updates of %s's SYNC reply", a->name, refused,
               b->name);
@@ -1296,6 +1316,25 @@ static void scenario_dropped(void)
                       "MAC does not verify", true);
     CHECK(gossip_auth_drops(S.nd[0].g) == drops + 4, "9: %" PRIu64 " unauthenticated "
           "datagrams counted, want 4", gossip_auth_drops(S.nd[0].g) - drops);
+    /* The same for TCP frames (SYNC, FETCH): n1's frame sealed by n2 for n0,
+     * a frame without a MAC, one from no member's address. */
+    slen = seal(&S.nd[2], &S.nd[0], sealed, len);
+    S.now += 1000;
+    CHECK(gossip_frame_open(S.nd[0].g, S.nd[1].addr, sealed, slen, S.now) == NULL &&
+              strstr(S.nd[0].lastlog, "MAC does not verify"),
+          "9: a frame from n1's address with n2's MAC opened (\"%s\")", S.nd[0].lastlog);
+    S.now += 1000;
+    CHECK(gossip_frame_open(S.nd[0].g, S.nd[1].addr, buf, len, S.now) == NULL,
+          "9: a frame without a MAC opened");
+    S.now += 1000;
+    CHECK(gossip_frame_open(S.nd[0].g, stranger, sealed, slen, S.now) == NULL &&
+              strstr(S.nd[0].lastlog, "not a member's address"),
+          "9: a frame from no member's address opened");
+    slen = seal(&S.nd[1], &S.nd[0], sealed, len);
+    CHECK(gossip_frame_open(S.nd[0].g, S.nd[1].addr, sealed, slen, S.now) == see(0, 1),
+          "9: n1's own frame did not open");
+    CHECK(gossip_auth_drops(S.nd[0].g) == drops + 7, "9: %" PRIu64 " unauthenticated "
+          "datagrams and frames counted, want 7", gossip_auth_drops(S.nd[0].g) - drops);
 
     /* The control: the same PING from n1's own address is answered. */
     long sent = S.sent;
