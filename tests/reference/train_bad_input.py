@@ -11,7 +11,8 @@ Then, for each bad input (a missing, empty or too short corpus, an unknown
 key, values of the wrong type, an out_dir under a regular file, a tokenizer
 that is not BPE, --resume from a checkpoint of another model config, a torn
 checkpoint, --resume with no checkpoint, a missing job file, a JSON syntax
-error, ...) it runs `shardnode train` against that out_dir and metrics file
+error, a config of a million layers, a step of 2^40 tokens, ...) it runs
+`shardnode train` against that out_dir and metrics file
 and asserts:
   - the exit status is non-zero (and not a signal);
   - stderr is exactly one non-empty line, with no sanitizer report in it;
@@ -255,6 +256,15 @@ def make_cases(s):
     case("--resume with no checkpoint", s.job(out_dir=fresh),
          extra=["--resume", "--metrics", os.path.join(fresh, "metrics.jsonl")],
          must=[os.path.join(fresh, "checkpoint.safetensors")], keep=[fresh])
+
+    # absurd sizes: refused with the memory a stage would need, before any of
+    # it is allocated (a million layers used to calloc their tables first)
+    huge = s.path("config-huge.json")
+    write_json(huge, dict(model_config(64), num_hidden_layers=1000000))
+    case("a config of a million layers", s.job(config=huge),
+         must=["[0, 1000000)", "needs", "memory"])
+    case("a step of 2^20 x 2^20 tokens", s.job(seq_len=1 << 20, batch=1 << 20, micro_batch=1),
+         must=["\"batch\"", "\"seq_len\"", "tokens per step"])
 
     # the job file itself
     case("missing job file", job_name="no-such-job.json",
