@@ -284,7 +284,10 @@ static int bind_overlay(daemon_t *d, int type, char *err, size_t errlen)
     int fd = socket(ss.ss_family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return node_errf(err, errlen, "socket: %s", strerror(errno));
     int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    /* TCP only: on a UDP socket SO_REUSEADDR would let any local user bind
+     * the same address and port (with SO_REUSEADDR too) and take the
+     * datagrams meant for the daemon. */
+    if (type == SOCK_STREAM) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (ss.ss_family == AF_INET)
         setsockopt(fd, IPPROTO_IP, IP_FREEBIND, &one, sizeof one);
     else

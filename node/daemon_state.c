@@ -317,6 +317,12 @@ void daemon_invites_refresh(daemon_t *d, bool force)
                 mesh_overlay_address(d->prefix, iv.pub, iv.address, sizeof iv.address, err,
                                      sizeof err) != 0)
                 continue;
+            if (d->g && gossip_find_addr(d->g, iv.address)) {
+                /* WireGuard would give the member's address to the invite. */
+                daemon_log(d, "invites.json: an invite's overlay address %s is a member's; "
+                           "not admitted (issue a new one)", iv.address);
+                continue;
+            }
             fresh[nfresh++] = iv;
         }
         json_decref(root);

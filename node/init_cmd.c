@@ -473,9 +473,31 @@ int cmd_invite(int argc, char **argv)
     t.nmembers = 1;
     int64_t now = (int64_t)time(NULL);
     t.expires_unix = now + ttl;
-    if (keys_random(t.secret, sizeof t.secret, err, sizeof err) != 0 ||
-        token_encode(&t, id_priv, text, sizeof text, err, sizeof err) != 0)
-        goto fail;
+    /* The invite key's overlay address must be no member's: WireGuard would
+     * move that member's address to the invite's peer. Draw again. */
+    for (int tries = 0;; tries++) {
+        uint8_t ipriv[KEYS_LEN], ipub[KEYS_LEN];
+        char iaddr[64];
+        bool taken = false;
+        if (keys_random(t.secret, sizeof t.secret, err, sizeof err) != 0 ||
+            keys_invite_key(t.secret, sizeof t.secret, ipriv, ipub, err, sizeof err) != 0 ||
+            mesh_overlay_address(prefix, ipub, iaddr, sizeof iaddr, err, sizeof err) != 0)
+            goto fail;
+        memset(ipriv, 0, sizeof ipriv);
+        size_t mi;
+        json_t *me;
+        json_array_foreach(json_object_get(mesh, "members"), mi, me) {
+            const char *a = node_json_str(me, "overlay_address");
+            taken |= a && strcmp(a, iaddr) == 0;
+        }
+        if (!taken) break;
+        if (tries == 15) {
+            snprintf(err, sizeof err, "no invite key with a free overlay address in %s after "
+                     "16 tries", prefix);
+            goto fail;
+        }
+    }
+    if (token_encode(&t, id_priv, text, sizeof text, err, sizeof err) != 0) goto fail;
 
     /* Two invites at once must not lose each other's record: the
      * read-modify-write of invites.json happens under a lock that the node

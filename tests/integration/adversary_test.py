@@ -8,7 +8,8 @@ ctest's skip, when any is missing). It reuses mesh_test.py's namespaces and
 nodes: a, b, c, d join as in mesh_test (a invites b, b c, c d), then:
 
 1. A local unprivileged user on b (`setpriv --reuid nobody`): cannot read b's
-   wg.key; binds b's overlay address and sends a's gossip port, without a
+   wg.key, cannot bind b's gossip port (UDP or TCP, even with SO_REUSEADDR);
+   binds b's overlay address and sends a's gossip port, without a
    valid MAC, a DEAD claim about c at incarnation 2^64-1 (UDP), a FETCH of
    probe/64 and a SYNC (TCP). a answers nothing (the TCP connections are
    closed without a byte), logs "MAC does not verify", and keeps listing c
@@ -92,6 +93,16 @@ def seal(body):
 
 import base64
 out = {}
+# Take the member's own gossip port (datagrams meant for the daemon)?
+for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
+    t = socket.socket(socket.AF_INET, kind)
+    t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        t.bind((P["bind"], P["port"]))
+        out["bound_gossip_port_" + str(int(kind))] = True
+    except OSError:
+        out["bound_gossip_port_" + str(int(kind))] = False
+    t.close()
 try:
     open(P["wg_key_path"], "rb").read()
     out["wg_key_readable"] = True
@@ -192,6 +203,8 @@ class AdversaryTest(M.MeshTest):
         before = self.a_log().count("MAC does not verify")
         out = self.attack(N["b"], True, self.params())
         check(not out["wg_key_readable"], "nobody on b can read b's wg.key")
+        check(not any(v for k, v in out.items() if k.startswith("bound_gossip_port")),
+              "nobody on b bound b's own gossip port (with SO_REUSEADDR): %s" % out)
         check(out["fetch_reply_bytes"] == 0, "a answered a FETCH made by nobody on b "
               "(%d bytes)" % out["fetch_reply_bytes"])
         check(out["sync_reply_bytes"] == 0, "a answered a SYNC made by nobody on b "
