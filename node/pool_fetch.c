@@ -76,7 +76,14 @@ static int fetch_once(const char *addr, int port, const uint8_t mesh_id[GOSSIP_M
     q.offset = off;
     uint8_t *buf = NULL;
     size_t len = 0;
-    if (daemon_frame(&q, &buf, &len, err, errlen) != 0) return -1;
+    /* MACed with this node's WireGuard key (issue 12, 2): the state
+     * directory is the daemon's (its helpers inherit SHARDNODE_STATE). */
+    uint8_t key[32];
+    const char *state = getenv("SHARDNODE_STATE");
+    if (!state) return node_errf(err, errlen, "FETCH: SHARDNODE_STATE is not set");
+    if (daemon_peer_key(state, addr, key, err, errlen) != 0 ||
+        daemon_frame_mac(&q, key, &buf, &len, err, errlen) != 0)
+        return -1;
     int fd = connect_to(addr, port, bind_addr, FETCH_TIMEOUT_MS, err, errlen);
     if (fd < 0) {
         free(buf);
@@ -99,7 +106,7 @@ static int fetch_once(const char *addr, int port, const uint8_t mesh_id[GOSSIP_M
         node_errf(err, errlen, "%s port %d: the reply was cut short", addr, port);
         goto out;
     }
-    if (gossip_decode(buf, n, r, err, errlen) != 0) goto out;
+    if (daemon_unframe(buf, n, key, r, err, errlen) != 0) goto out;
     if (r->type != GOSSIP_MSG_FETCH_REPLY) {
         node_errf(err, errlen, "%s port %d: answered with message type %d", addr, port, (int)r->type);
         gossip_msg_free(r);
@@ -286,6 +293,7 @@ out:
 
 int pool_export(const char *state, const char *out, char *err, size_t errlen)
 {
+    setenv("SHARDNODE_STATE", state, 1); /* fetch_once: the MAC key */
     json_t *st = node_control_request(state, "status", err, errlen);
     if (!st) return -1;
     int rc = -1;
