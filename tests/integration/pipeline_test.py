@@ -11,6 +11,8 @@
    single-process model to 1e-5.
 2. A stage killed with SIGKILL makes the other two stop within their timeout
    with an error that names the lost peer: no hang.
+3. A connection claiming a stage's name from another address is dropped and
+   its closing does not end the run.
 """
 
 import argparse
@@ -109,9 +111,9 @@ def write_cluster(wd, name, ports, schedule="1f1b", timeout_ms=20000, wire="f32"
     return path
 
 
-def start_nodes(sn, job, cluster, wd, name, extra=()):
+def start_nodes(sn, job, cluster, wd, name, extra=(), only=(0, 1, 2)):
     procs = []
-    for i in range(3):
+    for i in only:
         m = os.path.join(wd, "%s-n%d.jsonl" % (name, i))
         if os.path.exists(m):  # a stale file would look like progress
             os.unlink(m)
@@ -204,6 +206,70 @@ def check_kill(sn, wd, corpus, tok):
     procs[1].wait()
 
 
+def mp_str(text):
+    b = text.encode()
+    return (bytes([0xa0 | len(b)]) if len(b) < 32 else bytes([0xd9, len(b)])) + b
+
+
+def hello_frame(name, run):
+    """A HELLO as any client could send it (docs/PROTOCOL.md, "Framing")."""
+    run_id = 14695981039346656037
+    for c in run.encode():
+        run_id = ((run_id ^ c) * 1099511628211) % (1 << 64)
+    payload = (b"\x85" + mp_str("v") + b"\x01" + mp_str("t") + b"\x01" + mp_str("run") +
+               b"\xcf" + run_id.to_bytes(8, "big") + mp_str("name") + mp_str(name) +
+               mp_str("text") + mp_str(run))
+    return len(payload).to_bytes(4, "little") + payload
+
+
+def check_impostor(sn, wd, corpus, tok):
+    """Issue 12, finding 9: a connection that claims n0's name from another
+    address than n0's (127.0.0.2; the cluster says 127.0.0.1) is dropped by
+    n1, and closing it does not end the run: n1 keeps waiting for the real
+    n0, and the run trains to the end."""
+    config = os.path.join(wd, "impostor-config.json")
+    write_config(config, False)
+    job = write_job(wd, "impostor", corpus, tok, config, 2, os.path.join(wd, "impostor-out"))
+    with open(job) as f:
+        j = json.load(f)
+    j["steps"] = 5
+    with open(job, "w") as f:
+        json.dump(j, f)
+    ports = free_ports(3)
+    cluster = write_cluster(wd, "impostor", ports)
+    procs = start_nodes(sn, job, cluster, wd, "impostor", only=(1, 2))
+    s = None
+    t_end = time.time() + 30
+    while time.time() < t_end and s is None:
+        try:
+            s = socket.socket()
+            s.bind(("127.0.0.2", 0))
+            s.connect(("127.0.0.1", ports[1]))
+        except OSError:
+            s.close()
+            s = None
+            time.sleep(0.05)
+    check(s is not None, "impostor: n1 never listened")
+    s.sendall(hello_frame("n0", "impostor"))
+    s.settimeout(10)
+    try:
+        got = s.recv(4096)
+    except socket.timeout:
+        got = None
+    s.close()
+    check(got == b"", "impostor: n1 answered a HELLO for n0 from 127.0.0.2 with %r" % got)
+    procs += start_nodes(sn, job, cluster, wd, "impostor", only=(0,))
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (o, e) in zip(procs, outs):
+        check(p.returncode == 0, "impostor: a node exited %d after an impostor came and went:\n%s%s"
+              % (p.returncode, o, e))
+    check("comes from another address" in outs[0][1],
+          "impostor: n1 did not log the impostor:\n%s" % outs[0][1])
+    got = metrics(os.path.join(wd, "impostor-n0.jsonl"))
+    check(len(got) == 5, "impostor: n0 wrote %d metrics lines" % len(got))
+    print("ok   impostor: a HELLO for n0 from 127.0.0.2 was dropped; the run trained 5 steps")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shardnode", required=True)
@@ -229,6 +295,7 @@ def main():
         check_equal_run(sn, wd, corpus, tok, "untied-mb8-bf16", False, 1, "1f1b", wire="bf16",
                         rtol=2e-2, wtol=None)
         check_kill(sn, wd, corpus, tok)
+        check_impostor(sn, wd, corpus, tok)
     except Failure as e:
         print("FAIL " + str(e))
         print("pipeline_test: FAILED (%.1f s)" % (time.time() - t0))
