@@ -513,9 +513,14 @@ static void displace(gossip *g, gossip_member *o, const gossip_record *winner)
     int before = (int)o->state;
     o->displaced = true;
     o->state = GOSSIP_LEFT;
-    glog(g, "gossip: %s's overlay address %s is also %s's, admitted earlier: %s is out of the "
-         "view (it must join again with a new WireGuard key)", o->rec.name, o->rec.address,
-         winner->name, o->rec.name);
+    if (strcmp(o->rec.address, winner->address) == 0)
+        glog(g, "gossip: %s's overlay address %s is also %s's, admitted earlier: %s is out of "
+             "the view (it must join again with a new WireGuard key)", o->rec.name,
+             o->rec.address, winner->name, o->rec.name);
+    else
+        glog(g, "gossip: the name %s was also given to %s (%s), admitted earlier: %s (%s) is "
+             "out of the view (it must join again under another name)", o->rec.name,
+             winner->address, winner->name, o->rec.name, o->rec.address);
     notify(g, o, before);
 }
 
@@ -572,9 +577,17 @@ static int apply_record(gossip *g, const gossip_signed *sig, int64_t now_ms, boo
          * LEFT record claims nothing. */
         if (!r.left && (i < 0 || strcmp(g->m[i]->rec.name, r.name) != 0) &&
             strcmp(o->rec.name, r.name) == 0 &&
-            memcmp(o->rec.id_pub, r.id_pub, GOSSIP_KEY_LEN) != 0 && holds_name(o, now_ms))
+            memcmp(o->rec.id_pub, r.id_pub, GOSSIP_KEY_LEN) != 0 && holds_name(o, now_ms)) {
+            /* Two admissions of one name (made on the two sides of a
+             * partition): the older keeps it, everywhere alike. */
+            if (j != 0 && !o->self &&
+                adm_older(&sig->adm, r.wg_pub, &o->sig.adm, o->rec.wg_pub)) {
+                displace(g, o, &r);
+                continue;
+            }
             return mesh_errf(err, errlen, "record of %s: the name belongs to another member "
                              "(%s, %s)", r.name, o->rec.address, gossip_state_name(o->state));
+        }
     }
     if (i < 0) {
         if (g->n >= GOSSIP_MAX_MEMBERS)
