@@ -259,7 +259,10 @@ void mesh_wg_close(mesh_wg *wg);
  * "fd5a::/64"): prefix bits kept, host bits from a hash of the key, never
  * the IPv4 network or broadcast address nor an all-zero IPv6 host part.
  * Writes the address without the length into out (46 bytes suffice).
- * Collisions are for the gossip layer to detect. */
+ * Two keys may give one address: gossip refuses a JOIN whose address is
+ * taken (GOSSIP_ADDRESS_TAKEN: the joiner draws a new key) and gives a
+ * collision made anyway to the older admission (docs/PROTOCOL.md,
+ * "Membership"). */
 int mesh_overlay_address(const char *prefix, const uint8_t pub[MESH_WG_KEY_LEN], char *out,
                          size_t outlen, char *err, size_t errlen);
 
