@@ -84,11 +84,14 @@ TARGET void gemm_tile_avx512(int transa, int transb, int m, int n, int K, const 
         int load_c = accumulate || k0 > 0;
         for (int j0 = 0; j0 < n; j0 += GEMM_NR) {
             int nr = n - j0 < GEMM_NR ? n - j0 : GEMM_NR;
-            const float *bp;
-            ptrdiff_t ldbp;
-            if (!transb) {
-                bp = b + (ptrdiff_t)k0 * ldb + j0;
-                ldbp = ldb;
+            if (!transb) { /* rows of B are contiguous: copy a panel */
+                __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
+                __mmask16 m1 = nr >= 32 ? 0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
+                const float *src = b + (ptrdiff_t)k0 * ldb + j0;
+                for (int k = 0; k < kc; k++, src += ldb) {
+                    _mm512_store_ps(pack + k * GEMM_NR, _mm512_maskz_loadu_ps(m0, src));
+                    _mm512_store_ps(pack + k * GEMM_NR + 16, _mm512_maskz_loadu_ps(m1, src + 16));
+                }
             } else { /* B(k, j) = b[j*ldb + k]: transpose into the panel */
                 for (int jj = 0; jj < GEMM_NR; jj++) {
                     if (jj < nr) {
@@ -98,9 +101,9 @@ TARGET void gemm_tile_avx512(int transa, int transb, int m, int n, int K, const 
                         for (int k = 0; k < kc; k++) pack[k * GEMM_NR + jj] = 0.0f;
                     }
                 }
-                bp = pack;
-                ldbp = GEMM_NR;
             }
+            const float *bp = pack;
+            ptrdiff_t ldbp = GEMM_NR;
             for (int i0 = 0; i0 < m; i0 += GEMM_MR) {
                 int mr = m - i0 < GEMM_MR ? m - i0 : GEMM_MR;
                 ptrdiff_t off[GEMM_MR];
