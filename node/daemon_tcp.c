@@ -233,6 +233,14 @@ static void handle_join(daemon_conn *c, const gossip_msg *m, const daemon_invite
      * new key and the same token. */
     if (gossip_admit_check(d->g, &m->updates[0].rec, daemon_now_ms(), why, sizeof why) != 0)
         return join_reply_refused(c, m, why);
+    /* Nor an invite's address: its WireGuard peer would lose the address
+     * the JOIN_REPLY goes back to. */
+    for (size_t i = 0; i < d->ninvites; i++)
+        if (strcmp(d->invites[i].address, r.address) == 0) {
+            snprintf(why, sizeof why, GOSSIP_ADDRESS_TAKEN " overlay address %s is an "
+                     "invite's; the joiner draws a new WireGuard key and asks again", r.address);
+            return join_reply_refused(c, m, why);
+        }
     int rc = daemon_invite_redeem(d, m->secret, r.name, why, sizeof why, err, sizeof err);
     if (rc < 0) {
         daemon_log(d, "join: %s", err);
