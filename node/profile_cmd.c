@@ -230,6 +230,10 @@ int cmd_profile(int argc, char **argv)
         /* never through a link, never someone else's file */
         lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
         struct stat lst;
+        if (lock_fd < 0)
+            fprintf(stderr, "shardnode profile: cannot open the lock file %s (%s); profiling "
+                            "without it\n", lock_path,
+                    errno == ELOOP ? "a symbolic link" : strerror(errno));
         if (lock_fd >= 0 && (fstat(lock_fd, &lst) != 0 || !S_ISREG(lst.st_mode) ||
                              lst.st_uid != geteuid())) {
             fprintf(stderr, "shardnode profile: %s is not this user's lock file; profiling "

@@ -270,6 +270,27 @@ def check_impostor(sn, wd, corpus, tok):
     print("ok   impostor: a HELLO for n0 from 127.0.0.2 was dropped; the run trained 5 steps")
 
 
+def check_profile_lock(sn, wd):
+    """Issue 12, finding 10: the profile lock is never taken through a link
+    (one planted by another user would make this node create or lock a file
+    of the planter's choosing); profiling goes on without it."""
+    config = os.path.join(wd, "lock-config.json")
+    write_config(config, False)
+    target = os.path.join(wd, "lock-target")
+    link = os.path.join(wd, "lock-link")
+    for p in (target, link):
+        if os.path.lexists(p):
+            os.unlink(p)
+    os.symlink(target, link)
+    p = run([sn, "profile", "--model", config, "--iters", "1", "--micro-batch", "1", "--seq", "16",
+             "--threads", "1", "--out", os.path.join(wd, "lock-profile.json"), "--cache",
+             os.path.join(wd, "lock-cache"), "--lock", link])
+    check("a symbolic link" in p.stderr and "without it" in p.stderr,
+          "profile took a symbolic link as its lock without a word:\n%s" % p.stderr)
+    check(not os.path.exists(target), "profile created %s through a symbolic link" % target)
+    print("ok   profile lock: a symbolic link is not followed (%s)" % p.stderr.strip().splitlines()[-1])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shardnode", required=True)
@@ -296,6 +317,7 @@ def main():
                         rtol=2e-2, wtol=None)
         check_kill(sn, wd, corpus, tok)
         check_impostor(sn, wd, corpus, tok)
+        check_profile_lock(sn, wd)
     except Failure as e:
         print("FAIL " + str(e))
         print("pipeline_test: FAILED (%.1f s)" % (time.time() - t0))
