@@ -233,6 +233,7 @@ int daemon_save(daemon_t *d, char *err, size_t errlen)
     size_t n = d->g ? gossip_members(d->g, &ms) : 0;
     for (size_t i = 0; i < n; i++) {
         const gossip_member *m = ms[i];
+        if (m->displaced) continue;
         char *rec = malloc(2 * m->sig.len + 1);
         char sig[2 * GOSSIP_SIG_LEN + 1], wg[KEYS_BASE64_LEN + 1], id[KEYS_BASE64_LEN + 1];
         if (!rec) continue;

@@ -419,6 +419,7 @@ json_t *daemon_status_json(daemon_t *d)
     int64_t now = daemon_now_ms();
     for (size_t i = 0; i < n; i++) {
         const gossip_member *m = ms[i];
+        if (m->displaced) continue; /* out of the view: an older admission has its address or name */
         const daemon_peer *p = daemon_peer_find(d, m->rec.wg_pub);
         bool live = m->state == GOSSIP_ALIVE || m->state == GOSSIP_SUSPECT;
         bool direct = daemon_peer_direct(p);
@@ -447,9 +448,14 @@ json_t *daemon_status_json(daemon_t *d)
         json_object_set_new(json_array_get(list, json_array_size(list) - 1), "gossip_port",
                             json_integer(m->rec.port));
     }
-    return json_pack("{s:s, s:s, s:s, s:s, s:i, s:o, s:o}", "self", d->name, "mesh_id", mesh_hex,
-                     "prefix", d->prefix, "interface", d->ifname, "gossip_port",
-                     d->gossip_port, "members", list, "job", pool_status_json(d));
+    json_t *st = json_pack("{s:s, s:s, s:s, s:s, s:i, s:o, s:o}", "self", d->name, "mesh_id",
+                           mesh_hex, "prefix", d->prefix, "interface", d->ifname, "gossip_port",
+                           d->gossip_port, "members", list, "job", pool_status_json(d));
+    /* Datagrams and frames dropped for want of a valid MAC (PROTOCOL.md, "Gossip"). */
+    if (st)
+        json_object_set_new(st, "gossip_unauthenticated",
+                            json_integer((json_int_t)gossip_auth_drops(d->g)));
+    return st;
 }
 
 static void control_readable(struct bufferevent *bev, void *arg)

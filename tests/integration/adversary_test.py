@@ -201,6 +201,8 @@ class AdversaryTest(M.MeshTest):
         os.chmod(os.path.join(self.tmp, "state"), 0o711)
         os.chmod(N["b"].state, 0o711)
         before = self.a_log().count("MAC does not verify")
+        drops = self.status(N["a"]).get("gossip_unauthenticated")
+        check(isinstance(drops, int), "a's status has no gossip_unauthenticated count")
         out = self.attack(N["b"], True, self.params())
         check(not out["wg_key_readable"], "nobody on b can read b's wg.key")
         check(not any(v for k, v in out.items() if k.startswith("bound_gossip_port")),
@@ -213,6 +215,9 @@ class AdversaryTest(M.MeshTest):
         time.sleep(1.1)
         after = self.a_log().count("MAC does not verify")
         check(after > before, "a did not log the unauthenticated datagrams and frames")
+        now = self.status(N["a"])["gossip_unauthenticated"]
+        check(now >= drops + 5, "a counted %d unauthenticated datagrams and frames, want at "
+              "least 5 (3 datagrams, a FETCH, a SYNC)" % (now - drops))
         log("ok   1. nobody on b (setpriv): cannot read wg.key; its UDP DEAD claim, FETCH and "
             "SYNC as b are dropped by a (MAC does not verify); c stays alive")
 
