@@ -112,7 +112,9 @@ static int device_spec(json_t *table, const char *table_path, const char *name, 
     static const char *const keys[] = {"vendor", "memory_gib", "memory_bandwidth_gbs",
                                        "fp32_tflops", "tensor_tflops", "mfu", "reserve_gib",
                                        "scratch_slots", "notes", NULL};
-    if (!json_is_object(d) || known_keys(d, keys, dwhere, err, errlen)) return -1;
+    if (!json_is_object(d))
+        return node_errf(err, errlen, "%s: a device is an object of figures", dwhere);
+    if (known_keys(d, keys, dwhere, err, errlen)) return -1;
     int64_t fp32 = 0, tensor = 0, mfu = 400, reserve = (int64_t)1 << 30, slots = 1;
     if (json_is_object(defs) &&
         (get_scaled(defs, "mfu", false, 0.01, 1, 1000, &mfu, table_path, err, errlen) ||
@@ -253,7 +255,11 @@ static int parse_node(loader *ld, json_t *nj, int entry, int *at, const char *de
     const char *name = json_string_value(json_object_get(nj, "name"));
     snprintf(where, sizeof where, "%s: nodes[%d]%s%s%s", ld->path, entry, name ? " (" : "",
              name ? name : "", name ? ")" : "");
-    if (!json_is_object(nj) || known_keys(nj, keys, where, ld->err, ld->errlen)) return -1;
+    if (!json_is_object(nj))
+        return node_errf(ld->err, ld->errlen, "%s: a node is an object, got %s", where,
+                         json_is_array(nj) ? "a list" : json_is_string(nj) ? "a string"
+                                                                            : "a scalar");
+    if (known_keys(nj, keys, where, ld->err, ld->errlen)) return -1;
     if (!name || !*name || strlen(name) >= PLAN_NAME_MAX - 8)
         return node_errf(ld->err, ld->errlen, "%s: \"name\" must be a string of 1 to %d bytes", where,
                     PLAN_NAME_MAX - 9);

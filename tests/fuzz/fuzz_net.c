@@ -21,6 +21,7 @@
 #include "mesh.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -37,7 +38,8 @@ static int dial(int port)
     a.sin_family = AF_INET;
     a.sin_port = htons((uint16_t)port);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    fuzz_require(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, T, "connect", NULL);
+    fuzz_require(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, T, "connect",
+                 strerror(errno));
     return fd;
 }
 
@@ -80,6 +82,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
         }
     }
+    /* Close with a reset: a normal close leaves this end in TIME_WAIT, and
+     * thousands of inputs a second would use up the ephemeral ports. */
+    struct linger lg = {1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
     close(fd);
     uint64_t run_id = mesh_run_id("fuzz");
     for (;;) {

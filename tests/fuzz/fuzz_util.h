@@ -7,6 +7,7 @@
 #define SHARDNODE_FUZZ_UTIL_H
 
 #include <dirent.h>
+#include <sanitizer/common_interface_defs.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,10 +17,16 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* The message also goes out as the sanitizers' SUMMARY line, which reaches
+ * libFuzzer's output even under -close_fd_mask=2 (stderr closed). */
 static inline void fuzz_require(int cond, const char *target, const char *what, const char *detail)
 {
     if (!cond) {
-        fprintf(stderr, "%s: %s%s%s\n", target, what, detail ? ": " : "", detail ? detail : "");
+        char line[1024];
+        snprintf(line, sizeof line, "%s: %s%s%.600s", target, what, detail ? ": " : "",
+                 detail ? detail : "");
+        fprintf(stderr, "%s\n", line);
+        __sanitizer_report_error_summary(line);
         abort();
     }
 }

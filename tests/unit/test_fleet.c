@@ -145,6 +145,9 @@ static void test_errors(void)
                 "llama-70b.json", "missing", "layers");
     expect_fail(__LINE__, "{\"nodes\": [{\"name\": \"tiny\", \"device\": \"T4\", \"memory_gib\": 2}]}",
                 "llama-3b.json", "the closest node, tiny", "missing there");
+    /* a node or a device that is not an object is refused with a message */
+    expect_fail(__LINE__, "{\"nodes\": [0]}", "llama-3b.json", "nodes[0]: a node is an object",
+                NULL);
     /* a newline in a key or a name stays out of the one-line message */
     expect_fail(__LINE__, "{" NODES2 ", \"default_\\nlink\": 1}", "llama-3b.json",
                 "\"default_?link\" is not a known key", NULL);
