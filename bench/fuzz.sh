@@ -19,6 +19,7 @@
 # any target crashed, leaked or hung. Not part of the pass/fail suite: the
 # figures depend on the machine and on what else runs on it.
 set -eu
+export LC_ALL=C   # libFuzzer's status lines may hold raw bytes: sed and grep read them as bytes
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${FUZZ_SECONDS:-600}
 BUILD=${BUILD:-build-fuzz}

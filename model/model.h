@@ -146,9 +146,11 @@ int32_t tokenizer_eos_id(const tokenizer *t);
  * *ids is malloc'ed (caller frees), *n its length. */
 int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool allow_special,
                      int32_t **ids, size_t *n, char *err, size_t errlen);
-/* decode(encode(s)) == s for every byte string (with ByteLevel's
- * add_prefix_space, HF's default, " " + s when s does not start with a
- * space, as HF gives). Ids out of range are an error. *text is malloc'ed and NUL-terminated, *len excludes the NUL. */
+/* decode(encode(s)) == s for every byte string, unless the pre-tokenizer
+ * has ByteLevel's add_prefix_space (HF's default when the key is absent):
+ * then, as in HF, a space goes before each piece of text that does not
+ * start with one (the text, and each piece after an added token). Ids out
+ * of range are an error. *text is malloc'ed and NUL-terminated, *len excludes the NUL. */
 int tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n, char **text,
                      size_t *len, char *err, size_t errlen);
 

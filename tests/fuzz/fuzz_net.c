@@ -43,6 +43,27 @@ static int dial(int port)
     return fd;
 }
 
+/* Takes every frame the node has delivered; returns how many. */
+static int take_frames(mesh_net *n, int peer)
+{
+    uint64_t run_id = mesh_run_id("fuzz");
+    char err[512];
+    int count = 0;
+    for (;;) {
+        int from;
+        mesh_msg m;
+        mesh_frame *f = NULL;
+        if (mesh_net_recv(n, &from, &m, &f, 0, err, sizeof err) != 0)
+            return count;   /* nothing more, or the peer is gone */
+        fuzz_require(from == peer, T, "a frame from an undeclared peer", NULL);
+        fuzz_require(m.type != MESH_MSG_HELLO && m.run_id == run_id &&
+                         m.version == MESH_PROTOCOL_VERSION,
+                     T, "delivered a HELLO, or a frame of another run or version", NULL);
+        mesh_frame_free(f);
+        count++;
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static int once;
@@ -58,14 +79,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int peer = mesh_net_add_peer(n, "p", NULL, 0, err, sizeof err);
     fuzz_require(peer >= 0, T, "add peer", err);
     int fd = dial(mesh_net_port(n));
-    /* Write and read at once: the node answers (HELLO, probe echoes) while
-     * it reads, and could otherwise block on a full socket. */
+    /* Write, read and take delivered frames at once: the node answers
+     * (HELLO, probe echoes) while it reads and could block on a full socket,
+     * and it stops reading while its receive queue is full. */
     size_t off = 0;
     bool shut = false;
+    int idle_ms = 0;
     for (;;) {
+        int got = take_frames(n, peer);
         struct pollfd p = {fd, POLLIN | (shut ? 0 : POLLOUT), 0};
-        int k = poll(&p, 1, 5000);
-        fuzz_require(k > 0, T, "the node neither reads nor closes (hang)", NULL);
+        int k = poll(&p, 1, 10);
+        idle_ms = k > 0 || got ? 0 : idle_ms + 10;
+        fuzz_require(idle_ms < 5000, T, "the node neither reads nor closes (hang)", NULL);
+        if (k <= 0)
+            continue;
         if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
             char buf[65536];
             ssize_t r = read(fd, buf, sizeof buf);
@@ -87,19 +114,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct linger lg = {1, 0};
     setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
     close(fd);
-    uint64_t run_id = mesh_run_id("fuzz");
-    for (;;) {
-        int from;
-        mesh_msg m;
-        mesh_frame *f = NULL;
-        if (mesh_net_recv(n, &from, &m, &f, 0, err, sizeof err) != 0)
-            break;   /* nothing more, or the peer is gone */
-        fuzz_require(from == peer, T, "a frame from an undeclared peer", NULL);
-        fuzz_require(m.type != MESH_MSG_HELLO && m.run_id == run_id &&
-                         m.version == MESH_PROTOCOL_VERSION,
-                     T, "delivered a HELLO, or a frame of another run or version", NULL);
-        mesh_frame_free(f);
-    }
+    take_frames(n, peer);
     mesh_net_stop(n);
     return 0;
 }
