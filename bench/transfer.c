@@ -191,10 +191,12 @@ static void framed_connect(bench *b, size_t high_water)
 {
     char err[ERRLEN];
     size_t max_frame = 2 * b->bytes + (1 << 20);
-    mesh_net_config rc = {"rx", "bench-transfer", "127.0.0.1", 0, TIMEOUT_MS, max_frame,
-                          high_water};
+    mesh_net_config rc = {.self = "rx", .run = "bench-transfer", .listen_host = "127.0.0.1",
+                          .timeout_ms = TIMEOUT_MS, .max_frame = max_frame,
+                          .send_high_water = high_water};
     if (mesh_net_start(&b->rx, &rc, err, sizeof err)) die("mesh rx: %s", err);
-    mesh_net_config tc = {"tx", "bench-transfer", NULL, 0, TIMEOUT_MS, max_frame, high_water};
+    mesh_net_config tc = {.self = "tx", .run = "bench-transfer", .timeout_ms = TIMEOUT_MS,
+                          .max_frame = max_frame, .send_high_water = high_water};
     if (mesh_net_start(&b->tx, &tc, err, sizeof err)) die("mesh tx: %s", err);
     if (mesh_net_add_peer(b->rx, "tx", NULL, 0, err, sizeof err) < 0) die("mesh rx: %s", err);
     b->tx_peer = mesh_net_add_peer(b->tx, "rx", "127.0.0.1", mesh_net_port(b->rx), err, sizeof err);
