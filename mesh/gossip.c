@@ -483,10 +483,11 @@ static int check_admission(gossip *g, const gossip_record *r, const gossip_admis
                            char *err, size_t errlen)
 {
     if (gossip_admission_founder(r, a)) return 0;
-    bool known = false;
-    for (size_t j = 0; j < g->n && !known; j++)
-        known = !g->m[j]->displaced && memcmp(g->m[j]->rec.id_pub, a->by, GOSSIP_KEY_LEN) == 0;
-    if (!known) {
+    const gossip_member *by = NULL;
+    for (size_t j = 0; j < g->n && !by; j++)
+        if (!g->m[j]->displaced && memcmp(g->m[j]->rec.id_pub, a->by, GOSSIP_KEY_LEN) == 0)
+            by = g->m[j];
+    if (!by) {
         mesh_errf(err, errlen, "record of %s (%s): not admitted by any member this node knows "
                   "(members enter only through JOIN with an invite); dropped", r->name,
                   r->address);
@@ -496,6 +497,14 @@ static int check_admission(gossip *g, const gossip_record *r, const gossip_admis
         return mesh_errf(err, errlen, "record of %s (%s): its admission does not verify "
                          "(forged, or not for this name and keys); dropped", r->name,
                          r->address);
+    /* Nobody admits before it was admitted itself (give or take the clocks'
+     * skew): the older admission wins a collision, so a backdated one
+     * could otherwise evict any member. */
+    if (a->at_ms < by->sig.adm.at_ms - GOSSIP_ADMISSION_SKEW_MS)
+        return mesh_errf(err, errlen, "record of %s (%s): admitted by %s at %lld ms, before %s "
+                         "was admitted itself (%lld ms); dropped", r->name, r->address,
+                         by->rec.name, (long long)a->at_ms, by->rec.name,
+                         (long long)by->sig.adm.at_ms);
     return 0;
 }
 
@@ -508,19 +517,22 @@ static bool holds_name(const gossip_member *o, int64_t now_ms)
 }
 
 /* o loses its overlay address to an older admission: out of the view. */
-static void displace(gossip *g, gossip_member *o, const gossip_record *winner)
+static void displace(gossip *g, gossip_member *o, const gossip_record *winner,
+                     const gossip_admission *wa)
 {
+    char by[9];
+    for (int k = 0; k < 4; k++) snprintf(by + 2 * k, 3, "%02x", wa->by[k]);
     int before = (int)o->state;
     o->displaced = true;
     o->state = GOSSIP_LEFT;
     if (strcmp(o->rec.address, winner->address) == 0)
-        glog(g, "gossip: %s's overlay address %s is also %s's, admitted earlier: %s is out of "
-             "the view (it must join again with a new WireGuard key)", o->rec.name,
-             o->rec.address, winner->name, o->rec.name);
+        glog(g, "gossip: %s's overlay address %s is also %s's, admitted earlier (by identity "
+             "%s...): %s is out of the view (it must join again with a new WireGuard key)",
+             o->rec.name, o->rec.address, winner->name, by, o->rec.name);
     else
-        glog(g, "gossip: the name %s was also given to %s (%s), admitted earlier: %s (%s) is "
-             "out of the view (it must join again under another name)", o->rec.name,
-             winner->address, winner->name, o->rec.name, o->rec.address);
+        glog(g, "gossip: the name %s was also given to %s (%s), admitted earlier (by identity "
+             "%s...): %s (%s) is out of the view (it must join again under another name)",
+             o->rec.name, winner->address, winner->name, by, o->rec.name, o->rec.address);
     notify(g, o, before);
 }
 
@@ -570,7 +582,7 @@ static int apply_record(gossip *g, const gossip_signed *sig, int64_t now_ms, boo
                 return mesh_errf(err, errlen, "record of %s: overlay address %s collides with "
                                  "member %s's, admitted earlier; %s needs a new key", r.name,
                                  r.address, o->rec.name, r.name);
-            displace(g, o, &r);
+            displace(g, o, &r, &sig->adm);
             continue;
         }
         /* A name is claimed by a member's first record (or a new name); a
@@ -582,7 +594,7 @@ static int apply_record(gossip *g, const gossip_signed *sig, int64_t now_ms, boo
              * partition): the older keeps it, everywhere alike. */
             if (j != 0 && !o->self &&
                 adm_older(&sig->adm, r.wg_pub, &o->sig.adm, o->rec.wg_pub)) {
-                displace(g, o, &r);
+                displace(g, o, &r, &sig->adm);
                 continue;
             }
             return mesh_errf(err, errlen, "record of %s: the name belongs to another member "

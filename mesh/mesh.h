@@ -349,6 +349,9 @@ typedef struct {
 /* A dead member's name stays its own this long (then a newcomer may take it);
  * a member that left frees it at once. */
 #define GOSSIP_NAME_HOLD_MS ((int64_t)24 * 3600 * 1000)
+/* An admission may not be dated more than this before its admitter's own
+ * (clocks differ a little; the older admission wins collisions). */
+#define GOSSIP_ADMISSION_SKEW_MS ((int64_t)10 * 60 * 1000)
 
 /* A record as it travels: its encoded bytes (a msgpack map), the owner's
  * Ed25519 signature over exactly those bytes, and the admission that lets

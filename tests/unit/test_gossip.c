@@ -1910,6 +1910,14 @@ static void scenario_admission(void)
           "16: admission: %s", err);
     moved.adm.at_ms += 1;
     expect_not_admitted("n1's admission with its time changed", &moved, "admission does not verify");
+    /* Backdated: n1 (a member) dates an admission an hour before its own, to
+     * win a collision against members admitted since. */
+    gossip_signed back = sg;
+    CHECK(gossip_admission_sign(&r, S.nd[1].id_priv, see(0, 1)->sig.adm.at_ms - 3600000,
+                                &back.adm, err, sizeof err) == 0,
+          "16: admission: %s", err);
+    expect_not_admitted("an admission n1 dated an hour before its own", &back,
+                        "before n1 was admitted itself");
     /* Another identity's admission (a former member's, say: not in the view). */
     node former;
     memset(&former, 0, sizeof former);
