@@ -286,7 +286,19 @@ static int job_path_at(json_t *obj, const char *key, bool required, const char *
     return 0;
 }
 
+static int bundle_valid(json_t *bundle, char *err, size_t errlen);
+
 int pool_bundle_valid(json_t *bundle, char *err, size_t errlen)
+{
+    int rc = bundle_valid(bundle, err, errlen);
+    /* A refusal is one line of a log: whatever of the bundle it quotes (the
+     * id, the submitter, a path), no control byte of a peer's making. */
+    for (size_t i = 0; rc && err && i < errlen && err[i]; i++)
+        if ((unsigned char)err[i] < 0x20 || err[i] == 0x7f) err[i] = '?';
+    return rc;
+}
+
+static int bundle_valid(json_t *bundle, char *err, size_t errlen)
 {
     static const char *const known[] = {"v", "id", "job", "config", "files", "submitted_by",
                                         "submitted_at", NULL};

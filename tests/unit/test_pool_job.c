@@ -326,6 +326,13 @@ static void test_refusals(void)
     json_object_set_new(t, "submitted_by", json_string("mallory"));
     CHECK(pool_bundle_valid(t, err, sizeof err) != 0, "submitted_by changed");
     json_decref(t);
+    /* a refusal is one line, whatever the bundle quotes */
+    t = json_deep_copy(b);
+    json_object_set_new(t, "submitted_by", json_string("a\nshardnode: forged log line"));
+    json_object_set_new(t, "id", json_string("0123\n\r\x1b[2J"));
+    CHECK(pool_bundle_valid(t, err, sizeof err) != 0 && !strpbrk(err, "\n\r\x1b"),
+          "a refusal with control bytes: \"%s\"", err);
+    json_decref(t);
     json_decref(b);
 }
 
