@@ -25,10 +25,14 @@ nodes: a, b, c, d join as in mesh_test (a invites b, b c, c d), then:
 4. A name: with c dead, a newcomer asks a to join as "c" with a fresh
    token: refused ("name belongs to another member"); c comes back up
    under its name (issue 12, 7).
+5. An address: a joiner whose WireGuard key gives b's overlay address
+   (ground for it here) is refused as "address taken" before its token is
+   spent, draws a new key and joins with the same token; b keeps its
+   address (issue 12, 11).
 Throughout, the mesh goes on: a, b, c, d list each other alive at the end.
 """
 
-import base64  # noqa: F401
+import base64
 import json
 import os
 import signal
@@ -290,6 +294,71 @@ class AdversaryTest(M.MeshTest):
                   self.lists({k: "alive" for k in "abcd"}), 20)
         log("ok   4. with c dead a newcomer asking to join as c is refused; c comes back as c")
 
+    def collision(self):
+        """A joiner whose WireGuard key gives b's overlay address (ground for it
+        here): a refuses the JOIN as "address taken" before spending the token,
+        the joiner draws a new key and is admitted with the same token."""
+        N = self.nodes
+        a, b, e = N["a"], N["b"], N["e"]
+        s = self.status(a)
+        target = M.view(s)["b"]["address"]
+        net = [int(x) for x in M.PREFIX.split("/")[0].split(".")]
+        plen = int(M.PREFIX.split("/")[1])
+        from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+        from cryptography.hazmat.primitives.serialization import (Encoding, NoEncryption,
+                                                                  PrivateFormat, PublicFormat)
+
+        def address(pub):   # mesh_overlay_address (mesh/wg.c), IPv4
+            h = 0xcbf29ce484222325
+            for byte in pub:
+                h = ((h ^ byte) * 0x100000001b3) & 0xffffffffffffffff
+            h ^= h >> 30
+            h = (h * 0xbf58476d1ce4e5b9) & 0xffffffffffffffff
+            h ^= h >> 27
+            h = (h * 0x94d049bb133111eb) & 0xffffffffffffffff
+            h ^= h >> 31
+            host = h % ((1 << (32 - plen)) - 2) + 1
+            v = (net[0] << 24 | net[1] << 16 | net[2] << 8 | net[3]) | host
+            return "%d.%d.%d.%d" % (v >> 24, (v >> 16) & 255, (v >> 8) & 255, v & 255)
+        t0 = time.time()
+        while True:
+            k = X25519PrivateKey.generate()
+            pub = k.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+            if address(pub) == target:
+                break
+            check(time.time() - t0 < 120, "no key for %s in 120 s" % target)
+        # b's own address from our hash: the formula is mesh_overlay_address's.
+        check(address(base64.b64decode(M.view(s)["b"]["wg_public_key"])) == target,
+              "this test's copy of mesh_overlay_address disagrees with b's address")
+        x = M.Node(self, "crowded", e.ns, e.ip, e.endpoint)
+        self.nodes["crowded"] = x
+        x.run(["init", "--state", x.state, "--name", "crowded", "--listen-port",
+               str(M.WG_PORT), "--endpoint", e.endpoint, "--prefix", M.PREFIX])
+        priv = k.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+        with open(os.path.join(x.state, "wg.key"), "w") as f:
+            f.write(base64.b64encode(priv).decode() + "\n")
+        nj = x.node_json()
+        nj["wg_public_key"] = base64.b64encode(pub).decode()
+        nj["overlay_address"] = target
+        with open(os.path.join(x.state, "node.json"), "w") as f:
+            json.dump(nj, f)
+        with open(os.path.join(x.state, "mesh.json"), "w") as f:
+            json.dump({"mesh_id": s["mesh_id"], "prefix": M.PREFIX, "created": int(time.time()),
+                       "gossip_port": GOSSIP_PORT, "joined": False, "members": []}, f)
+        x.start(["join", self.invite(a), "--state", x.state])
+        self.wait("crowded joins with a new key", [a, b],
+                  self.lists({"a": "alive", "b": "alive", "crowded": "alive"}), 60)
+        with open(x.logs[-1], errors="replace") as f:
+            text = f.read()
+        check("address was taken" in text, "the joiner did not draw a new key:\n%s" % text)
+        got = M.view(self.status(a))
+        check(got["crowded"]["address"] != target and got["b"]["address"] == target,
+              "after the collision a lists crowded at %s and b at %s"
+              % (got["crowded"]["address"], got["b"]["address"]))
+        log("ok   5. a joiner whose key gave b's address (%s) was refused before its token was "
+            "spent, drew a new key and joined at %s; b kept its address"
+            % (target, got["crowded"]["address"]))
+
     def run(self, scaffold_only=False):
         self.setup()
         self.init_a()
@@ -298,9 +367,10 @@ class AdversaryTest(M.MeshTest):
         self.member()
         self.used_invites()
         self.names()
+        self.collision()
         self.wait("the mesh goes on", [self.nodes[k] for k in "abcd"],
                   self.lists({k: "alive" for k in "abcd"}), 10)
-        log("ok   5. a, b, c, d list each other alive after every attack")
+        log("ok   6. a, b, c, d list each other alive after every attack")
 
 
 def main():
