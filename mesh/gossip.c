@@ -1,6 +1,8 @@
 /* gossip.c — SWIM membership with Lifeguard's suspicion timeouts, as a pure
  * state machine: datagrams and ticks in, datagrams and hooks out. The
- * daemon (node/) owns the sockets, WireGuard and the clock.
+ * daemon (node/) owns the sockets, WireGuard and the clocks: every now_ms
+ * here is monotonic and drives timers only; the timestamps signed (a
+ * record's signed_ms, an admission's at_ms) come from the wall_ms hook.
  *
  * Every ALIVE or LEFT claim is a record its owner signed; SUSPECT and DEAD
  * are claims about a member's incarnation, made by whoever probed it. The
@@ -336,11 +338,28 @@ static void broadcast(gossip *g, const gossip_member *about)
 
 /* ---- self ---- */
 
+/* Real time, for a timestamp this node signs; now_ms (monotonic) only
+ * drives timers (mesh.h, the wall_ms hook). */
+static int64_t wall_now(const gossip *g, int64_t now_ms)
+{
+    return g->h.wall_ms ? g->h.wall_ms(g->h.ctx) : now_ms;
+}
+
+/* The date of an admission this node signs: real time, but never before its
+ * own admission (members refuse an admission dated more than
+ * GOSSIP_ADMISSION_SKEW_MS before its admitter's, and a wall clock set back
+ * must not make this node unable to admit). */
+static int64_t admission_time(const gossip *g, int64_t now_ms)
+{
+    int64_t t = wall_now(g, now_ms), own = g->m[0]->sig.adm.at_ms;
+    return t < own ? own : t;
+}
+
 static int resign_self(gossip *g, int64_t now_ms, char *err, size_t errlen)
 {
     gossip_member *s = self_of(g);
     gossip_admission adm = s->sig.adm;
-    s->rec.signed_ms = now_ms;
+    s->rec.signed_ms = wall_now(g, now_ms); /* signed: real time */
     int rc = gossip_record_sign(&s->rec, g->id_priv, &s->sig, err, errlen);
     s->sig.adm = adm;
     if (rc != 0) return -1;
@@ -802,7 +821,8 @@ int gossip_admit(gossip *g, const gossip_signed *s, int64_t now_ms, char *err, s
     gossip_signed *c = malloc(sizeof *c);
     if (!c) return mesh_errf(err, errlen, "out of memory");
     *c = *s;
-    int rc = gossip_admission_sign(&r, g->id_priv, now_ms, &c->adm, err, errlen);
+    int rc = gossip_admission_sign(&r, g->id_priv, admission_time(g, now_ms), &c->adm, err,
+                                   errlen);
     if (rc == 0) rc = apply_record(g, c, now_ms, true, err, errlen) == 0 ? 0 : -1;
     free(c);
     return rc;
@@ -1168,7 +1188,8 @@ int gossip_create(gossip **out, const gossip_config *cfg, int64_t now_ms, char *
     s->sig.adm = cfg->self_adm;
     if (mesh_overlay_address(g->prefix, s->rec.wg_pub, want, sizeof want, err, errlen) != 0 ||
         (adm_same(&cfg->self_adm, &none) &&
-         gossip_admission_sign(&s->rec, g->id_priv, now_ms, &s->sig.adm, err, errlen) != 0) ||
+         gossip_admission_sign(&s->rec, g->id_priv, wall_now(g, now_ms), &s->sig.adm, err,
+                               errlen) != 0) ||
         resign_self(g, now_ms, err, errlen) != 0) {
         gossip_destroy(g);
         return -1;

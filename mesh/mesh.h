@@ -465,8 +465,9 @@ void gossip_msg_free(gossip_msg *m);
 /* END gossip codec section */
 
 /* ================= membership: the SWIM state machine (gossip.c) ========= */
-/* Pure logic driven by the caller's clock: the daemon hands it datagrams and
- * ticks, and it answers through hooks (send a datagram, sync over TCP, a
+/* Pure logic driven by the caller's clock (now_ms: monotonic, for timers;
+ * the wall_ms hook: real time, for what is signed): the daemon hands it
+ * datagrams and ticks, and it answers through hooks (send a datagram, sync over TCP, a
  * member changed). No sockets and no threads here, so a test can run many
  * nodes in one process. Rules and defaults: docs/PROTOCOL.md, "Gossip". */
 
@@ -488,7 +489,8 @@ typedef struct {
     gossip_signed sig;      /* ... as signed, for relaying */
     gossip_state state;
     uint64_t state_inc;     /* incarnation the state refers to */
-    int64_t state_ms;       /* when this node adopted the state */
+    int64_t state_ms;       /* when this node adopted the state (these four: the
+                             * caller's monotonic now_ms) */
     int64_t heard_ms;       /* last message received from it directly (0: never) */
     int64_t acked_ms;       /* last direct ACK to one of our PINGs (0: never) */
     int64_t suspect_ms;     /* SUSPECT: when the suspicion started */
@@ -516,6 +518,12 @@ typedef struct {
     void (*observe)(void *ctx, const char *addr, char *out, size_t outlen);
     /* One line for the log (no newline). May be NULL. */
     void (*log)(void *ctx, const char *line);
+    /* Unix time in ms, for the timestamps this node signs (its record's
+     * signed_ms, the at_ms of the admissions it signs). Every now_ms below
+     * is a monotonic clock that drives the timers only, so a wall clock
+     * set back or forward neither fires a timer early nor holds one back.
+     * NULL: now_ms serves as both (tests on one simulated clock). */
+    int64_t (*wall_ms)(void *ctx);
 } gossip_hooks;
 
 typedef struct {

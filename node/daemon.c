@@ -39,11 +39,29 @@
 #define DAEMON_KEEPALIVE_S 25
 #define DAEMON_DEAD_KEEP_S 3600 /* a dead member stays reachable this long */
 
+/* Every timer (gossip's, the pool's, the quiet period, JOIN's deadlines,
+ * saves and polls): a monotonic clock, which a wall clock set back or
+ * forward does not move. */
 int64_t daemon_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Real time, only for what is signed (a record's signed_ms, an admission's
+ * at_ms, through gossip's wall_ms hook) or shown. */
+int64_t daemon_wall_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t gossip_wall_hook(void *ctx)
+{
+    (void)ctx;
+    return daemon_wall_ms();
 }
 
 void daemon_log(daemon_t *d, const char *fmt, ...)
@@ -53,7 +71,7 @@ void daemon_log(daemon_t *d, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    time_t t = time(NULL);
+    time_t t = time(NULL); /* shown: real time */
     struct tm tm;
     char ts[32];
     gmtime_r(&t, &tm);
@@ -133,6 +151,8 @@ daemon_peer *daemon_peer_of(daemon_t *d, const uint8_t key[GOSSIP_KEY_LEN])
 
 bool daemon_peer_direct(const daemon_peer *p)
 {
+    /* WireGuard reports the last handshake in wall-clock seconds: compared
+     * with real time (a clock step misjudges one link for a while, no more). */
     return p && p->handshake_s > 0 && time(NULL) - p->handshake_s <= DAEMON_DIRECT_S;
 }
 
@@ -383,7 +403,7 @@ void daemon_self_record(daemon_t *d, gossip_record *r)
     r->protocol = MESH_PROTOCOL_VERSION;
     r->mem_free = daemon_mem_available();
     snprintf(r->devices, sizeof r->devices, "%s", d->devices_json);
-    r->signed_ms = daemon_now_ms();
+    r->signed_ms = daemon_wall_ms(); /* signed: real time */
 }
 
 static int open_gossip(daemon_t *d, char *err, size_t errlen)
@@ -397,8 +417,9 @@ static int open_gossip(daemon_t *d, char *err, size_t errlen)
     gc.self_adm = d->adm;
     gc.hooks = (gossip_hooks){.ctx = d, .send = udp_send, .sync = sync_hook,
                               .changed = member_changed, .observe = observe_hook,
-                              .log = gossip_log_hook};
-    gc.seed = (uint64_t)daemon_now_ms() ^ ((uint64_t)d->wg_pub[0] << 32 | d->wg_pub[1]);
+                              .log = gossip_log_hook, .wall_ms = gossip_wall_hook};
+    /* A seed, not a timer: real time differs between restarts. */
+    gc.seed = (uint64_t)daemon_wall_ms() ^ ((uint64_t)d->wg_pub[0] << 32 | d->wg_pub[1]);
     int rc = gossip_create(&d->g, &gc, daemon_now_ms(), err, errlen);
     memset(gc.id_priv, 0, sizeof gc.id_priv);
     memset(gc.wg_priv, 0, sizeof gc.wg_priv);

@@ -43,7 +43,7 @@ typedef struct {
     uint8_t secret[GOSSIP_SECRET_LEN];
     uint8_t pub[GOSSIP_KEY_LEN];         /* the key the secret stands for */
     char address[GOSSIP_ADDR_MAX];       /* the one address it may use */
-    int64_t expires;
+    int64_t expires;                     /* Unix seconds */
     bool used;
     int64_t used_at;                     /* Unix seconds (when used) */
 } daemon_invite;
@@ -105,7 +105,10 @@ typedef struct daemon_t {
 } daemon_t;
 
 /* daemon.c */
+/* Monotonic ms: every timer. */
 int64_t daemon_now_ms(void);
+/* Unix ms: only what is signed or shown. */
+int64_t daemon_wall_ms(void);
 void daemon_log(daemon_t *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int daemon_sockaddr(const char *addr, int port, struct sockaddr_storage *ss, socklen_t *len);
 void daemon_addr_string(const struct sockaddr *sa, char *out, size_t outlen, int *port);

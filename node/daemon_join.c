@@ -230,6 +230,7 @@ int daemon_join(daemon_t *d, const char *token_text, char *err, size_t errlen)
 {
     struct token t;
     char why[512];
+    /* Real time: a token's expiry is Unix seconds. */
     if (token_decode(token_text, &t, (int64_t)time(NULL), why, sizeof why) != 0)
         return node_errf(err, errlen, "%s", why);
     if (memcmp(t.mesh_id, d->mesh_id, sizeof d->mesh_id) != 0)

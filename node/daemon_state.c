@@ -161,6 +161,8 @@ int daemon_open_state(daemon_t **out, const char *state, char *err, size_t errle
      * even "dead" claims about the saved incarnation. */
     json_t *inc = json_object_get(d->mesh, "incarnation");
     uint64_t saved = json_is_integer(inc) ? (uint64_t)json_integer_value(inc) : 0;
+    /* Real seconds as a floor: an incarnation must rise across restarts
+     * even when mesh.json was lost (a clock set back falls back to saved+1). */
     uint64_t now_s = (uint64_t)time(NULL);
     d->incarnation = saved + 1 > now_s ? saved + 1 : now_s;
 
@@ -287,6 +289,7 @@ void daemon_invites_refresh(daemon_t *d, bool force)
     int64_t mtime = stat(path, &st) == 0
                         ? (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec
                         : 0;
+    /* Real time: invites.json's expiry and use are Unix seconds. */
     int64_t now = (int64_t)time(NULL);
     daemon_invite fresh[DAEMON_MAX_INVITES];
     size_t nfresh = 0;
@@ -399,6 +402,7 @@ int daemon_invite_redeem(daemon_t *d, const uint8_t secret[GOSSIP_SECRET_LEN],
         goto out;
     }
     json_t *exp = json_object_get(hit, "expires");
+    /* Real time: the expiry is Unix seconds, as the token states it. */
     if (!json_is_integer(exp) || json_integer_value(exp) <= (json_int_t)time(NULL)) {
         snprintf(why, whylen, "token expired");
         goto out;
@@ -414,6 +418,7 @@ int daemon_invite_redeem(daemon_t *d, const uint8_t secret[GOSSIP_SECRET_LEN],
         goto out;
     }
     json_object_set_new(hit, "used_by", json_string(name));
+    /* Shown, and read back for the withdrawal grace: real time. */
     json_object_set_new(hit, "used_at", json_integer((json_int_t)time(NULL)));
     rc = node_write_json(path, root, 0600, err, errlen) == 0 ? 0 : -1;
 out:

@@ -15,7 +15,8 @@
  * records too big for a datagram (a job text: gossip_set_job), which the
  * sync hook carries, and the SYNC's size limit. Scenarios 10 to 13 check
  * behaviours found wrong while writing this test (see their comments); their
- * failures say "BUG". GOSSIP_TEST_VERBOSE=1 prints every state change and
+ * failures say "BUG". Scenario 19 steps the wall clock (the wall_ms hook)
+ * while the monotonic clock every call gets runs on. GOSSIP_TEST_VERBOSE=1 prints every state change and
  * log line. */
 #include "keys.h"
 #include "mesh.h"
@@ -80,6 +81,8 @@ static struct {
     long sync_bytes;      /* encoded SYNC payloads carried by push_pull */
     uint64_t keyrng;      /* keys are drawn from this seeded PRNG: no test is flaky */
     bool refusals_ok;     /* push-pulls may refuse records (a collision being healed) */
+    int64_t wall_off;     /* the wall clock (wall_ms hook) is S.now + wall_off: S.now is
+                           * the monotonic clock every call gets; scenario 19 steps this */
 } S;
 
 /* What every observer saw happen to every subject (changed hook). */
@@ -331,6 +334,12 @@ static void hook_log(void *ctx, const char *line)
         printf("  [%7.2f] %s log: %s\n", secs(S.now - T0), o->name, line);
 }
 
+static int64_t hook_wall(void *ctx)
+{
+    (void)ctx;
+    return S.now + S.wall_off;
+}
+
 /* ----------------------------------------------------------------- nodes */
 
 /* 32 bytes from a splitmix64 stream: keys in a test are seeded, never random. */
@@ -409,7 +418,8 @@ static void start_node(node *x, uint64_t inc)
                              .sync = hook_sync,
                              .changed = hook_changed,
                              .observe = hook_observe,
-                             .log = hook_log};
+                             .log = hook_log,
+                             .wall_ms = hook_wall};
     c.seed = 0x9e37u + (uint64_t)x->idx * 7919u;
     char err[256] = "";
     if (gossip_create(&x->g, &c, S.now, err, sizeof err) != 0) {
@@ -2208,6 +2218,84 @@ static void scenario_collisions(void)
            "older admission's\n");
 }
 
+/* 19. The wall clock is stepped while the monotonic clock runs on (NTP, a
+ *     laptop's suspend, an operator): gossip's timers run on now_ms only,
+ *     so with the wall clock set back 1 h and then forward 1 day nobody is
+ *     suspected, probes go on at their rate (no timer held back for an
+ *     hour), a crash is still found DEAD no sooner than the suspicion
+ *     timeout and no later than 10 s (no timer fired at once), while what
+ *     is signed carries the wall clock: a record's signed_ms is the stepped
+ *     time, and a member whose clock went back before its own admission
+ *     still admits a joiner the others accept (its admission is dated no
+ *     earlier than its own). Before the daemon's timers moved to
+ *     CLOCK_MONOTONIC the daemon gave gossip one real-time clock for both. */
+static void scenario_clock_steps(void)
+{
+    char err[512] = "";
+    sim_start(4, false, 19);
+    CHECK(run_until(-1, GOSSIP_ALIVE, 0, 3000) >= 0, "19: 4 nodes did not converge in 3 s");
+    run_for(5000);
+    reset_tracking();
+    long s0 = S.sent;
+    run_for(10000);
+    long calm = S.sent - s0;
+
+    S.wall_off = -(int64_t)3600 * 1000; /* back 1 h */
+    s0 = S.sent;
+    run_for(10000);
+    long back = S.sent - s0;
+    CHECK(gossip_set_job(S.nd[1].g, "{\"clock\":\"back\"}", S.now, err, sizeof err) == 0,
+          "19: set_job: %s", err);
+    CHECK(gossip_self(S.nd[1].g)->rec.signed_ms == S.now + S.wall_off,
+          "19: n1's record signed at %lld, not the wall clock %lld",
+          (long long)gossip_self(S.nd[1].g)->rec.signed_ms, (long long)(S.now + S.wall_off));
+
+    /* A joiner admitted by n1, whose wall clock is now an hour before its
+     * own admission. */
+    S.n = 5;
+    node *x = &S.nd[4];
+    memset(x, 0, sizeof *x);
+    x->idx = 4;
+    snprintf(x->name, sizeof x->name, "n4");
+    new_keys(x);
+    join(4, 1);
+    const gossip_member *jm = see(1, 4);
+    CHECK(jm && jm->sig.adm.at_ms >= see(1, 1)->sig.adm.at_ms,
+          "19: n1 dated n4's admission %lld, before its own %lld",
+          jm ? (long long)jm->sig.adm.at_ms : -1LL, (long long)see(1, 1)->sig.adm.at_ms);
+    int64_t tj = run_until(-1, GOSSIP_ALIVE, 0, 5000);
+    CHECK(tj >= 0, "19: n4, admitted by n1 with its clock set back 1 h, is not ALIVE "
+          "everywhere after 5 s");
+
+    S.wall_off = (int64_t)24 * 3600 * 1000; /* forward 1 day */
+    s0 = S.sent;
+    run_for(10000);
+    long fwd = S.sent - s0;
+    for (int o = 0; o < S.n; o++)
+        for (int m = 0; m < S.n; m++)
+            CHECK(TR[o][m].nsuspect == 0 && TR[o][m].ndead == 0,
+                  "19: with the wall clock stepped, %s suspected %s %d times (dead %d)",
+                  S.nd[o].name, S.nd[m].name, TR[o][m].nsuspect, TR[o][m].ndead);
+    /* 4 nodes then 5 probe once a second each: the rate per node holds. */
+    double r_back = (double)back / calm, r_fwd = (double)fwd / calm * 4.0 / 5.0;
+    CHECK(r_back > 0.75 && r_back < 1.33 && r_fwd > 0.75 && r_fwd < 1.33,
+          "19: datagrams per 10 s: %ld steady, %ld after 1 h back, %ld after 1 day forward "
+          "(a timer held back or fired early)", calm, back, fwd);
+
+    crash(3);
+    int64_t t0 = S.now;
+    int64_t td = run_until(3, GOSSIP_DEAD, 0, 10000);
+    CHECK(td >= 2500, "19: n3 found DEAD %.2f s after its crash (before the suspicion "
+          "timeout: a timer fired early)", secs(td));
+    CHECK(td >= 0, "19: n3 not DEAD everywhere 10 s after its crash (a timer never fired)");
+    CHECK(TR[0][3].nsuspect >= 1 && TR[0][3].suspect_ms - t0 >= 500,
+          "19: n0 suspected n3 %.2f s after the crash", secs(TR[0][3].suspect_ms - t0));
+    printf("scenario 19 (wall clock 1 h back, then 1 day forward): no suspicion; datagrams per "
+           "10 s %ld steady, %ld back, %ld forward (5 nodes); a joiner admitted across the "
+           "step is ALIVE everywhere after %.2f s; a crash DEAD everywhere after %.2f s\n",
+           calm, back, fwd, secs(tj), secs(td));
+}
+
 int main(void)
 {
     S.verbose = getenv("GOSSIP_TEST_VERBOSE") != NULL;
@@ -2236,6 +2324,7 @@ int main(void)
     scenario_admission();
     scenario_names();
     scenario_collisions();
+    scenario_clock_steps();
     sim_end();
     fflush(stdout);
     if (failures) {
