@@ -52,6 +52,14 @@ typedef struct {
  * reaches the joiner; then it is withdrawn (PROTOCOL.md, "Joining"). */
 #define DAEMON_INVITE_GRACE_S 10
 
+/* Whether iv's WireGuard peer is withdrawn at now_s (Unix seconds: real
+ * time, as invites.json's "expires" and "used_at" are shared with
+ * `shardnode invite` and survive restarts): from its expiry on, and once
+ * used from used_at + DAEMON_INVITE_GRACE_S on; a used_at later than now_s
+ * (the clock was set back since) withdraws it at once, so a clock step
+ * never keeps a spent invite open. */
+bool daemon_invite_withdrawn(const daemon_invite *iv, int64_t now_s);
+
 typedef struct daemon_conn daemon_conn;
 typedef struct pool pool;
 #define POOL_DATA_PORT 7947 /* the pipeline's activations and gradients, on the overlay */

@@ -281,6 +281,12 @@ static int lock_invites(const daemon_t *d)
     return fd;
 }
 
+bool daemon_invite_withdrawn(const daemon_invite *iv, int64_t now_s)
+{
+    if (iv->expires <= now_s) return true;
+    return iv->used && (now_s >= iv->used_at + DAEMON_INVITE_GRACE_S || now_s < iv->used_at);
+}
+
 void daemon_invites_refresh(daemon_t *d, bool force)
 {
     char path[DAEMON_PATH_MAX], err[512];
@@ -313,9 +319,7 @@ void daemon_invites_refresh(daemon_t *d, bool force)
             iv.used_at = json_is_integer(at) ? json_integer_value(at) : 0;
             /* A used invite is withdrawn (issue 12, 6): its holder reached
              * this node only to send JOIN. The grace lets the reply out. */
-            if (iv.expires <= now || (iv.used && now >= iv.used_at + DAEMON_INVITE_GRACE_S) ||
-                nfresh == DAEMON_MAX_INVITES)
-                continue;
+            if (daemon_invite_withdrawn(&iv, now) || nfresh == DAEMON_MAX_INVITES) continue;
             if (keys_invite_key(iv.secret, sizeof iv.secret, (uint8_t[KEYS_LEN]){0}, iv.pub,
                                 err, sizeof err) != 0 ||
                 mesh_overlay_address(d->prefix, iv.pub, iv.address, sizeof iv.address, err,
@@ -333,9 +337,7 @@ void daemon_invites_refresh(daemon_t *d, bool force)
     } else {
         /* Only expiry (and a used invite's grace) to look at. */
         for (size_t i = 0; i < d->ninvites; i++)
-            if (d->invites[i].expires > now &&
-                (!d->invites[i].used || now < d->invites[i].used_at + DAEMON_INVITE_GRACE_S))
-                fresh[nfresh++] = d->invites[i];
+            if (!daemon_invite_withdrawn(&d->invites[i], now)) fresh[nfresh++] = d->invites[i];
         if (nfresh == d->ninvites) return;
     }
     /* Withdraw invites that are gone, add the new ones. */

@@ -3,7 +3,8 @@
  * daemon_now_ms, which must be CLOCK_MONOTONIC (a wall clock set back or
  * forward must neither hold a timer back nor fire it early; unit.test_gossip's
  * scenario 19 shows the state machine on such a clock); what is signed or
- * shown uses daemon_wall_ms, real time. */
+ * shown uses daemon_wall_ms, real time. And the rule that withdraws an
+ * invite's WireGuard peer (daemon_invite_withdrawn). */
 #include "daemon_internal.h"
 
 #include <stdint.h>
@@ -47,9 +48,56 @@ static void test_clocks(void)
            "CLOCK_REALTIME (%lld ms)\n", (long long)now, (long long)wall);
 }
 
+/* When an invite's WireGuard peer goes (issue 12, point 6): at its expiry,
+ * or DAEMON_INVITE_GRACE_S (10 s) after it was redeemed, whichever comes
+ * first; both in Unix seconds as invites.json holds them. */
+static void test_invite_withdrawal(void)
+{
+    const int64_t T = 1760000000, G = DAEMON_INVITE_GRACE_S;
+    CHECK(G == 10, "the grace is %lld s; PROTOCOL.md (\"Joining\") says 10 s", (long long)G);
+    daemon_invite iv = {.expires = T + 3600};
+    /* Unused: kept up to the second before its expiry. */
+    CHECK(!daemon_invite_withdrawn(&iv, T), "an unused invite 1 h before expiry is withdrawn");
+    CHECK(!daemon_invite_withdrawn(&iv, T + 3599), "an unused invite 1 s before expiry is "
+          "withdrawn");
+    CHECK(daemon_invite_withdrawn(&iv, T + 3600), "an unused invite is kept at its expiry");
+    CHECK(daemon_invite_withdrawn(&iv, T + 3601), "an unused invite is kept after its expiry");
+    /* Redeemed at T: the JOIN_REPLY has 10 s to get out, not one more. */
+    iv.used = true;
+    iv.used_at = T;
+    CHECK(!daemon_invite_withdrawn(&iv, T), "an invite is withdrawn the second it is redeemed "
+          "(the JOIN_REPLY could not reach the joiner)");
+    CHECK(!daemon_invite_withdrawn(&iv, T + G - 1), "an invite is withdrawn %lld s after it was "
+          "redeemed (grace %lld s)", (long long)(G - 1), (long long)G);
+    CHECK(daemon_invite_withdrawn(&iv, T + G), "a redeemed invite is kept at the end of its "
+          "grace (its holder would reach this node's services)");
+    CHECK(daemon_invite_withdrawn(&iv, T + G + 1), "a redeemed invite is kept after its grace");
+    CHECK(daemon_invite_withdrawn(&iv, T + 3599), "a redeemed invite is kept until its expiry");
+    /* Expiry inside the grace: expiry wins. */
+    iv.expires = T + 5;
+    CHECK(!daemon_invite_withdrawn(&iv, T + 4), "a redeemed invite 1 s before its expiry (inside "
+          "the grace) is withdrawn");
+    CHECK(daemon_invite_withdrawn(&iv, T + 5), "a redeemed invite is kept past its expiry "
+          "because the grace had not ended");
+    /* The wall clock set back after the redemption: withdrawn at once, not
+     * kept until the clock catches up (an hour later here). */
+    iv.expires = T + 86400;
+    CHECK(daemon_invite_withdrawn(&iv, T - 1), "a redeemed invite is kept when the clock reads "
+          "before its used_at (set back)");
+    CHECK(daemon_invite_withdrawn(&iv, T - 3600), "a redeemed invite is kept for the hour the "
+          "clock was set back");
+    /* Used, with no time recorded (used_at 0): gone. */
+    iv.used_at = 0;
+    CHECK(daemon_invite_withdrawn(&iv, T), "a used invite without used_at is kept");
+    printf("invites: an unused invite goes at its expiry; a redeemed one %lld s after "
+           "redemption or at expiry, whichever is first, and at once when the clock reads "
+           "before its redemption\n", (long long)G);
+}
+
 int main(void)
 {
     test_clocks();
+    test_invite_withdrawal();
     fflush(stdout);
     if (failures) {
         fprintf(stderr, "test_gossip_daemon: %d failure(s)\n", failures);
