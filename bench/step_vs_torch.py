@@ -60,11 +60,15 @@ def run_json_lines(cmd, timeout):
 
 
 def shardnode_sgemm(shardnode, threads):
+    """(OpenBLAS sgemm GFLOP/s, shardnode matmul GFLOP/s, matmul's kernel); an
+    older shardnode without matmul_gflops gives the sgemm figure for both."""
     objs = run_json_lines([shardnode, "bench", "--sgemm", "--threads", str(threads)], 300)
-    vals = [o["sgemm_gflops"] for o in objs if "sgemm_gflops" in o]
+    vals = [o for o in objs if "sgemm_gflops" in o]
     if not vals:
         sys.exit("step_vs_torch: `shardnode bench --sgemm` printed no sgemm_gflops")
-    return float(vals[0])
+    o = vals[0]
+    return (float(o["sgemm_gflops"]), float(o.get("matmul_gflops", o["sgemm_gflops"])),
+            o.get("gemm", "openblas"))
 
 
 def shardnode_steps(shardnode, args):
@@ -149,8 +153,11 @@ def main():
     torch_step()  # warm-up (shardnode does its own)
 
     sn_tps, th_tps, sn_loss, th_loss, peaks, torch_peaks = [], [], [], [], [], []
+    mm_peaks, gemm = [], "openblas"
     for r in range(args.rounds):
-        peaks.append(shardnode_sgemm(shardnode, args.threads))
+        sg, mm, gemm = shardnode_sgemm(shardnode, args.threads)
+        peaks.append(sg)
+        mm_peaks.append(mm)
         torch_peaks.append(torch_sgemm_gflops())
         steps = shardnode_steps(shardnode, args)
         sn = [float(s["tokens_per_s"]) for s in steps]
@@ -162,25 +169,31 @@ def main():
         th_loss.append(loss)
         sn_tps += sn
         th_tps += th
-        print("round %d: sgemm %.0f GFLOP/s | shardnode tokens/s %s | torch tokens/s %s"
-              % (r + 1, peaks[-1], " ".join("%.0f" % x for x in sn),
+        print("round %d: sgemm %.0f, matmul %.0f GFLOP/s | shardnode tokens/s %s | "
+              "torch tokens/s %s"
+              % (r + 1, peaks[-1], mm_peaks[-1], " ".join("%.0f" % x for x in sn),
                  " ".join("%.0f" % x for x in th)), flush=True)
 
     sn_med = statistics.median(sn_tps)
     th_med = statistics.median(th_tps)
     peak = statistics.median(peaks)
+    mm_peak = statistics.median(mm_peaks)
+    torch_peak = statistics.median(torch_peaks)
     print()
     print("FLOPs per token = 6 * N_matmul + 6 * L * T * C")
     print("                = 6 * %d + 6 * %d * %d * %d = %.4g"
           % (n_matmul, L, T, C, flops_per_token))
     print("  (N_matmul: q,k,v,o,gate,up,down of every layer and lm_head; the second term is")
     print("   causal attention, forward and backward)")
-    print("sgemm %d^3 peak, %d threads: shardnode %.0f GFLOP/s, torch.matmul %.0f GFLOP/s (median)"
-          % (SGEMM_N, args.threads, peak, statistics.median(torch_peaks)))
-    for name, tps, loss in (("shardnode", sn_med, sn_loss[-1]), ("torch", th_med, th_loss[-1])):
+    print("%d^3 product, %d threads (median): OpenBLAS sgemm %.0f GFLOP/s (core type %s), "
+          "shardnode matmul %.0f GFLOP/s (kernel %s), torch.matmul %.0f GFLOP/s"
+          % (SGEMM_N, args.threads, peak, os.environ.get("OPENBLAS_CORETYPE", "auto"), mm_peak,
+             gemm, torch_peak))
+    for name, tps, loss, pk in (("shardnode", sn_med, sn_loss[-1], mm_peak),
+                                ("torch", th_med, th_loss[-1], torch_peak)):
         gflops = tps * flops_per_token * 1e-9
-        print("%-10s %8.1f tokens/s  %6.1f GFLOP/s = %4.1f%% of the sgemm peak  (last loss %.4f)"
-              % (name, tps, gflops, 100.0 * gflops / peak, loss))
+        print("%-10s %8.1f tokens/s  %6.1f GFLOP/s = %4.1f%% of its own 2048^3 rate  "
+              "(last loss %.4f)" % (name, tps, gflops, 100.0 * gflops / pk, loss))
     print("ratio shardnode / torch: %.2f" % (sn_med / th_med))
 
 
