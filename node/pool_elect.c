@@ -183,6 +183,38 @@ static int by_name(const void *a, const void *b)
 
 static int64_t jint(json_t *a, size_t i) { return (int64_t)json_integer_value(json_array_get(a, i)); }
 
+/* The step of a plan whose stages share machines' cores (a report beside the
+ * plan's own step, which takes every member as alone): stages whose members
+ * gossip the same host share its cores, each computing with the threads its
+ * profile was measured with, replayed by sim_run_shared. A member without a
+ * host or cores counts as alone. 0 when the replay refuses the plan. */
+static int64_t shared_step_ns(const plan *pl, json_t *const *docs)
+{
+    sim_placement place[PLAN_MAX_STAGES];
+    int cores[PLAN_MAX_STAGES], nhosts = 0;
+    const char *host[PLAN_MAX_STAGES];
+    for (int s = 0; s < pl->nstages; s++) {
+        json_t *doc = docs[pl->stage[s].node[0]];
+        const char *h = json_string_value(json_object_get(doc, "host"));
+        json_int_t c = json_integer_value(json_object_get(doc, "cores"));
+        json_int_t t = json_integer_value(json_object_get(doc, "threads"));
+        if (c < 1 || c > 4096) c = 1;
+        if (t < 1 || t > 4096) t = c;
+        int k = -1;
+        for (int j = 0; h && j < nhosts; j++)
+            if (host[j] && strcmp(host[j], h) == 0) k = j;
+        if (k < 0) {
+            k = nhosts++;
+            host[k] = h;
+            cores[k] = h ? (int)c : (int)t; /* no host: alone with its threads */
+        }
+        place[s] = (sim_placement){.host = k, .threads = (int)t};
+    }
+    sim_result r;
+    char err[256];
+    return sim_run_shared(&r, pl, place, cores, nhosts, err, sizeof err) == 0 ? r.step_ns : 0;
+}
+
 /* Computes view hash, members, plan hash and layout from the live members
  * that have the job. Returns false while someone is not ready. */
 bool pool_compute_view(daemon_t *d, part *parts, int n)
@@ -314,25 +346,10 @@ bool pool_compute_view(daemon_t *d, part *parts, int n)
                                                     pl->stage[s].layer_begin, pl->stage[s].layer_end,
                                                     addr[nd], (json_int_t)pl->stage[s].time_ns));
         }
-        /* Stages on one machine share its cores: the step stretches by the
-         * threads they ask for over the cores there (a report; the plan
-         * itself takes every node as alone). */
-        int64_t factor = 1000;
-        for (int a = 0; a < pl->nstages; a++) {
-            const char *ha = json_string_value(json_object_get(docs[pl->stage[a].node[0]], "host"));
-            int64_t cores = json_integer_value(json_object_get(docs[pl->stage[a].node[0]], "cores"));
-            int64_t want = 0;
-            if (!ha || cores < 1) continue;
-            for (int b = 0; b < pl->nstages; b++) {
-                json_t *db = docs[pl->stage[b].node[0]];
-                const char *hb = json_string_value(json_object_get(db, "host"));
-                if (hb && strcmp(ha, hb) == 0) want += json_integer_value(json_object_get(db, "threads"));
-            }
-            if (want * 1000 / cores > factor) factor = want * 1000 / cores;
-        }
+        int64_t shared = shared_step_ns(pl, docs);
         p->layout = json_pack("{s:I,s:I,s:I,s:o}", "mb", (json_int_t)pl->micro_batch, "step_ns",
                               (json_int_t)pl->step_ns, "step_ns_shared",
-                              (json_int_t)cost_muldiv(pl->step_ns, factor, 1000), "stages", stages);
+                              (json_int_t)(shared > 0 ? shared : pl->step_ns), "stages", stages);
         p->plan = pool_layout_hash(p->layout);
     }
     free(links);
