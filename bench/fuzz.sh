@@ -23,7 +23,7 @@ export LC_ALL=C   # libFuzzer's status lines may hold raw bytes: sed and grep re
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${FUZZ_SECONDS:-600}
 BUILD=${BUILD:-build-fuzz}
-ALL="frame token gossip safetensors config tokenizer job fleet data net state control"
+ALL="frame token gossip safetensors config tokenizer job fleet data net state control pool"
 TARGETS=${*:-$ALL}
 
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
@@ -53,7 +53,7 @@ for t in $TARGETS; do
     esac
     case $t in
         net) extra="-dict=tests/fuzz/frame.dict -close_fd_mask=2" ;;
-        control|pool) extra="-close_fd_mask=2" ;;
+        state|control) extra="-close_fd_mask=2" ;;
     esac
     log=$OUT/$t.log
     rm -f "$OUT/$t"-crash-* "$OUT/$t"-leak-* "$OUT/$t"-timeout-* "$OUT/$t"-oom-*

@@ -16,12 +16,19 @@
  *    init` does); daemon_open_state must refuse with one line or open it.
  *  - 3: invites.json, read by a node opened from that state directory
  *    (daemon_invites_refresh): at most DAEMON_MAX_INVITES invites, none
- *    expired, each with its overlay address. */
+ *    expired, each with its overlay address.
+ *  - 4 (mod 5 for this one: modes 4, 9, ...): a job's jobs/ID/state.json
+ *    (the committed plan, the run and the vote a node keeps across
+ *    restarts, node/pool.c), read when the node takes the job up: a node is
+ *    opened as the daemon opens it (gossip, pool; no network) and a job
+ *    made once from small files (pool_bundle_make) is submitted to it. */
 #include "daemon_internal.h"
 #include "fuzz_util.h"
 #include "node.h"
 
+#include <event2/event.h>
 #include <time.h>
+#include "pool_job.h"
 
 #define T "fuzz_state"
 
@@ -129,6 +136,78 @@ static void state_file(const char *name, const uint8_t *data, size_t size)
         daemon_free(d);
 }
 
+static json_t *bundle;
+static char job_state[800];
+
+static void send_nothing(void *ctx, const char *addr, int port, const uint8_t *buf, size_t len)
+{
+    (void)ctx, (void)addr, (void)port, (void)buf, (void)len;
+}
+
+static void sync_nothing(void *ctx, const gossip_member *m) { (void)ctx, (void)m; }
+
+/* A job of small files, made once, and its state.json path in the state. */
+static void make_job(void)
+{
+    char err[512], path[700];
+    static const char text[] = "In the beginning God created the heaven and the earth.\n\n"
+                               "And the earth was without form, and void.\n";
+    const char *texts[] = {text};
+    size_t lens[] = {sizeof text - 1};
+    const char *specials[] = {"<|endoftext|>"};
+    tokenizer *tok;
+    fuzz_require(tokenizer_train(&tok, texts, lens, 1, 270, specials, 1, err, sizeof err) == 0,
+                 T, "tokenizer", err);
+    fuzz_write_file("job/tokenizer.json", "", 0, path, sizeof path);
+    fuzz_require(tokenizer_save(tok, path, err, sizeof err) == 0, T, "tokenizer", err);
+    tokenizer_free(tok);
+    llama_config cfg = {16, 32, 2, 2, 1, 300, 16, 0, 1e-5f, 10000.0f, true};
+    fuzz_write_file("job/config.json", "", 0, path, sizeof path);
+    fuzz_require(llama_config_save(&cfg, path, err, sizeof err) == 0, T, "config", err);
+    fuzz_write_file("job/corpus.txt", text, sizeof text - 1, path, sizeof path);
+    fuzz_write_file("job/job.json", JOB, sizeof JOB - 1, path, sizeof path);
+    bundle = pool_bundle_make(path, "fuzz", (int64_t)time(NULL) - 60, err, sizeof err);
+    fuzz_require(bundle != NULL, T, "pool_bundle_make", err);
+    const char *id = json_string_value(json_object_get(bundle, "id"));
+    snprintf(path, sizeof path, "%s/jobs", state);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/jobs/%s", state, id);
+    mkdir(path, 0755);
+    snprintf(job_state, sizeof job_state, "state/jobs/%s/state.json", id);
+}
+
+static void pool_state(const uint8_t *data, size_t size)
+{
+    char err[512], path[900];
+    if (!bundle) {
+        snprintf(path, sizeof path, "%s/job", fuzz_dir());
+        mkdir(path, 0700);
+        make_job();
+    }
+    fuzz_write_file("state/node.json", node_text, strlen(node_text), path, sizeof path);
+    fuzz_write_file("state/mesh.json", mesh_text, strlen(mesh_text), path, sizeof path);
+    fuzz_write_file(job_state, data, size, path, sizeof path);
+    daemon_t *d;
+    fuzz_require(daemon_open_state(&d, state, err, sizeof err) == 0, T, "open state", err);
+    gossip_config gc;
+    memset(&gc, 0, sizeof gc);
+    gc.prefix = d->prefix;
+    daemon_self_record(d, &gc.self);
+    memcpy(gc.id_priv, d->id_priv, GOSSIP_KEY_LEN);
+    memcpy(gc.wg_priv, d->wg_priv, GOSSIP_KEY_LEN);
+    gc.self_adm = d->adm;
+    gc.hooks = (gossip_hooks){.ctx = d, .send = send_nothing, .sync = sync_nothing};
+    gc.seed = 1;
+    fuzz_require(gossip_create(&d->g, &gc, daemon_now_ms(), err, sizeof err) == 0, T, "gossip",
+                 err);
+    d->adm = gossip_self(d->g)->sig.adm;
+    fuzz_require(pool_open(d) == 0, T, "pool", NULL);
+    json_t *reply = pool_submit(d, bundle);
+    fuzz_require(reply != NULL, T, "no answer to a submit", NULL);
+    json_decref(reply);
+    daemon_free(d);
+}
+
 static void invites(const uint8_t *data, size_t size)
 {
     char path[700];
@@ -147,6 +226,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 1)
         return 0;
     init();
+    if (data[0] % 5 == 4) {
+        pool_state(data + 1, size - 1);
+        return 0;
+    }
     switch (data[0] % 4) {
     case 0: checkpoint(data + 1, size - 1); break;
     case 1: state_file("mesh.json", data + 1, size - 1); break;
