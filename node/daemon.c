@@ -234,6 +234,8 @@ static void wg_poll(daemon_t *d)
         if (!p) continue;
         snprintf(p->endpoint, sizeof p->endpoint, "%s", info[i].endpoint);
         p->handshake_s = info[i].last_handshake_sec;
+        p->rx_bytes = info[i].rx_bytes;
+        p->tx_bytes = info[i].tx_bytes;
         for (size_t j = 0; j < nm; j++) {
             const gossip_member *m = ms[j];
             if (memcmp(m->rec.wg_pub, p->key, GOSSIP_KEY_LEN) != 0) continue;
@@ -341,6 +343,7 @@ static void tick(evutil_socket_t fd, short what, void *arg)
     }
     gossip_tick(d->g, now);
     pool_tick(d, now);
+    dash_tick(d, now);
     if (now >= d->next_poll_ms) {
         d->next_poll_ms = now + DAEMON_WG_POLL_MS;
         wg_poll(d);
@@ -456,6 +459,7 @@ void daemon_free(daemon_t *d)
     if (d->sigterm) event_free(d->sigterm);
     if (d->tcp) evconnlistener_free(d->tcp);
     if (d->ctl) evconnlistener_free(d->ctl);
+    dash_close(d);
     pool_close(d);
     daemon_conns_close(d);
     if (d->base) event_base_free(d->base);
@@ -502,6 +506,7 @@ static int run_loop(daemon_t *d, char *err, size_t errlen)
         event_add(d->timer, &tv) || event_add(d->sigint, NULL) || event_add(d->sigterm, NULL))
         return node_errf(err, errlen, "libevent: cannot add events");
     daemon_invites_refresh(d, true);
+    dash_open(d, d->http);
     /* Pull the current view from everyone we knew (a restart), and announce. */
     const gossip_member *const *ms;
     size_t nm = gossip_members(d->g, &ms);
@@ -533,6 +538,7 @@ int daemon_run(const char *state, const daemon_options *opt)
     if (opt) {
         d->threads = opt->threads;
         d->no_compute = opt->no_compute;
+        d->http = opt->http;
     }
     if (pool_open(d) != 0) {
         node_errf(err, sizeof err, "out of memory");

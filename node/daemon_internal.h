@@ -28,6 +28,7 @@
 struct event_base;
 struct event;
 struct evconnlistener;
+struct dash;
 
 /* What this node knows of a WireGuard peer (members and invites alike). */
 typedef struct {
@@ -37,6 +38,7 @@ typedef struct {
     int64_t handshake_at_death;          /* handshake_s when we declared it dead */
     bool withdrawn;                      /* dead for long: address withdrawn */
     bool knocked;                        /* let back in after a handshake while withdrawn */
+    uint64_t rx_bytes, tx_bytes;         /* WireGuard's counters at the last poll */
 } daemon_peer;
 
 typedef struct {
@@ -106,6 +108,9 @@ typedef struct daemon_t {
     int cores;                      /* logical CPUs online */
     char host_id[17];               /* FNV of /etc/machine-id: members on one machine */
     bool no_compute;                /* --no-compute: votes, holds no stage */
+
+    struct dash *dash;              /* the dashboard (daemon_http.c); NULL: none */
+    const char *http;               /* --http ADDR:PORT or "off"; NULL: DASH_DEFAULT */
 
     bool dirty, leaving;
     int leave_sends;
@@ -194,6 +199,18 @@ json_t *pool_status_json(daemon_t *d);
 /* Fills the FETCH_REPLY r for request m; *data (free it after sending)
  * holds the bytes r->data points at. -1: out of memory. */
 int pool_fetch(daemon_t *d, const gossip_msg *m, gossip_msg *r, uint8_t **data);
+
+/* daemon_http.c: the dashboard (docs/FORMATS.md, "Dashboard and metrics") */
+#define DASH_DEFAULT "127.0.0.1:7980"
+/* ADDR:PORT or [IPv6]:PORT with an IP address; -1 with err otherwise. */
+int dash_parse_spec(const char *spec, char *host, size_t hostlen, int *port, char *err,
+                    size_t errlen);
+/* Serves the dashboard on spec (NULL: DASH_DEFAULT; "off": nothing) in
+ * d->base. A failure is logged and the node runs without it: always 0. */
+int dash_open(daemon_t *d, const char *spec);
+void dash_close(daemon_t *d);
+/* Turns changes of members, job, plan and runs into the page's events. */
+void dash_tick(daemon_t *d, int64_t now_ms);
 
 /* daemon_join.c: the joiner's side, before the loop starts. */
 /* A TCP connection to addr:port from the local address `from` (NULL: any),

@@ -1,8 +1,9 @@
 /* mesh_cmd.c — the mesh commands a person types:
  *
- *   shardnode up --state DIR
+ *   shardnode up --state DIR [--http ADDR:PORT|off]
  *   shardnode join TOKEN --state DIR [--name NAME] [--listen-port P] [--endpoint HOST:PORT]
- *   shardnode status --state DIR [--json]
+ *                  [--http ADDR:PORT|off]
+ *   shardnode status --state DIR [--json] [--svg FILE]
  *   shardnode leave --state DIR
  *
  * up and join run the node (daemon.c) in the foreground; status and leave
@@ -19,32 +20,40 @@
 #include <time.h>
 #include <unistd.h>
 
-/* --threads N and --no-compute: how this node takes part in jobs. */
-static int compute_options(const char *threads, bool no_compute, daemon_options *opt, char *err,
-                           size_t errlen)
+/* --threads N and --no-compute: how this node takes part in jobs; --http:
+ * where its dashboard listens (checked here, bound by the daemon). */
+static int compute_options(const char *threads, bool no_compute, const char *http,
+                           daemon_options *opt, char *err, size_t errlen)
 {
     long n = 0;
     if (threads && args_int(threads, "--threads", 1, 1024, &n, err, errlen)) return -1;
     opt->threads = (int)n;
     opt->no_compute = no_compute;
+    char host[64];
+    int port;
+    if (http && strcmp(http, "off") != 0 &&
+        dash_parse_spec(http, host, sizeof host, &port, err, errlen) != 0)
+        return -1;
+    opt->http = http;
     return 0;
 }
 
 int cmd_up(int argc, char **argv)
 {
-    const char *state = NULL, *threads = NULL;
+    const char *state = NULL, *threads = NULL, *http = NULL;
     bool no_compute = false;
     const args_option opts[] = {{"--state", &state, NULL},
                                 {"--threads", &threads, NULL},
-                                {"--no-compute", NULL, &no_compute}};
+                                {"--no-compute", NULL, &no_compute},
+                                {"--http", &http, NULL}};
     static const char *const required[] = {"--state", NULL};
     char err[512];
     daemon_options opt = {0};
-    if (args_parse(argc, argv, 2, opts, 3, err, sizeof err) != 0 ||
-        args_require(opts, 3, required, err, sizeof err) != 0 ||
-        compute_options(threads, no_compute, &opt, err, sizeof err) != 0) {
+    if (args_parse(argc, argv, 2, opts, 4, err, sizeof err) != 0 ||
+        args_require(opts, 4, required, err, sizeof err) != 0 ||
+        compute_options(threads, no_compute, http, &opt, err, sizeof err) != 0) {
         fprintf(stderr, "shardnode up: %s\nusage: shardnode up --state DIR [--threads N] "
-                        "[--no-compute]\n", err);
+                        "[--no-compute] [--http ADDR:PORT|off]\n", err);
         return 2;
     }
     return daemon_run(state, &opt);
@@ -52,23 +61,26 @@ int cmd_up(int argc, char **argv)
 
 int cmd_join(int argc, char **argv)
 {
-    const char *state = NULL, *name = NULL, *port_s = NULL, *endpoint = NULL, *threads = NULL;
+    const char *state = NULL, *name = NULL, *port_s = NULL, *endpoint = NULL, *threads = NULL,
+               *http = NULL;
     bool no_compute = false;
     const args_option opts[] = {{"--state", &state, NULL},
                                 {"--name", &name, NULL},
                                 {"--listen-port", &port_s, NULL},
                                 {"--endpoint", &endpoint, NULL},
                                 {"--threads", &threads, NULL},
-                                {"--no-compute", NULL, &no_compute}};
+                                {"--no-compute", NULL, &no_compute},
+                                {"--http", &http, NULL}};
     const int nopts = (int)(sizeof opts / sizeof *opts);
     static const char *const required[] = {"--state", NULL};
     char err[2048];
     daemon_options opt = {0};
     if (argc < 3 || argv[2][0] == '-' || args_parse(argc, argv, 3, opts, nopts, err, sizeof err) ||
         args_require(opts, nopts, required, err, sizeof err) != 0 ||
-        compute_options(threads, no_compute, &opt, err, sizeof err) != 0) {
+        compute_options(threads, no_compute, http, &opt, err, sizeof err) != 0) {
         fprintf(stderr, "shardnode join: %s\nusage: shardnode join TOKEN --state DIR [--name "
-                "NAME] [--listen-port P] [--endpoint HOST:PORT] [--threads N] [--no-compute]\n",
+                "NAME] [--listen-port P] [--endpoint HOST:PORT] [--threads N] [--no-compute] "
+                "[--http ADDR:PORT|off]\n",
                 argc < 3 || argv[2][0] == '-' ? "the token comes first" : err);
         return 2;
     }
@@ -325,21 +337,35 @@ static void print_table(json_t *st)
 
 int cmd_status(int argc, char **argv)
 {
-    const char *state = NULL;
+    const char *state = NULL, *svg = NULL;
     bool json = false;
-    const args_option opts[] = {{"--state", &state, NULL}, {"--json", NULL, &json}};
+    const args_option opts[] = {{"--state", &state, NULL}, {"--json", NULL, &json},
+                                {"--svg", &svg, NULL}};
     static const char *const required[] = {"--state", NULL};
-    char err[1024];
-    if (args_parse(argc, argv, 2, opts, 2, err, sizeof err) != 0 ||
-        args_require(opts, 2, required, err, sizeof err) != 0) {
-        fprintf(stderr, "shardnode status: %s\nusage: shardnode status --state DIR [--json]\n",
-                err);
+    char err[DAEMON_PATH_MAX + 256];
+    if (args_parse(argc, argv, 2, opts, 3, err, sizeof err) != 0 ||
+        args_require(opts, 3, required, err, sizeof err) != 0) {
+        fprintf(stderr, "shardnode status: %s\nusage: shardnode status --state DIR [--json] "
+                "[--svg FILE]\n", err);
         return 2;
     }
     json_t *st = node_control_request(state, "status", err, sizeof err);
     if (!st) {
         fprintf(stderr, "shardnode status: %s\n", err);
         return 1;
+    }
+    if (svg) { /* the dashboard's drawing of the committed plan */
+        plan_svg *ps = malloc(sizeof *ps);
+        int rc = ps ? 0 : node_errf(err, sizeof err, "out of memory");
+        if (ps && plan_svg_from_status(st, ps) != 0)
+            fprintf(stderr, "shardnode status: no plan is committed; %s shows none\n", svg);
+        if (rc == 0) rc = plan_svg_write(ps, svg, err, sizeof err);
+        free(ps);
+        if (rc != 0) {
+            fprintf(stderr, "shardnode status: --svg %s\n", err);
+            json_decref(st);
+            return 1;
+        }
     }
     if (json) {
         char *text = json_dumps(st, JSON_INDENT(2) | JSON_PRESERVE_ORDER);

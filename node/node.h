@@ -70,6 +70,7 @@ typedef struct {
     const char *token_text;   /* join: the invite token; NULL: `up` */
     int threads;              /* compute threads for profiling and training; 0: all */
     bool no_compute;          /* a member that votes and watches but holds no stage */
+    const char *http;         /* dashboard ADDR:PORT, "off"; NULL: 127.0.0.1:7980 */
 } daemon_options;
 /* Runs the node of DIR in the foreground until SIGINT/SIGTERM or `leave`;
  * with a token, first joins the mesh through it. Returns 0, or 1 with the
@@ -233,6 +234,31 @@ int export_merge(const char *job_path, const char *stage_dir, const char *const 
  * (FETCH over the overlay) into STATE/jobs/ID/gathered, then merges them
  * into out (NULL: the job's out_dir). */
 int pool_export(const char *state, const char *out, char *err, size_t errlen);
+
+/* ---- plan_svg.c: a plan drawn as a pipeline (standalone SVG) ---- */
+#define PLAN_SVG_MAX_STAGES 256
+typedef struct {
+    char member[64], device[96];
+    int layer_begin, layer_end;        /* [begin, end) */
+    bool embed, head;
+    int64_t mem_used, mem_limit;       /* bytes; 0: not known */
+    int64_t predicted_ns, measured_ns; /* the stage's time per micro-batch, its measured
+                                          step; 0: not known */
+    int64_t link_bw;                   /* bytes/s to the next stage; 0: not known */
+} plan_svg_stage;
+typedef struct {
+    char title[200];
+    int nstages;
+    int bottleneck;                    /* -1: none marked */
+    plan_svg_stage stage[PLAN_SVG_MAX_STAGES];
+} plan_svg;
+/* The picture as malloc'ed SVG text (NULL: out of memory). */
+char *plan_svg_render(const plan_svg *p);
+/* From `status --json`'s document: the committed plan, devices from the
+ * members, measured step times and links from the job's member documents.
+ * -1 when no plan is committed (out is then an empty picture). */
+int plan_svg_from_status(struct json_t *status, plan_svg *out);
+int plan_svg_write(const plan_svg *p, const char *path, char *err, size_t errlen);
 
 /* ---- args.c: "--name value" and "--flag" options ---------------------- */
 /* Formats a message into err (NUL-terminated, truncated to errlen); returns

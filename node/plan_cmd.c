@@ -36,6 +36,39 @@ typedef struct {
     bool sim_ok;
 } report;
 
+/* --svg FILE: the plan as the dashboard draws it (plan_svg.c). */
+static int write_svg(const plan *p, const fleet_file *ff, const char *hash, const char *path,
+                     char *err, size_t errlen)
+{
+    plan_svg *ps = calloc(1, sizeof *ps);
+    if (!ps) return node_errf(err, errlen, "--svg %s: out of memory", path);
+    char step[32];
+    fmt_ns(step, sizeof step, p->step_ns);
+    snprintf(ps->title, sizeof ps->title, "fleet %.60s: plan %s, %d stages, micro-batch %lld, "
+             "step %s", ff->name, hash, p->nstages, (long long)p->micro_batch, step);
+    ps->bottleneck = p->bottleneck;
+    ps->nstages = p->nstages < PLAN_SVG_MAX_STAGES ? p->nstages : PLAN_SVG_MAX_STAGES;
+    int n = ff->fleet.nnodes;
+    for (int s = 0; s < ps->nstages; s++) {
+        const plan_stage *st = &p->stage[s];
+        plan_svg_stage *o = &ps->stage[s];
+        snprintf(o->member, sizeof o->member, "%s", ff->fleet.nodes[st->node[0]].name);
+        snprintf(o->device, sizeof o->device, "%s", ff->fleet.nodes[st->node[0]].device);
+        o->layer_begin = st->layer_begin;
+        o->layer_end = st->layer_end;
+        o->embed = st->embed;
+        o->head = st->head;
+        o->mem_used = st->memory_bytes;
+        o->mem_limit = st->memory_limit;
+        o->predicted_ns = st->time_ns;
+        if (s + 1 < p->nstages)
+            o->link_bw = ff->fleet.links[st->node[0] * n + p->stage[s + 1].node[0]].bandwidth;
+    }
+    int rc = plan_svg_write(ps, path, err, errlen);
+    free(ps);
+    return rc;
+}
+
 static double tokens_per_s(const plan *p, const plan_job *job)
 {
     return (double)job->batch * (double)job->shape.seq * 1e9 / (double)p->step_ns;
@@ -166,7 +199,7 @@ static const char *method_name(plan_method m)
 int cmd_plan(int argc, char **argv)
 {
     const char *fleet = NULL, *model = NULL, *micro = "1", *seq = NULL, *batch = "32",
-               *devices = NULL, *method = "auto", *wire = "f32", *budget = "0";
+               *devices = NULL, *method = "auto", *wire = "f32", *budget = "0", *svg = NULL;
     bool exhaustive = false, as_json = false;
     const args_option opts[] = {
         {"--fleet", &fleet, NULL},        {"--model", &model, NULL},
@@ -175,6 +208,7 @@ int cmd_plan(int argc, char **argv)
         {"--method", &method, NULL},      {"--wire", &wire, NULL},
         {"--budget", &budget, NULL},
         {"--exhaustive", NULL, &exhaustive}, {"--json", NULL, &as_json},
+        {"--svg", &svg, NULL},
     };
     const char *required[] = {"--fleet", "--model", NULL};
     int nopts = (int)(sizeof opts / sizeof opts[0]), rc = 1;
@@ -261,6 +295,7 @@ int cmd_plan(int argc, char **argv)
     simulate(&ub);
     char hash[20];
     snprintf(hash, sizeof hash, "%016llx", (unsigned long long)plan_hash(rp.p, &ff.fleet));
+    if (svg && write_svg(rp.p, &ff, hash, svg, err, sizeof err) != 0) goto fail;
     cost_bytes cb;
     cost_bytes_compute(&cb, &shape, 1, 4, NULL, 0);
     int64_t params = cb.params[COST_EMBED] + shape.layers * cb.params[COST_LAYER] +
