@@ -774,7 +774,11 @@ static int demo_pool(demo_t *d, char *err, size_t errlen)
         if (rc > 0) snprintf(why, sizeof why, "exited %d", rc);
         return node_errf(err, errlen, "shardnode init --state %s: %s", d->state[0], why);
     }
-    char *up[] = {"up", "--state", d->state[0], "--threads", "1", NULL};
+    /* dashboards: on loopback the nodes share the host's ports, so one each */
+    char http[DEMO_NODES][32];
+    for (int i = 0; i < DEMO_NODES; i++)
+        snprintf(http[i], sizeof http[i], "127.0.0.1:%d", 7980 + (demo_loopback ? i : 0));
+    char *up[] = {"up", "--state", d->state[0], "--threads", "1", "--http", http[0], NULL};
     if (node_start(d, 0, up, err, errlen) != 0) return -1;
     printf("node a: up (mesh %s, endpoint %s), log %s\n", prefix, endpoint[0], d->log[0]);
     for (int i = 1; i < DEMO_NODES; i++) {
@@ -803,7 +807,8 @@ static int demo_pool(demo_t *d, char *err, size_t errlen)
         char port[8];
         snprintf(port, sizeof port, "%s", strrchr(endpoint[i], ':') + 1);
         char *join[] = {"join", tok, "--state", d->state[i], "--name", name, "--listen-port",
-                        port, "--endpoint", endpoint[i], "--threads", "1", NULL};
+                        port, "--endpoint", endpoint[i], "--threads", "1", "--http", http[i],
+                        NULL};
         unlink(d->log[i]);
         if (node_start(d, i, join, err, errlen) != 0) return -1;
         printf("node %s: joining through an invite from %s (endpoint %s), log %s\n", name,
@@ -815,6 +820,11 @@ static int demo_pool(demo_t *d, char *err, size_t errlen)
         if (wait_status(d, i, DEMO_NODES, end - now_s() > 1 ? end - now_s() : 1, err, errlen))
             return -1;
     printf("pool: %d members alive after %.1f s\n", DEMO_NODES, now_s() - t0);
+    if (demo_loopback)
+        printf("dashboard: http://%s/ (node a; b on %s, c on %s)\n", http[0], http[1], http[2]);
+    else
+        printf("dashboard: http://%s/ inside namespace %s (node a; e.g. `ip netns exec %s curl "
+               "-s http://%s/metrics`)\n", http[0], demo_ns[0], demo_ns[0], http[0]);
     char *status[] = {d->exe, "status", "--state", d->state[0], NULL};
     if (run_ok(status, 30, err, errlen) != 0) return -1;
     return 0;
