@@ -517,7 +517,7 @@ static const char dash_page[] =
 "if(num(l2.xs[i])&&num(l2.ys[i]))p.push(px(l2.xs[i]).toFixed(1)+','+py(l2.ys[i]).toFixed(1));}\n"
 "  if(p.length===1)s+='<circle cx=\"'+p[0].split(',')[0]+'\" cy=\"'+p[0].split(',')[1]+'\" r=\"3\" fill=\"'+l2.color+'\"/>';\n"
 "  else s+='<polyline fill=\"none\" stroke-width=\"1.5\" stroke=\"'+l2.color+'\" points=\"'+p.join(' ')+'\"/>';\n"
-"  s+='<text x=\"'+(W-R-4)+'\" y=\"'+(T+12+14*k)+'\" text-anchor=\"end\" fill=\"'+l2.color+'\">'+l2.name+'</text>';}\n"
+"  if(p.length)s+='<text x=\"'+(W-R-4)+'\" y=\"'+(T+12+14*k)+'\" text-anchor=\"end\" fill=\"'+l2.color+'\">'+l2.name+'</text>';}\n"
 " box.innerHTML=s+'</svg>';\n"
 "}\n"
 "function render(st){\n"

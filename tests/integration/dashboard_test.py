@@ -520,6 +520,12 @@ def check_bad_requests(t):
                  "/control.sock", "/index.html/../mesh.json"):
         results[path] = raw_request(port, ("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path).encode())
         check(results[path] == 404, "GET %s answered %s, expected 404" % (path, results[path]))
+    results["GET with a body"] = raw_request(port, b"GET / HTTP/1.1\r\nHost: x\r\n"
+                                                   b"Content-Length: 5\r\n\r\nhello")
+    check(results["GET with a body"] == 400, "GET with a body answered %s, expected 400"
+          % results["GET with a body"])
+    results["HEAD"] = raw_request(port, b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    check(results["HEAD"] == 200, "HEAD /metrics answered %s" % results["HEAD"])
     results["garbage"] = raw_request(port, bytes(range(256)) * 8 + b"\r\n\r\n")
     results["bad method"] = raw_request(port, b"FROB / HTTP/1.1\r\nHost: x\r\n\r\n")
     results["bad version"] = raw_request(port, b"GET / HTTP/9.9\r\nHost: x\r\n\r\n")
@@ -540,6 +546,32 @@ def check_bad_requests(t):
         check(code == 200 and json.loads(body)["self"] == n, "node %s's dashboard" % n)
     log("ok   bad requests: %s; every node still answers"
         % ", ".join("%s %s" % (k, v if v else "closed") for k, v in results.items()))
+
+
+def check_http_option(t):
+    """A malformed --http is a usage error; a taken address is a log line and
+    the node runs without its dashboard."""
+    p = run([t.sn, "up", "--state", t.state("a"), "--http", "localhost:80"], ok=False)
+    check(p.returncode == 2 and "--http" in p.stderr and "not an IP address" in p.stderr,
+          "up --http localhost:80: exit %d, %s" % (p.returncode, p.stderr))
+    port = free_port(socket.SOCK_DGRAM)
+    run([t.sn, "init", "--state", t.state("x"), "--name", "x", "--listen-port", str(port),
+         "--endpoint", "127.0.0.1:%d" % port, "--prefix", "127.0.0.0/8"])
+    held = t.http["a"]
+    t.logs["x"] = os.path.join(t.tmp, "x.log")
+    with open(t.logs["x"], "ab") as out:
+        t.procs["x"] = subprocess.Popen([t.sn, "up", "--state", t.state("x"), "--http",
+                                         "127.0.0.1:%d" % held], stdin=subprocess.DEVNULL,
+                                        stdout=out, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+    t.wait("x, whose dashboard port is taken, answers status", lambda: t.status("x"), 20)
+    want = "dashboard: cannot listen on 127.0.0.1:%d" % held
+    t.wait("x logs that its dashboard cannot listen", lambda: want in t.tail("x", 100), 10)
+    os.killpg(t.procs["x"].pid, signal.SIGTERM)
+    t.procs["x"].wait(timeout=15)
+    del t.procs["x"]
+    log("ok   --http: a malformed address is a usage error; a taken port is a log line, the "
+        "node runs")
 
 
 def check_no_secrets(t, outputs):
@@ -585,6 +617,7 @@ def main():
         if exe:
             dom = check_page(t, exe, st, args.workdir, args.docs)
         check_bad_requests(t)
+        check_http_option(t)
         _, _, page = http_get(t.http["a"], "/")
         check_no_secrets(t, {"/api/status": json.dumps(api) + json.dumps(dash),
                              "/metrics": metrics, "/": page.decode(), "the page's DOM": dom})
