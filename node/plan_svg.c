@@ -164,7 +164,8 @@ char *plan_svg_render(const plan_svg *p)
         sb_add(&s, "<text x=\"%d\" y=\"%d\">measured %s</text>\n", x + 10, ty, a);
         if (bn)
             sb_add(&s, "<text x=\"%d\" y=\"%d\" fill=\"#c62828\" font-weight=\"bold\" "
-                       "text-anchor=\"end\">bottleneck</text>\n", x + SVG_BOX_W - 8, y + 18 + 17);
+                       "text-anchor=\"end\">bottleneck</text>\n", x + SVG_BOX_W - 8,
+                   y + SVG_BOX_H - 9);
         sb_add(&s, "</g>\n");
         if (i + 1 < n) {
             int x2, y2;
@@ -259,6 +260,12 @@ int plan_svg_from_status(json_t *status, plan_svg *out)
                      (long long)json_integer_value(json_object_get(cpu, "cores")));
         st->mem_limit = json_integer_value(json_object_get(cpu, "memory_bytes"));
         json_t *doc = json_object_get(jm, st->member);
+        json_t *thr = json_object_get(doc, "threads");
+        if (json_is_integer(thr) && st->device[0]) {
+            size_t l = strlen(st->device);
+            snprintf(st->device + l, sizeof st->device - l, ", %lld thread%s",
+                     (long long)json_integer_value(thr), json_integer_value(thr) == 1 ? "" : "s");
+        }
         json_t *run = json_object_get(doc, "run");
         json_t *ms = json_object_get(run, "step_ms");
         if (json_is_number(ms)) st->measured_ns = (int64_t)(json_number_value(ms) * 1e6);
