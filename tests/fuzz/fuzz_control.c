@@ -18,6 +18,7 @@
 #include "fuzz_util.h"
 #include "node.h"
 
+#include <errno.h>
 #include <event2/event.h>
 #include <jansson.h>
 #include <poll.h>
@@ -104,6 +105,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             continue;
         if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
             ssize_t r = read(fd, reply + got, (1 << 20) - 1 - got);
+            if (r < 0 && errno == EINTR)
+                continue;   /* libFuzzer's timer (SIGALRM) */
             if (r <= 0)
                 closed = true;
             else
@@ -111,6 +114,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         if (!shut && (p.revents & POLLOUT)) {
             ssize_t w = off < size ? send(fd, data + off, size - off, MSG_NOSIGNAL) : 0;
+            if (w < 0 && errno == EINTR)
+                continue;
             if (w > 0)
                 off += (size_t)w;
             if (w < 0 || off == size) {

@@ -38,8 +38,18 @@ static int dial(int port)
     a.sin_family = AF_INET;
     a.sin_port = htons((uint16_t)port);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    fuzz_require(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, T, "connect",
-                 strerror(errno));
+    int rc = connect(fd, (struct sockaddr *)&a, sizeof a);
+    if (rc != 0 && errno == EINTR) {
+        /* libFuzzer's timer (SIGALRM) interrupted it: the connection goes on */
+        struct pollfd p = {fd, POLLOUT, 0};
+        int e = 0;
+        socklen_t el = sizeof e;
+        while (poll(&p, 1, 5000) < 0 && errno == EINTR)
+            ;
+        rc = getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) == 0 && e == 0 ? 0 : -1;
+        errno = e;
+    }
+    fuzz_require(rc == 0, T, "connect", strerror(errno));
     return fd;
 }
 
@@ -96,11 +106,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
             char buf[65536];
             ssize_t r = read(fd, buf, sizeof buf);
+            if (r < 0 && errno == EINTR)
+                continue;
             if (r <= 0)
                 break;   /* the node closed: it has read everything it will */
         }
         if (!shut && (p.revents & POLLOUT)) {
             ssize_t w = off < size ? send(fd, data + off, size - off, MSG_NOSIGNAL) : 0;
+            if (w < 0 && errno == EINTR)
+                continue;
             if (w > 0)
                 off += (size_t)w;
             if (w < 0 || off == size) {
