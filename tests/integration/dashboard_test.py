@@ -368,6 +368,7 @@ def check_api_status(t, v):
     check(se["step"] == sorted(se["step"]), "the series' steps are not in order")
     check(isinstance(dash["plan_svg"], str) and dash["plan_svg"].startswith("<svg"),
           "dashboard.plan_svg is not SVG")
+    ET.fromstring(dash["plan_svg"])   # well-formed
     check(any("plan" in e["text"] and "committed" in e["text"] for e in dash["events"]),
           "no event says the plan was committed: %s" % dash["events"])
     log("ok   /api/status = status --json (%d keys) + dashboard (%d points, %d events)"
@@ -502,6 +503,20 @@ def check_svg(t, st, workdir, docs, v):
           "plan --svg shows no stage or no bottleneck")
     if docs:
         shutil.copy(pout, os.path.join(docs, "plan.svg"))
+    # what the picture quotes is escaped: a fleet named with markup
+    with open(os.path.join(repo, "configs", "fleets", "homelab.json")) as f:
+        fleet = json.load(f)
+    fleet["name"] = "<home & \"lab\"> '</svg>"
+    fleet["devices"] = os.path.join(repo, "configs", "devices.json")
+    fpath = os.path.join(t.tmp, "fleet-markup.json")
+    with open(fpath, "w") as f:
+        json.dump(fleet, f)
+    mout = os.path.join(workdir, "plan-markup.svg")
+    run([t.sn, "plan", "--fleet", fpath, "--model",
+         os.path.join(repo, "configs", "fleets", "models", "llama-3b.json"), "--svg", mout])
+    root = ET.parse(mout).getroot()
+    title = "".join(next(root.iter("{http://www.w3.org/2000/svg}text")).itertext())
+    check(fleet["name"] in title, "plan --svg's title %r does not quote the fleet's name" % title)
     log("ok   status --svg and plan --svg: well-formed SVG with every stage's layers")
 
 
