@@ -5,8 +5,8 @@
  * count, and on some core types (Haswell, Zen) that changes how an element's
  * inner sum is blocked, so the same product gives other bits with 1 and 2
  * threads. Here every product is cut into tiles of its OUTPUT whose size is
- * a constant (MATMUL_TM x MATMUL_TN, the last row/column of tiles shorter),
- * never a function of the thread count; each tile is one single-threaded
+ * a function of the product's shape (256 x 256, smaller for small products,
+ * the last row/column of tiles shorter), never of the thread count; each tile is one single-threaded
  * sgemm over the whole inner dimension (OpenBLAS runs single-threaded inside
  * an active OpenMP region, or when the pool has one thread), and OpenMP
  * hands tiles to threads. An element is therefore always computed by the
@@ -22,8 +22,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MATMUL_TM 256 /* rows of an output tile */
-#define MATMUL_TN 256 /* columns of an output tile */
+#define MATMUL_TM 256 /* rows of an output tile, at most */
+#define MATMUL_TN 256 /* columns of an output tile, at most */
+/* Small products get smaller tiles (down to 32 x 64), halved until there are
+ * this many, so that they too spread over threads. The sizes depend on the
+ * product's shape alone, never on the thread count. */
+#define MATMUL_MIN_TILES 16
 
 /* Which tile kernel runs, decided once: shardnode's own AVX-512 one where the
  * CPU has AVX-512 (about 2x OpenBLAS's Haswell kernels, and the same whatever
@@ -69,13 +73,22 @@ static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, in
                         int ldc)
 {
     if (M <= 0 || N <= 0) return;
-    int mt = (M + MATMUL_TM - 1) / MATMUL_TM, nt = (N + MATMUL_TN - 1) / MATMUL_TN;
+    int TM = MATMUL_TM, TN = MATMUL_TN;
+    while ((long)((M + TM - 1) / TM) * ((N + TN - 1) / TN) < MATMUL_MIN_TILES) {
+        if (TN > 64 && (TN >= TM || TM <= 32))
+            TN /= 2;
+        else if (TM > 32)
+            TM /= 2;
+        else
+            break;
+    }
+    int mt = (M + TM - 1) / TM, nt = (N + TN - 1) / TN;
     int own = gemm_choice() == GEMM_AVX512 && (beta == 0.0f || beta == 1.0f);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int t = 0; t < mt * nt; t++) {
-        int i0 = t / nt * MATMUL_TM, j0 = t % nt * MATMUL_TN;
-        int m = M - i0 < MATMUL_TM ? M - i0 : MATMUL_TM;
-        int n = N - j0 < MATMUL_TN ? N - j0 : MATMUL_TN;
+        int i0 = t / nt * TM, j0 = t % nt * TN;
+        int m = M - i0 < TM ? M - i0 : TM;
+        int n = N - j0 < TN ? N - j0 : TN;
         /* rows i0.. of op(a), columns j0.. of op(b) */
         const float *ai = ta == CblasNoTrans ? a + (size_t)i0 * lda : a + i0;
         const float *bj = tb == CblasNoTrans ? b + j0 : b + (size_t)j0 * ldb;
