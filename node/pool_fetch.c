@@ -291,6 +291,44 @@ out:
     return rc;
 }
 
+/* This node's own stage: copied from its state directory (the gossip port
+ * serves members, never the node itself), through the same path rules as
+ * FETCH (no link followed) and the same part file and rename. */
+static int copy_local(const char *state, const char *path, const char *dest, char *err,
+                      size_t errlen)
+{
+    char tmp[DAEMON_PATH_MAX + 320], buf[1 << 16];
+    snprintf(tmp, sizeof tmp, "%s.part", dest);
+    int in = pool_fetch_open(state, path);
+    if (in < 0) return node_errf(err, errlen, "%s/%s: %s", state, path, strerror(errno));
+    int tfd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (tfd < 0) {
+        int e = errno;
+        close(in);
+        return node_errf(err, errlen, "%s: %s", tmp, strerror(e));
+    }
+    int rc = 0;
+    for (;;) {
+        ssize_t n = read(in, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            rc = node_errf(err, errlen, "%s/%s: %s", state, path, strerror(errno));
+            break;
+        }
+        if (n == 0) break;
+        if (io_all(tfd, buf, (size_t)n, false) != 0) {
+            rc = node_errf(err, errlen, "%s: %s", tmp, strerror(errno));
+            break;
+        }
+    }
+    close(in);
+    if (close(tfd) != 0 && rc == 0) rc = node_errf(err, errlen, "%s: %s", tmp, strerror(errno));
+    if (rc == 0 && rename(tmp, dest) != 0)
+        rc = node_errf(err, errlen, "%s: %s", dest, strerror(errno));
+    if (rc) unlink(tmp);
+    return rc;
+}
+
 int pool_export(const char *state, const char *out, char *err, size_t errlen)
 {
     setenv("SHARDNODE_STATE", state, 1); /* fetch_once: the MAC key */
@@ -349,6 +387,12 @@ int pool_export(const char *state, const char *out, char *err, size_t errlen)
         json_array_foreach(ms, k, m) if (strcmp(node_json_str(m, "name"), name) == 0 &&
                                          json_is_integer(json_object_get(m, "gossip_port")))
             port = (int)json_integer_value(json_object_get(m, "gossip_port"));
+        if (strcmp(name, self) == 0) {
+            if (copy_local(state, path, dest, err, errlen) != 0) goto done;
+            printf("export: stage %s (layers %d..%d) copied from this node\n", name,
+                   begin[ns - 1], end[ns - 1]);
+            continue;
+        }
         if (fetch_file(addr, port, mesh_id, self, own, path, dest, err, errlen) != 0) goto done;
         printf("export: stage %s (layers %d..%d) fetched from %s\n", name, begin[ns - 1],
                end[ns - 1], addr);
