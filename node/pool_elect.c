@@ -34,7 +34,9 @@ int pool_vote_parse(json_t *j, elect_vote *v)
     size_t i;
     json_t *x;
     json_array_foreach(n, i, x) {
-        if (v->nnamed >= ELECT_MAX_NAMED || !json_is_string(x)) return -1;
+        if (v->nnamed >= ELECT_MAX_NAMED || !json_is_string(x) ||
+            strlen(json_string_value(x)) >= PLAN_NAME_MAX) /* never cut: a cut name is another */
+            return -1;
         snprintf(v->named[v->nnamed++], PLAN_NAME_MAX, "%s", json_string_value(x));
     }
     return v->epoch > 0 ? 0 : -1;

@@ -213,8 +213,28 @@ static void test_hello_key(void)
     CHECK(memcmp(ab, ab2, 32) != 0, "two runs share a key");
 }
 
+/* A vote naming a member by a name longer than any member may have is
+ * refused, never cut: a cut name would be another member's. */
+static void test_vote_names(void)
+{
+    char longname[101];
+    memset(longname, 'a', 100);
+    longname[100] = 0;
+    elect_vote v;
+    json_t *ok = json_pack("{s:I,s:I,s:s,s:s,s:s,s:[s,s]}", "e", (json_int_t)1, "b",
+                           (json_int_t)0, "bp", "0", "v", "00000000000000aa", "p",
+                           "00000000000000bb", "n", "a", "b");
+    json_t *bad = json_deep_copy(ok);
+    json_array_append_new(json_object_get(bad, "n"), json_string(longname));
+    CHECK(pool_vote_parse(ok, &v) == 0 && v.nnamed == 2, "a vote naming a and b was refused");
+    CHECK(pool_vote_parse(bad, &v) != 0, "a vote naming a 100-character member was taken");
+    json_decref(ok);
+    json_decref(bad);
+}
+
 int main(void)
 {
+    test_vote_names();
     test_commit_verify();
     test_submitter();
     test_hello_key();
