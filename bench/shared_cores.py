@@ -12,11 +12,14 @@ the cores. This script runs, on loopback, the KJV demo's model (hidden 256,
   has them), each under OpenMP's default wait policy (idle threads spin) and
   under OMP_WAIT_POLICY=PASSIVE (idle threads sleep);
 
-and prints the median step time of each beside the prediction the cost model
-makes for it from the single-process figures (docs/ARCHITECTURE.md, "Stages
-that share a machine"): the busiest stage alone, stretched by the machine's
-oversubscription (work of all stages over its cores). A ratio measured /
-predicted near 1 is what the planner needs. Timings, never pass/fail.
+and prints the median step time of each beside a floor computed from the
+single-process figures: the whole model's 1-thread work spread over the
+cores, or the 2-thread step split evenly over the stages, whichever is
+larger. The ratio to that floor shows what sharing costs; above all, the
+default (spinning) policy against PASSIVE shows why a node's children wait
+passively (docs/ARCHITECTURE.md, "Stages that share a machine"; the pool's
+own prediction is scheduler/simulate.c's sim_run_shared, reported by
+integration.pool). Timings, never pass/fail.
 """
 
 import argparse
@@ -116,7 +119,7 @@ def main():
             # against the busiest stage alone (a pipeline's floor)
             work = t1
             pred = max(work / cores, t2 / len(threads))
-            print("%-8s pipeline threads %-7s %.1f ms per step; predicted %.1f (ratio %.2f)"
+            print("%-8s pipeline threads %-7s %.1f ms per step; floor %.1f (ratio %.2f)"
                   % (name, "+".join(map(str, threads)), got, pred, got / pred))
 
 
