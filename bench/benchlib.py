@@ -2,6 +2,7 @@
 its tokenizer in a work dir (kept between runs). Standard library only."""
 
 import os
+import socket
 import subprocess
 import sys
 
@@ -46,3 +47,16 @@ def kjv_corpus_and_tokenizer(wd, shardnode, vocab, env=None):
         run([shardnode, "tokenizer", "train", "--input", corpus, "--vocab-size", str(vocab),
              "--out", tok], 600, wd, env)
     return corpus, tok
+
+
+def free_ports(n):
+    """n distinct free TCP ports on loopback (bound at once, then released)."""
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports

@@ -33,12 +33,11 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import time
 
-from benchlib import die, kjv_corpus_and_tokenizer, run
+from benchlib import die, free_ports, kjv_corpus_and_tokenizer, run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(REPO, "configs", "kjv", "config.json")
@@ -67,19 +66,6 @@ JOB = {
     "checkpoint_interval": 0,
     "log_interval": 1000000,
 }
-
-
-
-def free_ports(n):
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
 
 
 def write_json(path, obj):
