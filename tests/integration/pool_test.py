@@ -9,13 +9,12 @@ without a leader, and training over the overlay equal to one process.
    d runs with --no-compute: a laptop that only submits and watches.
 2. The single-process run of the job (the reference) trains first.
 3. d submits the job (`train --state D --job J --wait`); every member
-   reports the same committed plan hash; d holds no stage; the profiles show
-   c slower and c holds fewer layers than the fastest and no more than any;
-   the loss at every step on every stage equals the single-process run to
-   1e-5 relative; the model d gathers over the mesh equals the
-   single-process model to 1e-5 (the kernels give the same bits whatever the
-   thread cap); the measured step time is set against the plan's prediction
-   (printed: reported, not asserted).
+   reports the same committed plan hash; d holds no stage; whether the
+   profiles show c slower and c holds fewer layers is printed (timings: not
+   asserted); the loss at every step on every stage and the model d gathers
+   over the mesh are the single-process run's, bit for bit (the kernels give
+   the same bits whatever the thread cap); the measured step time is set
+   against the plan's prediction (printed: reported, not asserted).
 4. A second job naming a data file that only some members have (another
    hash on b) is reported in status naming the node and the file; a job
    whose model cannot fit in the pool's memory is reported with how much is
@@ -42,7 +41,7 @@ import llama_ref as ref  # noqa: E402
 
 SKIP = 77
 STEPS = 30
-LOSS_RTOL = 1e-5
+LOSS_RTOL = 0.0  # the same bits: docs/ARCHITECTURE.md, "Determinism"
 PASSAGE = "Gen1:1-Gen20:18"
 WG_PORT = 51820
 TAG = "snp%d-" % os.getpid()
@@ -295,11 +294,16 @@ def body(t):
     speed = {n: sum(st[n]["prof"]["f"][1:2] + st[n]["prof"]["k"][1:2]) for n in "abc"}
     log("layer forward + backward: a %.2f ms, b %.2f ms, c %.2f ms (c capped to 1 thread)"
         % (speed["a"] / 1e6, speed["b"] / 1e6, speed["c"] / 1e6))
-    check(speed["c"] > speed["a"] and speed["c"] > speed["b"],
-          "the profiles do not show c (1 thread) slower than a and b (2 threads): %s" % speed)
+    # Reported, not asserted: profiles are timings, and on a loaded 2-core
+    # machine a 2-thread profile is not reliably faster than a 1-thread one
+    # (the planner's use of profiles is asserted on fixed figures in
+    # unit.test_plan).
     others = [layers.get("a", 0), layers.get("b", 0)]
-    check(layers.get("c", 0) < max(others) and layers.get("c", 0) <= min(others),
-          "the slower node c does not hold fewer layers than a and b: %s" % layers)
+    log("%s c (1 thread) profiled slower than a and b (2 threads), and it holds %s layers "
+        "than they do" % ("as expected," if speed["c"] > max(speed["a"], speed["b"]) else
+                          "NOTE: not",
+                          "fewer" if layers.get("c", 0) < max(others) and
+                          layers.get("c", 0) <= min(others) else "not fewer"))
     log("ok   %d steps in %.1f s, d holds no stage, c (1 thread) holds %d layer(s), "
         "a %s, b %s" % (STEPS, elapsed, layers.get("c", 0), layers.get("a", 0), layers.get("b", 0)))
     log("step time: measured median %.1f ms, plan predicted %.1f ms with the stages sharing "
@@ -316,7 +320,7 @@ def body(t):
     for k in b:
         scale = max(float(abs(b[k]).max()), 1e-30)
         wdiff = max(wdiff, float(abs(a[k] - b[k]).max()) / scale)
-    check(wdiff <= 1e-5, "gathered model differs by %.2e (max rel) from one process" % wdiff)
+    check(wdiff == 0.0, "gathered model differs by %.2e (max rel) from one process" % wdiff)
     for f in ("config.json", "tokenizer.json"):
         check(os.path.exists(os.path.join(pipe_out, f)), "gathered model lacks %s" % f)
     log("ok   the model d gathered equals one process to %.1e (max rel)" % wdiff)
