@@ -268,15 +268,25 @@ int daemon_save(daemon_t *d, char *err, size_t errlen)
 
 /* ---- invites ---- */
 
+/* The event loop waits for the invites lock at most DAEMON_INVITES_LOCK_MS:
+ * `shardnode invite` holds it only while it writes invites.json, and a
+ * holder that hangs must not stop the node. */
+#define DAEMON_INVITES_LOCK_MS 3000
+
 static int lock_invites(const daemon_t *d)
 {
     char path[DAEMON_PATH_MAX];
     state_file(path, d->state, "invites.lock");
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-    if (fd >= 0 && fcntl(fd, F_SETLKW, &fl) != 0) {
-        close(fd);
-        return -1;
+    if (fd < 0) return -1;
+    for (int waited = 0; fcntl(fd, F_SETLK, &fl) != 0; waited += 10) {
+        if ((errno != EACCES && errno != EAGAIN && errno != EINTR) ||
+            waited >= DAEMON_INVITES_LOCK_MS) {
+            close(fd);
+            return -1;
+        }
+        nanosleep(&(struct timespec){0, 10000000}, NULL);
     }
     return fd;
 }
@@ -319,7 +329,13 @@ void daemon_invites_refresh(daemon_t *d, bool force)
             iv.used_at = json_is_integer(at) ? json_integer_value(at) : 0;
             /* A used invite is withdrawn (issue 12, 6): its holder reached
              * this node only to send JOIN. The grace lets the reply out. */
-            if (daemon_invite_withdrawn(&iv, now) || nfresh == DAEMON_MAX_INVITES) continue;
+            if (daemon_invite_withdrawn(&iv, now)) continue;
+            if (nfresh == DAEMON_MAX_INVITES) {
+                /* `shardnode invite` refuses a 65th; a hand-edited file may hold more. */
+                daemon_log(d, "invites.json: more than %d open invites; the later ones are not "
+                           "admitted", DAEMON_MAX_INVITES);
+                break;
+            }
             if (keys_invite_key(iv.secret, sizeof iv.secret, (uint8_t[KEYS_LEN]){0}, iv.pub,
                                 err, sizeof err) != 0 ||
                 mesh_overlay_address(d->prefix, iv.pub, iv.address, sizeof iv.address, err,
@@ -383,7 +399,9 @@ int daemon_invite_redeem(daemon_t *d, const uint8_t secret[GOSSIP_SECRET_LEN],
     char path[DAEMON_PATH_MAX];
     state_file(path, d->state, "invites.json");
     int fd = lock_invites(d);
-    if (fd < 0) return node_errf(err, errlen, "%s/invites.lock: cannot lock", d->state);
+    if (fd < 0)
+        return node_errf(err, errlen, "%s/invites.lock: cannot lock within %d s (another "
+                         "process holds it)", d->state, DAEMON_INVITES_LOCK_MS / 1000);
     int rc = 1;
     json_t *root = node_load_json(path, err, errlen), *list, *e, *hit = NULL;
     char hex[2 * GOSSIP_SECRET_LEN + 1];

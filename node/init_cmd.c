@@ -9,6 +9,7 @@
  *                  [--prefix CIDR]
  *   shardnode invite --state DIR [--ttl DURATION]
  */
+#include "daemon_internal.h"
 #include "node.h"
 
 #include "keys.h"
@@ -369,6 +370,24 @@ static int record_invite(const char *state, const uint8_t secret[TOKEN_SECRET_LE
         json_t *e = json_object_get(json_array_get(list, i), "expires");
         if (json_is_integer(e) && json_integer_value(e) <= now) json_array_remove(list, i);
     }
+    /* A running node holds at most DAEMON_MAX_INVITES invites' keys: one
+     * more would be recorded but never admitted. */
+    size_t open = 0, i;
+    json_t *e;
+    json_array_foreach(list, i, e) {
+        json_t *exp = json_object_get(e, "expires"), *at = json_object_get(e, "used_at");
+        daemon_invite iv = {.expires = json_is_integer(exp) ? json_integer_value(exp) : 0,
+                            .used = json_object_get(e, "used_by") != NULL,
+                            .used_at = json_is_integer(at) ? json_integer_value(at) : 0};
+        open += !daemon_invite_withdrawn(&iv, now);
+    }
+    if (open >= DAEMON_MAX_INVITES) {
+        snprintf(err, errlen, "%s: %zu invites are still open (neither used nor expired), the "
+                 "most a node admits at once; wait until some are used or expire (--ttl sets "
+                 "how long a token lives), or delete unused ones from the file", path, open);
+        json_decref(root);
+        return -1;
+    }
     char hex[2 * TOKEN_SECRET_LEN + 1];
     node_hex_encode(secret, TOKEN_SECRET_LEN, hex);
     int rc = json_array_append_new(list, json_pack("{s:s, s:I, s:I}", "secret", hex, "expires",
@@ -511,6 +530,10 @@ int cmd_invite(int argc, char **argv)
     /* Recorded before printed: a token whose secret was not saved could
      * never be redeemed. */
     if (record_invite(state, t.secret, t.expires_unix, now, err, sizeof err) != 0) goto fail;
+    /* Unlocked before the node is told: the node takes this lock to record
+     * a token's use, and a node waiting for it could not answer us. */
+    close(lock_fd);
+    lock_fd = -1;
     /* A running node adds the invite's key at once (else within a second). */
     json_decref(node_control_request(state, "invites", err, sizeof err));
     printf("%s\n", text);

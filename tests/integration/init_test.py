@@ -18,6 +18,13 @@
    invites differ in token and secret and both stay recorded; the recorded
    expiry is now + ttl (1s, 30m, default 24h, 7d) within a few seconds; a
    bad --ttl is refused naming the flag.
+6. invite while the node is up (loopback, no WireGuard): joiners redeem
+   their tokens while other `shardnode invite` run without pause; every
+   joiner is admitted and the node keeps answering. (An invite once held
+   invites.lock while it waited for the node's answer, and the node, taking
+   that lock to record a token's use, could not answer: both stalled 10 s and
+   the joiner's reply was lost.) A node admits at most 64 open invites: the
+   65th is refused, naming invites.json, and the file is left as it was.
 """
 
 import argparse
@@ -26,10 +33,14 @@ import ipaddress
 import json
 import os
 import shutil
+import signal
+import socket
 import stat
 import struct
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 
 
@@ -303,6 +314,118 @@ def test_invite(state, bob, v6):
           "v6 token contents")
 
 
+def test_invite_cap(work):
+    """A node admits at most 64 open invites: the 65th is refused, saying so,
+    and invites.json keeps the 64."""
+    state = os.path.join(work, "many")
+    run(["init", "--state", state, "--name", "many", "--endpoint", "192.0.2.9:51820"])
+    for _ in range(64):
+        run(["invite", "--state", state, "--ttl", "1h"])
+    before = open(os.path.join(state, "invites.json"), "rb").read()
+    p = run(["invite", "--state", state, "--ttl", "1h"], expect_rc=1)
+    line = p.stderr.strip()
+    check("invites.json" in line and "64 invites are still open" in line and not p.stdout.strip(),
+          f"the 65th open invite: expected a refusal naming invites.json, got {line!r}")
+    check(open(os.path.join(state, "invites.json"), "rb").read() == before,
+          "a refused invite changed invites.json")
+    print("ok   the 65th open invite is refused")
+
+
+def free_udp_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def node_up(state):
+    p = subprocess.run([SHARDNODE, "status", "--state", state, "--json"], capture_output=True,
+                       text=True, timeout=30)
+    return p.returncode == 0
+
+
+def open_invites(state):
+    now = time.time()
+    try:
+        recs = invites(state)
+    except (OSError, ValueError, KeyError, Failure):
+        return 0  # mid-rename
+    return sum(1 for r in recs if r["expires"] > now - 1 and "used_by" not in r)
+
+
+def test_invite_while_up():
+    tmp = tempfile.mkdtemp(prefix="shardnode-init-")
+    procs, logs = {}, {}
+    stop = threading.Event()
+    issued = []
+
+    def start(name, args):
+        logs[name] = os.path.join(tmp, name + ".log")
+        with open(logs[name], "ab") as out:
+            procs[name] = subprocess.Popen([SHARDNODE] + args + ["--threads", "1", "--http", "off"],
+                                           stdin=subprocess.DEVNULL, stdout=out,
+                                           stderr=subprocess.STDOUT, start_new_session=True)
+
+    def tail(name):
+        with open(logs[name], errors="replace") as f:
+            return "".join(f.readlines()[-10:])
+
+    def wait(name, what, limit):
+        end = time.time() + limit
+        while not node_up(os.path.join(tmp, name)):
+            for n, p in procs.items():
+                check(p.poll() is None, f"{n} exited with {p.returncode} while {what}:\n{tail(n)}")
+            check(time.time() < end, f"{what}: not within {limit} s:\n{tail(name)}")
+            time.sleep(0.2)
+
+    def invite_loop():
+        while not stop.is_set():
+            # one-second tokens: a node admits at most 64 open invites
+            p = subprocess.run([SHARDNODE, "invite", "--state", os.path.join(tmp, "a"), "--ttl", "1s"],
+                               capture_output=True, text=True, timeout=60)
+            issued.append(p.returncode)
+            # fewer than 64 open at once (the cap), however fast the build
+            while not stop.is_set() and open_invites(os.path.join(tmp, "a")) >= 40:
+                time.sleep(0.05)
+
+    threads = []
+    try:
+        port = free_udp_port()
+        run(["init", "--state", os.path.join(tmp, "a"), "--name", "a", "--listen-port", str(port),
+             "--endpoint", f"127.0.0.1:{port}", "--prefix", "127.0.0.0/8"])
+        start("a", ["up", "--state", os.path.join(tmp, "a")])
+        wait("a", "a starts", 30)
+        threads = [threading.Thread(target=invite_loop) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for name in ["b", "c", "d", "e", "f"]:
+            token = run(["invite", "--state", os.path.join(tmp, "a")]).stdout.split()[-1]
+            port = free_udp_port()
+            start(name, ["join", token, "--state", os.path.join(tmp, name), "--name", name,
+                         "--listen-port", str(port), "--endpoint", f"127.0.0.1:{port}"])
+            wait(name, f"{name} joins while invites are issued", 60)
+        stop.set()
+        for t in threads:
+            t.join()
+        check(issued and all(rc == 0 for rc in issued),
+              f"invites issued meanwhile: exit codes {sorted(set(issued))}")
+        check(node_up(os.path.join(tmp, "a")), "a no longer answers status")
+        print(f"ok   5 joiners admitted while {len(issued)} other invites were issued")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        for p in procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in procs.values():
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     global SHARDNODE
     ap = argparse.ArgumentParser()
@@ -317,6 +440,8 @@ def main():
         test_reinit(state)
         v6 = test_bad_flags(a.workdir)
         test_invite(state, bob, v6)
+        test_invite_cap(a.workdir)
+        test_invite_while_up()
     except Failure as e:
         print(f"FAIL: {e}", file=sys.stderr)
         return 1
