@@ -14,9 +14,7 @@
  * one line of JSON. The state files are restored before each input (a
  * "leave" rewrites mesh.json). Run with -close_fd_mask=2: the node logs on
  * stderr. */
-#include "daemon_internal.h"
-#include "fuzz_util.h"
-#include "node.h"
+#include "fuzz_node.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -27,45 +25,15 @@
 
 #define T "fuzz_control"
 
-static char state[600], node_text[8192], mesh_text[8192];
+static fuzz_state_dir state;
 
-static void read_all(const char *path, char *buf, size_t cap)
-{
-    FILE *f = fopen(path, "rb");
-    fuzz_require(f != NULL, T, "cannot read", path);
-    size_t n = fread(buf, 1, cap - 1, f);
-    buf[n] = 0;
-    fclose(f);
-}
-
-static void send_nothing(void *ctx, const char *addr, int port, const uint8_t *buf, size_t len)
-{
-    (void)ctx, (void)addr, (void)port, (void)buf, (void)len;
-}
-
-static void sync_nothing(void *ctx, const gossip_member *m) { (void)ctx, (void)m; }
-
-/* The node as daemon_run makes it, without its sockets to the network. */
+/* The node as daemon_run makes it, with its control listener but without
+ * its sockets to the network. */
 static daemon_t *open_node(void)
 {
-    char err[512], path[700];
-    fuzz_write_file("state/node.json", node_text, strlen(node_text), path, sizeof path);
-    fuzz_write_file("state/mesh.json", mesh_text, strlen(mesh_text), path, sizeof path);
-    daemon_t *d;
-    fuzz_require(daemon_open_state(&d, state, err, sizeof err) == 0, T, "open state", err);
-    gossip_config gc;
-    memset(&gc, 0, sizeof gc);
-    gc.prefix = d->prefix;
-    daemon_self_record(d, &gc.self);
-    memcpy(gc.id_priv, d->id_priv, GOSSIP_KEY_LEN);
-    memcpy(gc.wg_priv, d->wg_priv, GOSSIP_KEY_LEN);
-    gc.self_adm = d->adm;
-    gc.hooks = (gossip_hooks){.ctx = d, .send = send_nothing, .sync = sync_nothing};
-    gc.seed = 1;
-    fuzz_require(gossip_create(&d->g, &gc, daemon_now_ms(), err, sizeof err) == 0, T, "gossip",
-                 err);
-    d->adm = gossip_self(d->g)->sig.adm;
-    fuzz_require(pool_open(d) == 0, T, "pool", NULL);
+    char err[512];
+    fuzz_state_restore(&state);
+    daemon_t *d = fuzz_state_open_node(&state, T);
     d->base = event_base_new();
     fuzz_require(d->base && daemon_control_open(d, err, sizeof err) == 0, T, "control", err);
     return d;
@@ -76,15 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static int once;
     if (!once) {
         once = 1;
-        char err[512], path[700], overlay[64], mesh_hex[33];
-        snprintf(state, sizeof state, "%s/state", fuzz_dir());
-        fuzz_require(state_create(state, "fuzz", 51820, "198.51.100.1:51820", "10.77.0.0/16",
-                                  NULL, overlay, sizeof overlay, mesh_hex, err, sizeof err) == 0,
-                     T, "state_create", err);
-        snprintf(path, sizeof path, "%s/node.json", state);
-        read_all(path, node_text, sizeof node_text);
-        snprintf(path, sizeof path, "%s/mesh.json", state);
-        read_all(path, mesh_text, sizeof mesh_text);
+        fuzz_state_make(&state, T);
     }
     daemon_t *d = open_node();
     int fd = socket(AF_UNIX, SOCK_STREAM, 0);
@@ -112,17 +72,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             else
                 got += (size_t)r;
         }
-        if (!shut && (p.revents & POLLOUT)) {
-            ssize_t w = off < size ? send(fd, data + off, size - off, MSG_NOSIGNAL) : 0;
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w > 0)
-                off += (size_t)w;
-            if (w < 0 || off == size) {
-                shutdown(fd, SHUT_WR);
-                shut = true;
-            }
-        }
+        if (!shut && (p.revents & POLLOUT))
+            fuzz_send_step(fd, data, size, &off, &shut);
     }
     close(fd);
     reply[got] = 0;

@@ -133,25 +133,10 @@ static void patched_cache(const uint8_t *data, size_t size)
         fuzz_require(data_open(&d, &spec, tok, cache, err, sizeof err) == 0, T,
                      "the fixed corpus does not open", err);
         data_close(d);
-        FILE *f = fopen(cache, "rb");
-        fuzz_require(f != NULL, T, "cannot read the cache", cache);
-        fseek(f, 0, SEEK_END);
-        valid_len = (size_t)ftell(f);
-        fseek(f, 0, SEEK_SET);
-        valid_cache = malloc(valid_len);
-        fuzz_require(fread(valid_cache, 1, valid_len, f) == valid_len, T, "cannot read", cache);
-        fclose(f);
+        valid_cache = fuzz_read_file(T, cache, &valid_len);
     }
-    uint8_t *bytes = malloc(valid_len + 1);
-    memcpy(bytes, valid_cache, valid_len);
-    size_t len = valid_len;
-    for (size_t i = 0; i + 3 <= size; i += 3) {
-        size_t at = (size_t)data[i] | (size_t)data[i + 1] << 8;
-        if (at == 0xffff)
-            len = data[i + 2] * len / 256;   /* a truncated cache */
-        else if (at < len)
-            bytes[at] = data[i + 2];
-    }
+    size_t len;   /* 0xffff patches give a truncated cache */
+    uint8_t *bytes = fuzz_patch(valid_cache, valid_len, data, size, &len);
     FILE *f = fopen(cache, "wb");
     fuzz_require(f && (len == 0 || fwrite(bytes, 1, len, f) == len) && fclose(f) == 0, T,
                  "cannot write the cache", cache);

@@ -11,23 +11,14 @@
  * Beyond "no crash", every payload the decoder accepts must be a message the
  * encoder accepts, must survive encode → decode unchanged, and must encode to
  * the same bytes twice: the decoder never admits what a node could not send. */
+#include "fuzz_util.h"
 #include "mesh.h"
 
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#define T "fuzz_frame"
 
 /* Small enough that the fuzzer hits the bound, large enough for any input it
  * makes (libFuzzer's default -max_len is 4096). */
 #define FUZZ_MAX_FRAME ((size_t)1 << 20)
-
-static void require(int cond, const char *what, const char *detail)
-{
-    if (!cond) {
-        fprintf(stderr, "fuzz_frame: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
-        abort();
-    }
-}
 
 static int same_msg(const mesh_msg *a, const mesh_msg *b)
 {
@@ -54,36 +45,28 @@ static void check_round_trip(const mesh_msg *m)
     char err[256] = "";
     uint8_t *head, *head2;
     size_t head_len, head2_len;
-    require(mesh_encode_head(m, &head, &head_len, err, sizeof err) == 0,
-            "decoded a message the encoder refuses", err);
+    fuzz_require(mesh_encode_head(m, &head, &head_len, err, sizeof err) == 0, T,
+                 "decoded a message the encoder refuses", err);
     size_t len = head_len + m->nbytes;
     uint8_t *frame = malloc(len);
     memcpy(frame, head, head_len);
     if (m->nbytes)
         memcpy(frame + head_len, m->data, m->nbytes);
     size_t plen;
-    require(mesh_decode_length(frame, FUZZ_MAX_FRAME + 4096, &plen, err, sizeof err) == 0 &&
-                plen == len - 4,
-            "length prefix of a re-encoded frame", err);
+    fuzz_require(mesh_decode_length(frame, FUZZ_MAX_FRAME + 4096, &plen, err, sizeof err) == 0 &&
+                     plen == len - 4,
+                 T, "length prefix of a re-encoded frame", err);
     mesh_msg back;
-    require(mesh_decode(frame + 4, len - 4, &back, err, sizeof err) == 0,
-            "re-encoded frame refused", err);
-    require(same_msg(m, &back), "message changed in a round trip", NULL);
-    require(mesh_encode_head(&back, &head2, &head2_len, err, sizeof err) == 0 &&
-                head2_len == head_len && memcmp(head, head2, head_len) == 0,
-            "encoding is not deterministic", err);
+    fuzz_require(mesh_decode(frame + 4, len - 4, &back, err, sizeof err) == 0, T,
+                 "re-encoded frame refused", err);
+    fuzz_require(same_msg(m, &back), T, "message changed in a round trip", NULL);
+    fuzz_require(mesh_encode_head(&back, &head2, &head2_len, err, sizeof err) == 0 &&
+                     head2_len == head_len && memcmp(head, head2, head_len) == 0,
+                 T, "encoding is not deterministic", err);
     free(head2);
     free(frame);
     free(head);
 }
-
-static void check_refusal(const char *err, size_t cap)
-{
-    require(memchr(err, 0, cap) != NULL, "error message not NUL-terminated", NULL);
-    require(err[0] != 0, "refused without a message", NULL);
-}
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -93,24 +76,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         memset(err, 'x', sizeof err);
         size_t len;
         if (mesh_decode_length(data + off, FUZZ_MAX_FRAME, &len, err, sizeof err) != 0) {
-            check_refusal(err, sizeof err);
+            fuzz_check_message(T, err, sizeof err);
             return 0;
         }
         off += 4;
         if (len > size - off)
             return 0;
-        uint8_t *payload = malloc(len);
-        memcpy(payload, data + off, len);
+        uint8_t *payload = fuzz_copy(data + off, len);
         off += len;
         mesh_msg m;
         int rc = mesh_decode(payload, len, &m, err, sizeof err);
         if (rc == 0) {
-            require(m.version == MESH_PROTOCOL_VERSION, "accepted another version", NULL);
+            fuzz_require(m.version == MESH_PROTOCOL_VERSION, T, "accepted another version", NULL);
             check_round_trip(&m);
         } else {
-            check_refusal(err, sizeof err);
+            fuzz_check_message(T, err, sizeof err);
             static const mesh_msg zero;
-            require(memcmp(&m, &zero, sizeof m) == 0, "refused message left fields set", NULL);
+            fuzz_require(memcmp(&m, &zero, sizeof m) == 0, T, "refused message left fields set",
+                         NULL);
         }
         free(payload);
         if (rc != 0)

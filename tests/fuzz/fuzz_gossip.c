@@ -19,25 +19,14 @@
  * every field: the record's job text, FETCH's path and offset, and
  * FETCH_REPLY's offset, total and data (a block of its own, within
  * GOSSIP_FETCH_CHUNK and within total). */
+#include "fuzz_util.h"
 #include "keys.h"
 #include "mesh.h"
 
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-static void require(int cond, const char *what, const char *detail)
-{
-    if (!cond) {
-        fprintf(stderr, "fuzz_gossip: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
-        abort();
-    }
-}
+#define T "fuzz_gossip"
 
 /* RFC 8032 test 1's secret key. */
-static const uint8_t SIGNER_PRIV[32] = {
-    0x9d, 0x61, 0xb1, 0x9d, 0xef, 0xfd, 0x5a, 0x60, 0xba, 0x84, 0x4a, 0xf4, 0x92, 0xec, 0x2c, 0xc4,
-    0x44, 0x49, 0xc5, 0x69, 0x7b, 0x32, 0x69, 0x19, 0x70, 0x3b, 0xac, 0x03, 0x1c, 0xae, 0x7f, 0x60};
+static const uint8_t SIGNER_PRIV[32] = FUZZ_RFC8032_TEST1_PRIV;
 
 static int is_zero(const void *p, size_t n)
 {
@@ -46,12 +35,6 @@ static int is_zero(const void *p, size_t n)
         if (b[i])
             return 0;
     return 1;
-}
-
-static void check_refusal(const char *err, size_t cap)
-{
-    require(memchr(err, 0, cap) != NULL, "error message not NUL-terminated", NULL);
-    require(err[0] != 0, "refused without a message", NULL);
 }
 
 static int same_update(const gossip_update *a, const gossip_update *b)
@@ -103,23 +86,23 @@ static int same_record(const gossip_record *a, const gossip_record *b)
 
 static void check_opened(const gossip_record *r)
 {
-    require(r->left <= 1 && r->port != 0, "opened record out of bounds", r->name);
-    require(r->nendpoints >= 0 && r->nendpoints <= GOSSIP_MAX_ENDPOINTS,
-            "opened record with endpoint count", r->name);
-    require(memchr(r->job, 0, GOSSIP_JOB_MAX) != NULL, "opened record's job text unterminated",
-            r->name);
+    fuzz_require(r->left <= 1 && r->port != 0, T, "opened record out of bounds", r->name);
+    fuzz_require(r->nendpoints >= 0 && r->nendpoints <= GOSSIP_MAX_ENDPOINTS, T,
+                 "opened record with endpoint count", r->name);
+    fuzz_require(memchr(r->job, 0, GOSSIP_JOB_MAX) != NULL, T,
+                 "opened record's job text unterminated", r->name);
     uint8_t pub[KEYS_LEN];
     char err[256];
-    require(keys_ed25519_public(SIGNER_PRIV, pub, err, sizeof err) == 0, "signer key", err);
+    fuzz_require(keys_ed25519_public(SIGNER_PRIV, pub, err, sizeof err) == 0, T, "signer key", err);
     if (memcmp(pub, r->id_pub, KEYS_LEN) != 0)
         return; /* someone else's genuine record: we cannot re-sign it */
     gossip_signed again;
-    require(gossip_record_sign(r, SIGNER_PRIV, &again, err, sizeof err) == 0,
-            "opened a record the encoder refuses", err);
+    fuzz_require(gossip_record_sign(r, SIGNER_PRIV, &again, err, sizeof err) == 0, T,
+                 "opened a record the encoder refuses", err);
     gossip_record back;
-    require(gossip_record_open(&again, &back, err, sizeof err) == 0,
-            "re-signed record does not open", err);
-    require(same_record(r, &back), "record changed in a re-sign", r->name);
+    fuzz_require(gossip_record_open(&again, &back, err, sizeof err) == 0, T,
+                 "re-signed record does not open", err);
+    fuzz_require(same_record(r, &back), T, "record changed in a re-sign", r->name);
 }
 
 static void check_record(const gossip_signed *s)
@@ -131,26 +114,25 @@ static void check_record(const gossip_signed *s)
         check_opened(&r);
         return;
     }
-    check_refusal(err, sizeof err);
-    require(is_zero(&r, sizeof r), "refused record left fields set", err);
+    fuzz_check_message(T, err, sizeof err);
+    fuzz_require(is_zero(&r, sizeof r), T, "refused record left fields set", err);
     if (!strstr(err, "signature does not verify"))
         return;
     /* The bytes parse: sign them with the fixed key. */
     gossip_signed t = *s;
-    require(keys_sign(SIGNER_PRIV, t.bytes, t.len, t.sig, err, sizeof err) == 0, "sign", err);
+    fuzz_require(keys_sign(SIGNER_PRIV, t.bytes, t.len, t.sig, err, sizeof err) == 0, T, "sign",
+                 err);
     memset(err, 'x', sizeof err);
     if (gossip_record_open(&t, &r, err, sizeof err) == 0) {
         check_opened(&r);
         return;
     }
-    check_refusal(err, sizeof err);
-    require(strstr(err, "signature does not verify") != NULL,
-            "record refused for another reason once signed", err);
+    fuzz_check_message(T, err, sizeof err);
+    fuzz_require(strstr(err, "signature does not verify") != NULL, T,
+                 "record refused for another reason once signed", err);
 }
 
 static uint8_t scratch[2][GOSSIP_TCP_MAX];
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -167,33 +149,33 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_record(&s);
     }
 
-    uint8_t *copy = malloc(size ? size : 1);
-    if (size)
-        memcpy(copy, data, size);
+    uint8_t *copy = fuzz_copy(data, size);
     gossip_msg m;
     char err[256];
     memset(err, 'x', sizeof err);
     int rc = gossip_decode(copy, size, &m, err, sizeof err);
     free(copy);
     if (rc != 0) {
-        check_refusal(err, sizeof err);
-        require(is_zero(&m, sizeof m), "refused message left fields set", err);
+        fuzz_check_message(T, err, sizeof err);
+        fuzz_require(is_zero(&m, sizeof m), T, "refused message left fields set", err);
         return 0;
     }
-    require(m.version == MESH_PROTOCOL_VERSION, "accepted another version", NULL);
-    require(m.nupdates >= 0 && m.nupdates <= GOSSIP_MAX_UPDATES && (!m.nupdates) == (!m.updates),
-            "accepted update count", NULL);
-    require((m.data_len == 0) == (m.data == NULL) && m.data_len <= GOSSIP_FETCH_CHUNK,
-            "accepted data length", NULL);
-    require(m.type == GOSSIP_MSG_FETCH_REPLY || (!m.data_len && !m.total),
-            "data or total outside a FETCH_REPLY", NULL);
-    require(m.type != GOSSIP_MSG_FETCH_REPLY || (m.data_len <= m.total && m.offset <= m.total - m.data_len),
-            "accepted a part past the file's end", NULL);
-    require(m.type != GOSSIP_MSG_FETCH_REPLY || m.ok || (!m.data_len && !m.offset),
-            "accepted a refusal with data", NULL);
-    require(m.type == GOSSIP_MSG_FETCH || !m.path[0], "path outside a FETCH", NULL);
-    require(m.type != GOSSIP_MSG_FETCH || (m.path[0] && memchr(m.path, 0, GOSSIP_PATH_MAX)),
-            "accepted a FETCH without a path", NULL);
+    fuzz_require(m.version == MESH_PROTOCOL_VERSION, T, "accepted another version", NULL);
+    fuzz_require(m.nupdates >= 0 && m.nupdates <= GOSSIP_MAX_UPDATES &&
+                     (!m.nupdates) == (!m.updates),
+                 T, "accepted update count", NULL);
+    fuzz_require((m.data_len == 0) == (m.data == NULL) && m.data_len <= GOSSIP_FETCH_CHUNK, T,
+                 "accepted data length", NULL);
+    fuzz_require(m.type == GOSSIP_MSG_FETCH_REPLY || (!m.data_len && !m.total), T,
+                 "data or total outside a FETCH_REPLY", NULL);
+    fuzz_require(m.type != GOSSIP_MSG_FETCH_REPLY ||
+                     (m.data_len <= m.total && m.offset <= m.total - m.data_len),
+                 T, "accepted a part past the file's end", NULL);
+    fuzz_require(m.type != GOSSIP_MSG_FETCH_REPLY || m.ok || (!m.data_len && !m.offset), T,
+                 "accepted a refusal with data", NULL);
+    fuzz_require(m.type == GOSSIP_MSG_FETCH || !m.path[0], T, "path outside a FETCH", NULL);
+    fuzz_require(m.type != GOSSIP_MSG_FETCH || (m.path[0] && memchr(m.path, 0, GOSSIP_PATH_MAX)), T,
+                 "accepted a FETCH without a path", NULL);
     if (m.data_len) {
         /* ASan: the block holds data_len bytes (the input is freed already). */
         volatile uint8_t edge = m.data[0] ^ m.data[m.data_len - 1];
@@ -201,16 +183,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     size_t len = 0, len2 = 0;
-    require(gossip_encode(&m, scratch[0], sizeof scratch[0], &len, err, sizeof err) == 0,
-            "decoded a message the encoder refuses", err);
-    require(len <= size, "re-encoded message is longer than the input", NULL);
+    fuzz_require(gossip_encode(&m, scratch[0], sizeof scratch[0], &len, err, sizeof err) == 0, T,
+                 "decoded a message the encoder refuses", err);
+    fuzz_require(len <= size, T, "re-encoded message is longer than the input", NULL);
     gossip_msg back;
-    require(gossip_decode(scratch[0], len, &back, err, sizeof err) == 0,
-            "re-encoded message refused", err);
-    require(same_msg(&m, &back), "message changed in a round trip", NULL);
-    require(gossip_encode(&back, scratch[1], sizeof scratch[1], &len2, err, sizeof err) == 0 &&
-                len2 == len && memcmp(scratch[0], scratch[1], len) == 0,
-            "encoding is not deterministic", err);
+    fuzz_require(gossip_decode(scratch[0], len, &back, err, sizeof err) == 0, T,
+                 "re-encoded message refused", err);
+    fuzz_require(same_msg(&m, &back), T, "message changed in a round trip", NULL);
+    fuzz_require(gossip_encode(&back, scratch[1], sizeof scratch[1], &len2, err, sizeof err) == 0 &&
+                     len2 == len && memcmp(scratch[0], scratch[1], len) == 0,
+                 T, "encoding is not deterministic", err);
     gossip_msg_free(&back);
 
     for (int i = 0; i < m.nupdates; i++)

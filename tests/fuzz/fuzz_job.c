@@ -45,9 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    char *text = malloc(size);
-    memcpy(text, data + 1, size - 1);
-    text[size - 1] = 0;
+    char *text = fuzz_text(data + 1, size - 1);
     char err[512];
     memset(err, 'x', sizeof err);
     if ((data[0] & 1) == 0) {

@@ -111,17 +111,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (r <= 0)
                 break;   /* the node closed: it has read everything it will */
         }
-        if (!shut && (p.revents & POLLOUT)) {
-            ssize_t w = off < size ? send(fd, data + off, size - off, MSG_NOSIGNAL) : 0;
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w > 0)
-                off += (size_t)w;
-            if (w < 0 || off == size) {
-                shutdown(fd, SHUT_WR);
-                shut = true;
-            }
-        }
+        if (!shut && (p.revents & POLLOUT))
+            fuzz_send_step(fd, data, size, &off, &shut);
     }
     /* Close with a reset: a normal close leaves this end in TIME_WAIT, and
      * thousands of inputs a second would use up the ephemeral ports. */

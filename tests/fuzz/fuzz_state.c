@@ -22,9 +22,7 @@
  *    restarts, node/pool.c), read when the node takes the job up: a node is
  *    opened as the daemon opens it (gossip, pool; no network) and a job
  *    made once from small files (pool_bundle_make) is submitted to it. */
-#include "daemon_internal.h"
-#include "fuzz_util.h"
-#include "node.h"
+#include "fuzz_node.h"
 
 #include <event2/event.h>
 #include <time.h>
@@ -41,17 +39,8 @@ static chain ch;
 static job_spec job;
 static uint8_t *ckpt;
 static size_t ckpt_len;
-static char state[600], node_text[8192], mesh_text[8192];
+static fuzz_state_dir state;
 static daemon_t *opened;
-
-static void read_all(const char *path, char *buf, size_t cap)
-{
-    FILE *f = fopen(path, "rb");
-    fuzz_require(f != NULL, T, "cannot read", path);
-    size_t n = fread(buf, 1, cap - 1, f);
-    buf[n] = 0;
-    fclose(f);
-}
 
 static void init(void)
 {
@@ -70,40 +59,17 @@ static void init(void)
     fuzz_require(job_parse(&job, "/fuzz/job.json", JOB, err, sizeof err) == 0, T, "job", err);
     snprintf(path, sizeof path, "%s/checkpoint.safetensors", fuzz_dir());
     fuzz_require(checkpoint_save(path, &ch, 7, JOB, err, sizeof err) == 0, T, "save", err);
-    FILE *f = fopen(path, "rb");
-    fuzz_require(f != NULL, T, "cannot read", path);
-    fseek(f, 0, SEEK_END);
-    ckpt_len = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    ckpt = malloc(ckpt_len);
-    fuzz_require(fread(ckpt, 1, ckpt_len, f) == ckpt_len, T, "cannot read", path);
-    fclose(f);
+    ckpt = fuzz_read_file(T, path, &ckpt_len);
 
-    snprintf(state, sizeof state, "%s/state", fuzz_dir());
-    char overlay[64], mesh_hex[33];
-    fuzz_require(state_create(state, "fuzz", 51820, "198.51.100.1:51820", "10.77.0.0/16", NULL,
-                              overlay, sizeof overlay, mesh_hex, err, sizeof err) == 0,
-                 T, "state_create", err);
-    snprintf(path, sizeof path, "%s/node.json", state);
-    read_all(path, node_text, sizeof node_text);
-    snprintf(path, sizeof path, "%s/mesh.json", state);
-    read_all(path, mesh_text, sizeof mesh_text);
-    fuzz_require(daemon_open_state(&opened, state, err, sizeof err) == 0, T,
+    fuzz_state_make(&state, T);
+    fuzz_require(daemon_open_state(&opened, state.dir, err, sizeof err) == 0, T,
                  "the state made by state_create does not open", err);
 }
 
 static void checkpoint(const uint8_t *data, size_t size)
 {
-    uint8_t *bytes = malloc(ckpt_len + 1);
-    memcpy(bytes, ckpt, ckpt_len);
-    size_t len = ckpt_len;
-    for (size_t i = 0; i + 3 <= size; i += 3) {
-        size_t at = (size_t)data[i] | (size_t)data[i + 1] << 8;
-        if (at == 0xffff)
-            len = data[i + 2] * len / 256;
-        else if (at < len)
-            bytes[at] = data[i + 2];
-    }
+    size_t len;
+    uint8_t *bytes = fuzz_patch(ckpt, ckpt_len, data, size, &len);
     char path[512], err[512];
     fuzz_write_file("damaged.safetensors", bytes, len, path, sizeof path);
     free(bytes);
@@ -118,14 +84,12 @@ static void checkpoint(const uint8_t *data, size_t size)
 static void state_file(const char *name, const uint8_t *data, size_t size)
 {
     char path[700], err[512];
-    snprintf(path, sizeof path, "%s/node.json", state);
-    fuzz_write_file("state/node.json", node_text, strlen(node_text), path, sizeof path);
-    fuzz_write_file("state/mesh.json", mesh_text, strlen(mesh_text), path, sizeof path);
+    fuzz_state_restore(&state);
     snprintf(path, sizeof path, "state/%s", name);
     fuzz_write_file(path, data, size, err, sizeof err);
     daemon_t *d = NULL;
     memset(err, 'x', sizeof err);
-    if (daemon_open_state(&d, state, err, sizeof err) != 0) {
+    if (daemon_open_state(&d, state.dir, err, sizeof err) != 0) {
         fuzz_check_refusal(T, err, sizeof err);
     } else {
         fuzz_require(node_name_valid(d->name) && d->listen_port >= 1 &&
@@ -138,13 +102,6 @@ static void state_file(const char *name, const uint8_t *data, size_t size)
 
 static json_t *bundle;
 static char job_state[800];
-
-static void send_nothing(void *ctx, const char *addr, int port, const uint8_t *buf, size_t len)
-{
-    (void)ctx, (void)addr, (void)port, (void)buf, (void)len;
-}
-
-static void sync_nothing(void *ctx, const gossip_member *m) { (void)ctx, (void)m; }
 
 /* A job of small files, made once, and its state.json path in the state. */
 static void make_job(void)
@@ -169,39 +126,24 @@ static void make_job(void)
     bundle = pool_bundle_make(path, "fuzz", (int64_t)time(NULL) - 60, err, sizeof err);
     fuzz_require(bundle != NULL, T, "pool_bundle_make", err);
     const char *id = json_string_value(json_object_get(bundle, "id"));
-    snprintf(path, sizeof path, "%s/jobs", state);
+    snprintf(path, sizeof path, "%s/jobs", state.dir);
     mkdir(path, 0755);
-    snprintf(path, sizeof path, "%s/jobs/%s", state, id);
+    snprintf(path, sizeof path, "%s/jobs/%s", state.dir, id);
     mkdir(path, 0755);
     snprintf(job_state, sizeof job_state, "state/jobs/%s/state.json", id);
 }
 
 static void pool_state(const uint8_t *data, size_t size)
 {
-    char err[512], path[900];
+    char path[900];
     if (!bundle) {
         snprintf(path, sizeof path, "%s/job", fuzz_dir());
         mkdir(path, 0700);
         make_job();
     }
-    fuzz_write_file("state/node.json", node_text, strlen(node_text), path, sizeof path);
-    fuzz_write_file("state/mesh.json", mesh_text, strlen(mesh_text), path, sizeof path);
+    fuzz_state_restore(&state);
     fuzz_write_file(job_state, data, size, path, sizeof path);
-    daemon_t *d;
-    fuzz_require(daemon_open_state(&d, state, err, sizeof err) == 0, T, "open state", err);
-    gossip_config gc;
-    memset(&gc, 0, sizeof gc);
-    gc.prefix = d->prefix;
-    daemon_self_record(d, &gc.self);
-    memcpy(gc.id_priv, d->id_priv, GOSSIP_KEY_LEN);
-    memcpy(gc.wg_priv, d->wg_priv, GOSSIP_KEY_LEN);
-    gc.self_adm = d->adm;
-    gc.hooks = (gossip_hooks){.ctx = d, .send = send_nothing, .sync = sync_nothing};
-    gc.seed = 1;
-    fuzz_require(gossip_create(&d->g, &gc, daemon_now_ms(), err, sizeof err) == 0, T, "gossip",
-                 err);
-    d->adm = gossip_self(d->g)->sig.adm;
-    fuzz_require(pool_open(d) == 0, T, "pool", NULL);
+    daemon_t *d = fuzz_state_open_node(&state, T);
     json_t *reply = pool_submit(d, bundle);
     fuzz_require(reply != NULL, T, "no answer to a submit", NULL);
     json_decref(reply);

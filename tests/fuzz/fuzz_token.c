@@ -14,33 +14,24 @@
  * Every token accepted in the odd mode must re-encode to the same text: the
  * decoder never accepts what the encoder would not write. */
 #include "b64.h"
+#include "fuzz_util.h"
 #include "keys.h"
 
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-static void require(int cond, const char *what, const char *detail)
-{
-    if (!cond) {
-        fprintf(stderr, "fuzz_token: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
-        abort();
-    }
-}
+#define T "fuzz_token"
 
 /* A fixed issuer: RFC 8032 test 1's secret key. */
-static const uint8_t ISSUER_PRIV[32] = {
-    0x9d, 0x61, 0xb1, 0x9d, 0xef, 0xfd, 0x5a, 0x60, 0xba, 0x84, 0x4a, 0xf4, 0x92, 0xec, 0x2c, 0xc4,
-    0x44, 0x49, 0xc5, 0x69, 0x7b, 0x32, 0x69, 0x19, 0x70, 0x3b, 0xac, 0x03, 0x1c, 0xae, 0x7f, 0x60};
+static const uint8_t ISSUER_PRIV[32] = FUZZ_RFC8032_TEST1_PRIV;
 
 static void check_accepted(const struct token *t)
 {
-    require(t->version == TOKEN_VERSION, "accepted token with version", NULL);
-    require(t->nmembers >= 1 && t->nmembers <= TOKEN_MAX_MEMBERS, "accepted member count", NULL);
-    require(memchr(t->prefix, '\0', sizeof t->prefix) != NULL, "prefix not terminated", NULL);
+    fuzz_require(t->version == TOKEN_VERSION, T, "accepted token with version", NULL);
+    fuzz_require(t->nmembers >= 1 && t->nmembers <= TOKEN_MAX_MEMBERS, T, "accepted member count",
+                 NULL);
+    fuzz_require(memchr(t->prefix, '\0', sizeof t->prefix) != NULL, T, "prefix not terminated",
+                 NULL);
     for (int i = 0; i < t->nmembers; i++)
-        require(memchr(t->members[i].endpoint, '\0', sizeof t->members[i].endpoint) != NULL,
-                "endpoint not terminated", NULL);
+        fuzz_require(memchr(t->members[i].endpoint, '\0', sizeof t->members[i].endpoint) != NULL, T,
+                     "endpoint not terminated", NULL);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -51,14 +42,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct token t;
     if ((data[0] & 1) == 0) {
         /* Exactly the input's size plus the NUL, so ASan sees any overread. */
-        char *text = malloc(size);
-        memcpy(text, data + 1, size - 1);
-        text[size - 1] = '\0';
+        char *text = fuzz_text(data + 1, size - 1);
         err[0] = '\0';
         if (token_decode(text, &t, 0, err, sizeof err) == 0)
             check_accepted(&t);
         else
-            require(err[0] != '\0', "refusal without a message", text);
+            fuzz_require(err[0] != '\0', T, "refusal without a message", text);
         free(text);
         return 0;
     }
@@ -66,13 +55,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (n < KEYS_LEN || n > 1024)
         return 0;
     uint8_t pub[32];
-    require(keys_ed25519_public(ISSUER_PRIV, pub, err, sizeof err) == 0, "issuer key", err);
+    fuzz_require(keys_ed25519_public(ISSUER_PRIV, pub, err, sizeof err) == 0, T, "issuer key", err);
     uint8_t *msg = malloc(16 + n + KEYS_SIG_LEN);
     memcpy(msg, "shardnode-invite", 16);
     memcpy(msg + 16, data + 1, n);
     memcpy(msg + 16 + n - KEYS_LEN, pub, KEYS_LEN);
     uint8_t *body = msg + 16;
-    require(keys_sign(ISSUER_PRIV, msg, 16 + n, body + n, err, sizeof err) == 0, "sign", err);
+    fuzz_require(keys_sign(ISSUER_PRIV, msg, 16 + n, body + n, err, sizeof err) == 0, T, "sign",
+                 err);
     size_t tlen = 5 + b64_encoded_len(n + KEYS_SIG_LEN, 1);
     char *text = malloc(tlen + 1);
     memcpy(text, "snj1.", 5);
@@ -82,11 +72,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_accepted(&t);
         char again[TOKEN_TEXT_MAX];
         struct token copy = t;
-        require(token_encode(&copy, ISSUER_PRIV, again, sizeof again, err, sizeof err) == 0,
-                "accepted token does not encode", err);
-        require(strcmp(again, text) == 0, "accepted token re-encodes differently", text);
+        fuzz_require(token_encode(&copy, ISSUER_PRIV, again, sizeof again, err, sizeof err) == 0, T,
+                     "accepted token does not encode", err);
+        fuzz_require(strcmp(again, text) == 0, T, "accepted token re-encodes differently", text);
     } else {
-        require(err[0] != '\0', "refusal without a message", text);
+        fuzz_require(err[0] != '\0', T, "refusal without a message", text);
     }
     free(text);
     free(msg);
