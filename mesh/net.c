@@ -1,14 +1,13 @@
 /* net.c — the peer transport's API, called from compute threads: start and
  * stop the loop thread, declare peers, queue messages with backpressure,
  * wait for flushes and for received frames. The loop thread's side (the
- * connections themselves) is net_conn.c; net_internal.h says who owns what. */
+ * connections themselves) is net_conn.c, the HELLO exchange net_hello.c,
+ * link probes net_probe.c; net_internal.h says who owns what. */
 #include "net_internal.h"
 
 #include <errno.h>
 #include <event2/thread.h>
 #include <netdb.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,7 +76,7 @@ void net_enqueue_locked(struct mesh_net *n, struct mesh_frame *f)
 
 /* Takes f (after prev, or first when prev is NULL) out of the receive
  * queue (mu held). Returns true when the loop must be woken to read again. */
-static bool rq_unlink_locked(struct mesh_net *n, struct mesh_frame *prev, struct mesh_frame *f)
+bool net_rq_unlink_locked(struct mesh_net *n, struct mesh_frame *prev, struct mesh_frame *f)
 {
     if (prev)
         prev->next = f->next;
@@ -141,7 +140,7 @@ static struct timespec deadline_ts(int64_t deadline_ns)
 
 /* Waits on cond until woken or deadline; returns false once the deadline
  * has passed. timeout_ms < 0 (deadline_ns < 0) waits without limit. */
-static bool wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_ns)
+bool net_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_ns)
 {
     if (deadline_ns < 0) {
         pthread_cond_wait(cond, mu);
@@ -154,12 +153,12 @@ static bool wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadli
     return true;
 }
 
-static int64_t deadline_after(int timeout_ms)
+int64_t net_deadline_after(int timeout_ms)
 {
     return timeout_ms < 0 ? -1 : net_now_ns() + (int64_t)timeout_ms * 1000000;
 }
 
-static void wake_loop(struct mesh_net *n)
+void net_wake_loop(struct mesh_net *n)
 {
     event_active(n->wake_ev, 0, 0);
 }
@@ -211,33 +210,6 @@ static int start_listener(mesh_net *n, const mesh_net_config *cfg, char *err, si
     return 0;
 }
 
-void net_hello_mac(const uint8_t key[MESH_HELLO_KEY_LEN], const char *sender,
-                   const char *receiver, const char *run, char out[MESH_HELLO_MAC_HEX + 1])
-{
-    /* "shardnode hello" NUL sender NUL receiver NUL run */
-    char msg[16 + 2 * MESH_NAME_MAX + MESH_TEXT_MAX + 4];
-    size_t k = 0;
-    const char *parts[] = {"shardnode hello", sender, receiver, run};
-    for (int i = 0; i < 4; i++) {
-        size_t l = strnlen(parts[i], MESH_TEXT_MAX);
-        if (k + l + 1 > sizeof msg)
-            l = sizeof msg - k - 1;
-        memcpy(msg + k, parts[i], l);
-        k += l;
-        msg[k++] = 0;
-    }
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int mdlen = 0;
-    if (!HMAC(EVP_sha256(), key, MESH_HELLO_KEY_LEN, (const unsigned char *)msg, k, md, &mdlen))
-        memset(md, 0, sizeof md);
-    static const char hex[] = "0123456789abcdef";
-    for (int i = 0; i < MESH_HELLO_MAC_HEX / 2; i++) {
-        out[2 * i] = hex[md[i] >> 4];
-        out[2 * i + 1] = hex[md[i] & 15];
-    }
-    out[MESH_HELLO_MAC_HEX] = 0;
-}
-
 /* The source address of outgoing connections, when it is one of this
  * host's (a trial bind says so). */
 static void set_bind(mesh_net *n, const char *host)
@@ -261,23 +233,6 @@ static void set_bind(mesh_net *n, const char *host)
     if (fd >= 0)
         close(fd);
     freeaddrinfo(res);
-}
-
-static int encode_hello(mesh_net *n, char *err, size_t errlen)
-{
-    mesh_msg h;
-    memset(&h, 0, sizeof h);
-    h.type = MESH_MSG_HELLO;
-    h.version = MESH_PROTOCOL_VERSION;
-    h.run_id = n->run_id;
-    snprintf(h.name, sizeof h.name, "%s", n->self);
-    snprintf(h.text, sizeof h.text, "%s", n->run);
-    char e[256];
-    if (mesh_encode_head(&h, &n->hello, &n->hello_len, e, sizeof e) != 0) {
-        mesh_errf(err, errlen, "HELLO: %s", e);
-        return -1;
-    }
-    return 0;
 }
 
 int mesh_net_start(mesh_net **out, const mesh_net_config *cfg, char *err, size_t errlen)
@@ -327,7 +282,7 @@ int mesh_net_start(mesh_net **out, const mesh_net_config *cfg, char *err, size_t
     pthread_cond_init(&n->state_cond, &ca);
     pthread_condattr_destroy(&ca);
 
-    if (encode_hello(n, err, errlen) != 0)
+    if (net_hello_encode(n, err, errlen) != 0)
         goto fail;
     n->base = event_base_new();
     if (!n->base) {
@@ -366,7 +321,7 @@ void mesh_net_stop(mesh_net *n)
         net_broadcast_all(n);
         pthread_mutex_unlock(&n->mu);
         /* The loop closes every connection and timer itself, then breaks. */
-        wake_loop(n);
+        net_wake_loop(n);
         pthread_join(n->thread, NULL);
     } else if (n->listener) {
         evconnlistener_free(n->listener);
@@ -506,12 +461,12 @@ int mesh_net_add_peer_opts(mesh_net *n, const char *name, const char *host, int 
     n->peers[n->npeers++] = p;
     pthread_mutex_unlock(&n->mu);
     if (p->outgoing)
-        wake_loop(n);
+        net_wake_loop(n);
     return p->index;
 }
 
 /* The peer at index, or NULL with err filled (mu held). */
-static struct net_peer *peer_at(mesh_net *n, int peer, char *err, size_t errlen)
+struct net_peer *net_peer_at(mesh_net *n, int peer, char *err, size_t errlen)
 {
     if (peer < 0 || peer >= n->npeers) {
         mesh_errf(err, errlen, "no peer with index %d (%d declared)", peer, n->npeers);
@@ -522,7 +477,7 @@ static struct net_peer *peer_at(mesh_net *n, int peer, char *err, size_t errlen)
 
 int mesh_net_wait_connected(mesh_net *n, int timeout_ms, char *err, size_t errlen)
 {
-    int64_t deadline = deadline_after(timeout_ms);
+    int64_t deadline = net_deadline_after(timeout_ms);
     pthread_mutex_lock(&n->mu);
     for (;;) {
         int up = 0;
@@ -539,7 +494,7 @@ int mesh_net_wait_connected(mesh_net *n, int timeout_ms, char *err, size_t errle
             pthread_mutex_unlock(&n->mu);
             return 0;
         }
-        if (n->stopping || !wait_until(&n->state_cond, &n->mu, deadline))
+        if (n->stopping || !net_wait_until(&n->state_cond, &n->mu, deadline))
             break;
     }
     /* Name every missing peer and what is known about why. */
@@ -567,7 +522,7 @@ int mesh_net_wait_connected(mesh_net *n, int timeout_ms, char *err, size_t errle
 int mesh_net_send(mesh_net *n, int peer, const mesh_msg *m, char *err, size_t errlen)
 {
     pthread_mutex_lock(&n->mu);
-    struct net_peer *p = peer_at(n, peer, err, errlen);
+    struct net_peer *p = net_peer_at(n, peer, err, errlen);
     pthread_mutex_unlock(&n->mu);
     if (!p)
         return -1;
@@ -612,14 +567,14 @@ int mesh_net_send(mesh_net *n, int peer, const mesh_msg *m, char *err, size_t er
     /* Blocks while the peer is behind; the clock restarts whenever the peer
      * accepts bytes, so only a peer that takes nothing for timeout_ms fails
      * the send, not a slow one. */
-    int64_t deadline = deadline_after(n->timeout_ms);
+    int64_t deadline = net_deadline_after(n->timeout_ms);
     uint64_t drained = p->drained;
     while (p->state != NET_PEER_DOWN && !n->stopping && p->queued > n->send_high_water) {
         if (p->drained != drained) {
             drained = p->drained;
-            deadline = deadline_after(n->timeout_ms);
+            deadline = net_deadline_after(n->timeout_ms);
         }
-        if (!wait_until(&n->send_cond, &n->mu, deadline)) {
+        if (!net_wait_until(&n->send_cond, &n->mu, deadline)) {
             mesh_errf(err, errlen,
                     "peer %s (%s) accepted no data for %d ms; %zu bytes are queued for it",
                     p->name, p->addr, n->timeout_ms, p->queued);
@@ -646,15 +601,15 @@ int mesh_net_send(mesh_net *n, int peer, const mesh_msg *m, char *err, size_t er
     pthread_mutex_unlock(&n->mu);
     /* A peer not connected yet gets its queue when its HELLO arrives. */
     if (up)
-        wake_loop(n);
+        net_wake_loop(n);
     return 0;
 }
 
 int mesh_net_flush(mesh_net *n, int peer, int timeout_ms, char *err, size_t errlen)
 {
-    int64_t deadline = deadline_after(timeout_ms);
+    int64_t deadline = net_deadline_after(timeout_ms);
     pthread_mutex_lock(&n->mu);
-    struct net_peer *p = peer_at(n, peer, err, errlen);
+    struct net_peer *p = net_peer_at(n, peer, err, errlen);
     if (!p) {
         pthread_mutex_unlock(&n->mu);
         return -1;
@@ -663,7 +618,7 @@ int mesh_net_flush(mesh_net *n, int peer, int timeout_ms, char *err, size_t errl
      * tensor (refs): only then may the caller reuse the memory. A DOWN peer
      * has nothing queued, but its buffers may not be freed yet. */
     while (p->queued > 0 || p->refs > 0) {
-        if (n->stopping || !wait_until(&n->send_cond, &n->mu, deadline)) {
+        if (n->stopping || !net_wait_until(&n->send_cond, &n->mu, deadline)) {
             mesh_errf(err, errlen, "flush to peer %s (%s): %zu bytes still queued after %d ms",
                     p->name, p->addr, p->queued, timeout_ms);
             pthread_mutex_unlock(&n->mu);
@@ -686,10 +641,10 @@ int mesh_net_recv(mesh_net *n, int *peer, mesh_msg *msg, mesh_frame **frame, int
 {
     *frame = NULL;
     *peer = -1;
-    int64_t deadline = deadline_after(timeout_ms);
+    int64_t deadline = net_deadline_after(timeout_ms);
     pthread_mutex_lock(&n->mu);
     while (!n->rq) {
-        if (n->stopping || !wait_until(&n->recv_cond, &n->mu, deadline)) {
+        if (n->stopping || !net_wait_until(&n->recv_cond, &n->mu, deadline)) {
             size_t k = 0;
             if (err && errlen)
                 err[0] = 0;
@@ -712,10 +667,10 @@ int mesh_net_recv(mesh_net *n, int *peer, mesh_msg *msg, mesh_frame **frame, int
         }
     }
     struct mesh_frame *f = n->rq;
-    bool resume = rq_unlink_locked(n, NULL, f);
+    bool resume = net_rq_unlink_locked(n, NULL, f);
     pthread_mutex_unlock(&n->mu);
     if (resume)
-        wake_loop(n);
+        net_wake_loop(n);
     *peer = f->peer;
     if (f->lost) {
         mesh_errf(err, errlen, "%s", f->err);
@@ -725,156 +680,6 @@ int mesh_net_recv(mesh_net *n, int *peer, mesh_msg *msg, mesh_frame **frame, int
     *msg = f->msg;
     *frame = f;
     return 0;
-}
-
-/* Waits for the reply to probe seq from p and takes it out of the receive
- * queue, leaving every other message where it is. Older replies of p
- * (probes that gave up) are dropped. A loss of p is left in the queue for
- * mesh_net_recv to report too. */
-static int probe_wait(mesh_net *n, struct net_peer *p, int64_t seq, size_t size,
-                      struct mesh_frame **out, char *err, size_t errlen)
-{
-    int64_t deadline = deadline_after(n->timeout_ms);
-    struct mesh_frame *stale = NULL;
-    bool resume = false;
-    int rc = -1;
-    *out = NULL;
-    pthread_mutex_lock(&n->mu);
-    for (;;) {
-        bool lost = false;
-        for (struct mesh_frame *prev = NULL, *f = n->rq, *next; f && !*out; f = next) {
-            next = f->next;
-            if (f->peer != p->index) {
-                prev = f;
-                continue;
-            }
-            if (f->lost) {
-                lost = true;
-                break;
-            }
-            if (f->msg.type != MESH_MSG_PROBE || !(f->msg.flags & MESH_PROBE_REPLY)) {
-                prev = f;
-                continue;
-            }
-            resume |= rq_unlink_locked(n, prev, f);
-            if (f->msg.step == seq) {
-                *out = f;
-            } else {
-                f->next = stale;
-                stale = f;
-            }
-        }
-        if (*out) {
-            rc = 0;
-            break;
-        }
-        if (lost || p->state == NET_PEER_DOWN) {
-            mesh_errf(err, errlen, "probe of %zu bytes: %s", size, p->err);
-            break;
-        }
-        if (n->stopping) {
-            mesh_errf(err, errlen, "probe of %zu bytes to peer %s: the network is stopping", size,
-                    p->name);
-            break;
-        }
-        if (!wait_until(&n->recv_cond, &n->mu, deadline)) {
-            mesh_errf(err, errlen, "probe of %zu bytes: no reply from peer %s (%s) within %d ms",
-                    size, p->name, p->addr, n->timeout_ms);
-            break;
-        }
-    }
-    pthread_mutex_unlock(&n->mu);
-    if (resume)
-        wake_loop(n);
-    while (stale) {
-        struct mesh_frame *next = stale->next;
-        mesh_frame_free(stale);
-        stale = next;
-    }
-    return rc;
-}
-
-int mesh_net_probe(mesh_net *n, int peer, const size_t *sizes, int nsizes, int rounds,
-                   int64_t *rtt_ns, char *err, size_t errlen)
-{
-    pthread_mutex_lock(&n->mu);
-    struct net_peer *p = peer_at(n, peer, err, errlen);
-    pthread_mutex_unlock(&n->mu);
-    if (!p)
-        return -1;
-    if (!sizes || !rtt_ns || nsizes < 1 || rounds < 1) {
-        mesh_errf(err, errlen, "probe of peer %s: needs at least one size and one round", p->name);
-        return -1;
-    }
-    size_t max = 0;
-    for (int i = 0; i < nsizes; i++) {
-        if (sizes[i] > MESH_PROBE_MAX) {
-            mesh_errf(err, errlen, "probe of peer %s: %zu bytes is over the limit of %zu", p->name,
-                    sizes[i], MESH_PROBE_MAX);
-            return -1;
-        }
-        if (sizes[i] > max)
-            max = sizes[i];
-    }
-    uint8_t *buf = max ? malloc(max) : NULL;
-    if (max && !buf) {
-        mesh_errf(err, errlen, "probe of peer %s: out of memory for %zu bytes", p->name, max);
-        return -1;
-    }
-    /* Not all zeros, so an echo of other bytes is noticed. */
-    for (size_t i = 0; i < max; i++)
-        buf[i] = (uint8_t)(i * 131u + 7u + (i >> 12));
-
-    int rc = 0;
-    for (int s = 0; s < nsizes && rc == 0; s++) {
-        for (int r = 0; r < rounds && rc == 0; r++) {
-            pthread_mutex_lock(&n->mu);
-            int64_t seq = ++n->probe_seq;
-            pthread_mutex_unlock(&n->mu);
-            mesh_msg m;
-            memset(&m, 0, sizeof m);
-            m.type = MESH_MSG_PROBE;
-            m.step = seq;
-            m.data = buf;
-            m.nbytes = sizes[s];
-            char e[NET_ERR_MAX];
-            struct mesh_frame *f = NULL;
-            int64_t t0 = net_now_ns();
-            if (mesh_net_send(n, peer, &m, e, sizeof e) != 0) {
-                mesh_errf(err, errlen, "probe of %zu bytes: %s", sizes[s], e);
-                rc = -1;
-                break;
-            }
-            if (probe_wait(n, p, seq, sizes[s], &f, err, errlen) != 0) {
-                rc = -1;
-                break;
-            }
-            int64_t t1 = net_now_ns();
-            if (f->msg.nbytes != sizes[s] ||
-                (sizes[s] && memcmp(f->msg.data, buf, sizes[s]) != 0)) {
-                mesh_errf(err, errlen, "probe of %zu bytes: peer %s (%s) echoed %s", sizes[s],
-                        p->name, p->addr,
-                        f->msg.nbytes != sizes[s] ? "another number of bytes" : "other bytes");
-                rc = -1;
-            }
-            mesh_frame_free(f);
-            rtt_ns[(size_t)s * (size_t)rounds + (size_t)r] = t1 > t0 ? t1 - t0 : 1;
-        }
-    }
-    /* buf is referenced until the loop let go of it. */
-    char e[NET_ERR_MAX];
-    if (mesh_net_flush(n, peer, n->timeout_ms, e, sizeof e) != 0 && rc == 0) {
-        mesh_errf(err, errlen, "probe: %s", e);
-        rc = -1;
-    }
-    pthread_mutex_lock(&n->mu);
-    bool released = p->refs == 0;
-    pthread_mutex_unlock(&n->mu);
-    /* Still referenced only when the flush timed out with the peer stuck:
-     * leaking the buffer is safer than freeing memory libevent may read. */
-    if (released)
-        free(buf);
-    return rc;
 }
 
 /* The pool: a few large buffers, each with its capacity in a header. */

@@ -1,8 +1,9 @@
 /* net_conn.c — the loop thread's side of the transport: connecting with
- * backoff, accepting, the HELLO exchange, reading length-prefixed frames
- * into one buffer each, writing queued messages without copying tensors,
- * and closing connections that misbehave. Every function here runs on the
- * loop thread; see net_internal.h for what is shared with net.c. */
+ * backoff, accepting, reading length-prefixed frames into one buffer each,
+ * writing queued messages without copying tensors, and closing connections
+ * that misbehave; the HELLO a connection starts with is net_hello.c's, the
+ * answer to a PROBE net_probe.c's. Every function here runs on the loop
+ * thread; see net_internal.h for what is shared with net.c. */
 #include "net_internal.h"
 
 #include <arpa/inet.h>
@@ -29,34 +30,6 @@
  * readable, so the loop comes back. */
 #define READ_BUDGET ((size_t)8 << 20)
 
-/* Writing goes through a bufferevent (its output evbuffer holds the
- * references to tensors); reading is a plain event on the same socket, so
- * payloads land in their frame's buffer without passing through one. */
-struct net_conn {
-    struct mesh_net *net;
-    struct net_conn *prev, *next;
-    struct bufferevent *bev;
-    struct event *rd_ev;     /* created once TCP is up */
-    struct evbuffer_cb_entry *out_cb;
-    char addr[NET_ADDR_MAX];
-    struct sockaddr_storage remote; /* incoming: where it comes from */
-    bool have_remote;
-    /* Outgoing: the peer dialled. Incoming: NULL until a valid HELLO. */
-    struct net_peer *peer;
-    bool outgoing;
-    bool connected;          /* TCP is up (outgoing connects asynchronously) */
-    bool hello_done;
-    bool paused;             /* not reading: the receive queue is full */
-    size_t hello_unsent;     /* our HELLO's bytes not written yet: not in peer->queued */
-    /* Bytes read but not parsed yet: rbuf[roff..rlen). */
-    uint8_t *rbuf;
-    size_t roff, rlen;
-    /* The frame being read. */
-    bool have_len;
-    uint32_t len;
-    size_t got;
-    uint8_t *payload;
-};
 
 void net_format_addr(const struct sockaddr *sa, char *out, size_t outlen)
 {
@@ -190,9 +163,7 @@ static void retry_cb(evutil_socket_t fd, short what, void *arg)
  * address ("closed the connection", "frame ... exceeds ...; disconnecting").
  * A declared peer that was up goes DOWN (recv reports it); an outgoing
  * connection that never finished its HELLO tries again until its deadline. */
-static void conn_close(struct net_conn *c, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void conn_close(struct net_conn *c, const char *fmt, ...)
+void net_conn_close(struct net_conn *c, const char *fmt, ...)
 {
     struct mesh_net *n = c->net;
     char reason[NET_ERR_MAX - NET_ADDR_MAX - MESH_NAME_MAX - 16];
@@ -266,66 +237,6 @@ static void set_socket_options(struct mesh_net *n, evutil_socket_t fd)
 #endif
 }
 
-/* Returns -1 when the connection was closed. */
-static int conn_send_hello(struct net_conn *c)
-{
-    struct mesh_net *n = c->net;
-    const uint8_t *hello = n->hello;
-    size_t len = n->hello_len;
-    uint8_t *own = NULL;
-    if (c->peer && c->peer->has_key) {
-        /* this peer's HELLO: the run name, then " #" and the MAC */
-        mesh_msg h;
-        memset(&h, 0, sizeof h);
-        h.type = MESH_MSG_HELLO;
-        h.run_id = n->run_id;
-        snprintf(h.name, sizeof h.name, "%s", n->self);
-        char mac[MESH_HELLO_MAC_HEX + 1], e[256];
-        net_hello_mac(c->peer->key, n->self, c->peer->name, n->run, mac);
-        /* fits: mesh_net_add_peer_opts checked the run name's length */
-        size_t rl = strlen(n->run);
-        memcpy(h.text, n->run, rl);
-        memcpy(h.text + rl, " #", 2);
-        memcpy(h.text + rl + 2, mac, MESH_HELLO_MAC_HEX + 1);
-        if (mesh_encode_head(&h, &own, &len, e, sizeof e) != 0) {
-            conn_close(c, "cannot encode HELLO: %s; disconnecting", e);
-            return -1;
-        }
-        hello = own;
-    }
-    c->hello_unsent = len;
-    int rc = evbuffer_add(bufferevent_get_output(c->bev), hello, len);
-    free(own);
-    if (rc != 0) {
-        conn_close(c, "cannot queue HELLO: out of memory; disconnecting");
-        return -1;
-    }
-    return 0;
-}
-
-/* Splits a HELLO's text into the run name and the MAC after its last " #"
- * (mac "" when there is none). */
-static void hello_text(const char *text, char run[MESH_TEXT_MAX], char mac[MESH_HELLO_MAC_HEX + 1])
-{
-    const char *h = strrchr(text, '#');
-    mac[0] = 0;
-    if (h && h > text && h[-1] == ' ' && strlen(h + 1) == MESH_HELLO_MAC_HEX) {
-        snprintf(run, MESH_TEXT_MAX, "%.*s", (int)(h - 1 - text), text);
-        snprintf(mac, MESH_HELLO_MAC_HEX + 1, "%s", h + 1);
-    } else {
-        snprintf(run, MESH_TEXT_MAX, "%s", text);
-    }
-}
-
-/* Equal strings of one length, compared in constant time. */
-static bool same_mac(const char *a, const char *b)
-{
-    unsigned char d = 0;
-    for (int i = 0; i < MESH_HELLO_MAC_HEX; i++)
-        d |= (unsigned char)(a[i] ^ b[i]);
-    return d == 0;
-}
-
 /* TCP is up: give the other side timeout_ms to say HELLO (the read
  * event's timeout, cleared at its HELLO). */
 static void conn_start(struct net_conn *c)
@@ -339,7 +250,7 @@ static void conn_start(struct net_conn *c)
     c->rd_ev = event_new(n->base, fd, EV_READ | EV_PERSIST, conn_read_cb, c);
     struct timeval tv = {.tv_sec = n->timeout_ms / 1000, .tv_usec = (n->timeout_ms % 1000) * 1000};
     if (!c->rd_ev || event_add(c->rd_ev, &tv) != 0) {
-        conn_close(c, "cannot watch the socket: out of memory; disconnecting");
+        net_conn_close(c, "cannot watch the socket: out of memory; disconnecting");
         return;
     }
     bufferevent_enable(c->bev, EV_WRITE);
@@ -348,7 +259,7 @@ static void conn_start(struct net_conn *c)
      * means "accepted": a caller refused (say, not declared there yet)
      * sees the connection close before any HELLO and tries again. */
     if (c->outgoing)
-        conn_send_hello(c);
+        net_conn_send_hello(c);
 }
 
 static void peer_connect(struct net_peer *p)
@@ -393,7 +304,7 @@ static void peer_connect(struct net_peer *p)
     struct timeval tv = {.tv_sec = left_ms / 1000, .tv_usec = (left_ms % 1000) * 1000};
     bufferevent_set_timeouts(bev, NULL, &tv);
     if (bufferevent_socket_connect(bev, (struct sockaddr *)&p->sa, (int)p->salen) != 0)
-        conn_close(c, "connect: %s", evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        net_conn_close(c, "connect: %s", evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
 }
 
 /* Hands the peer's queued messages to libevent: the head by reference too
@@ -418,7 +329,7 @@ static void head_done(const void *data, size_t len, void *extra)
     free((void *)data);
 }
 
-static void peer_write_queue(struct net_peer *p)
+void net_peer_write_queue(struct net_peer *p)
 {
     struct mesh_net *n = p->net;
     struct net_conn *c = p->conn;
@@ -447,7 +358,7 @@ static void peer_write_queue(struct net_peer *p)
         it = next;
     }
     if (failed)
-        conn_close(c, "cannot queue a message: out of memory; disconnecting");
+        net_conn_close(c, "cannot queue a message: out of memory; disconnecting");
 }
 
 /* Counts bytes the kernel took: backpressure and flush wait on this. */
@@ -472,201 +383,6 @@ static void conn_out_cb(struct evbuffer *buf, const struct evbuffer_cb_info *inf
     pthread_mutex_unlock(&n->mu);
 }
 
-static const char *type_name(mesh_msg_type t)
-{
-    switch (t) {
-    case MESH_MSG_HELLO: return "HELLO";
-    case MESH_MSG_ACTIVATIONS: return "ACTIVATIONS";
-    case MESH_MSG_GRADIENTS: return "GRADIENTS";
-    case MESH_MSG_NORM: return "NORM";
-    case MESH_MSG_TIED_GRAD: return "TIED_GRAD";
-    case MESH_MSG_COMMIT: return "COMMIT";
-    case MESH_MSG_ABORT: return "ABORT";
-    case MESH_MSG_PROBE: return "PROBE";
-    }
-    return "an unknown type";
-}
-
-/* A peer's string made safe for a log line: no control bytes (a newline
- * would forge a line of its own). */
-static void printable(const char *in, char *out, size_t outlen)
-{
-    size_t o = 0;
-    for (const unsigned char *p = (const unsigned char *)in; *p && o + 1 < outlen; p++)
-        out[o++] = *p < 0x20 || *p == 0x7f ? '?' : (char)*p;
-    out[o] = 0;
-}
-
-static bool hello_mac_ok(const struct net_peer *p, const char *sender, const char *receiver,
-                         const char *run, const char *mac)
-{
-    char want[MESH_HELLO_MAC_HEX + 1];
-    net_hello_mac(p->key, sender, receiver, run, want);
-    return strlen(mac) == MESH_HELLO_MAC_HEX && same_mac(want, mac);
-}
-
-/* The first frame: who is this, and is it our run? Returns -1 when the
- * connection was closed (c is freed). */
-static int conn_hello(struct net_conn *c, const mesh_msg *m)
-{
-    struct mesh_net *n = c->net;
-    char name[MESH_NAME_MAX], text[MESH_TEXT_MAX];
-    printable(m->name, name, sizeof name);
-    printable(m->text, text, sizeof text);
-    if (m->type != MESH_MSG_HELLO) {
-        conn_close(c, "sent %s before HELLO; disconnecting", type_name(m->type));
-        return -1;
-    }
-    if (m->version != MESH_PROTOCOL_VERSION) {
-        conn_close(c, "HELLO in protocol version %u, this node speaks %d; disconnecting",
-                   m->version, MESH_PROTOCOL_VERSION);
-        return -1;
-    }
-    char run[MESH_TEXT_MAX], mac[MESH_HELLO_MAC_HEX + 1];
-    hello_text(m->text, run, mac);
-    if (m->run_id != n->run_id || strcmp(run, n->run) != 0) {
-        conn_close(c, "HELLO from \"%s\" is for run \"%s\", this node is in \"%s\"; "
-                   "disconnecting", name, text, n->run);
-        return -1;
-    }
-    pthread_mutex_lock(&n->mu);
-    const char *why = NULL;
-    struct net_peer *p = NULL;
-    if (c->outgoing) {
-        p = c->peer;
-        if (strcmp(m->name, p->name) != 0)
-            why = "is not the peer this node dialled there";
-        else if (p->has_key && !hello_mac_ok(p, m->name, n->self, n->run, mac))
-            why = "did not prove it holds that peer's key (HELLO MAC)";
-    } else {
-        for (int i = 0; i < n->npeers && !p; i++)
-            if (strcmp(n->peers[i]->name, m->name) == 0)
-                p = n->peers[i];
-        if (!p)
-            why = "is not a declared peer";
-        else if (p->outgoing)
-            why = "is declared with an address: this node connects to it, not the other way";
-        else if (p->state == NET_PEER_UP)
-            why = "is already connected";
-        else if (p->state == NET_PEER_DOWN)
-            why = "already failed in this run";
-        else if (p->has_key && !hello_mac_ok(p, m->name, n->self, n->run, mac))
-            why = "did not prove it holds that peer's key (HELLO MAC; still waiting for it)";
-        else if (p->nfrom > 0) {
-            bool ok = false;
-            for (int i = 0; i < p->nfrom && c->have_remote && !ok; i++)
-                ok = net_same_host((struct sockaddr *)&c->remote, (struct sockaddr *)&p->from[i]);
-            if (!ok)
-                why = "comes from another address than that peer's (still waiting for it)";
-        }
-    }
-    if (!why) {
-        p->state = NET_PEER_UP;
-        if (!c->outgoing)
-            snprintf(p->addr, sizeof p->addr, "%s", c->addr);
-        p->err[0] = 0;
-        pthread_cond_broadcast(&n->state_cond);
-    }
-    pthread_mutex_unlock(&n->mu);
-    if (why) {
-        conn_close(c, "HELLO from \"%s\", which %s; disconnecting", name, why);
-        return -1;
-    }
-    c->peer = p;
-    c->hello_done = true;
-    p->conn = c;
-    if (p->retry_ev)
-        evtimer_del(p->retry_ev);
-    /* The HELLO timeout is over: a peer may now be quiet for as long as its
-     * compute takes. (event_add keeps an old timeout when given none.) */
-    event_del(c->rd_ev);
-    event_add(c->rd_ev, NULL);
-    net_log("%s peer %s (%s)", c->outgoing ? "connected to" : "accepted", p->name, c->addr);
-    if (!c->outgoing && conn_send_hello(c) != 0)
-        return -1;
-    peer_write_queue(p);
-    return 0;
-}
-
-/* A PROBE echo the output buffer references: the received payload, freed
- * once its bytes are written (or the connection is freed). */
-struct probe_echo {
-    struct net_peer *peer;
-    uint8_t *payload;
-};
-
-static void probe_echo_done(const void *data, size_t len, void *extra)
-{
-    (void)data;
-    (void)len;
-    struct probe_echo *e = extra;
-    struct mesh_net *n = e->peer->net;
-    pthread_mutex_lock(&n->mu);
-    e->peer->probe_replies--;
-    pthread_mutex_unlock(&n->mu);
-    net_payload_free(e->payload);
-    free(e);
-}
-
-/* A PROBE without the reply bit: answered here, on the loop thread, with
- * the same bytes (by reference, no copy) and the reply bit set; the
- * compute thread never sees it. The reply's bytes count in peer->queued
- * like any message's, since conn_out_cb counts every byte written. Takes
- * f. Returns -1 when the connection was closed. */
-static int conn_probe_echo(struct net_conn *c, struct mesh_frame *f)
-{
-    struct mesh_net *n = c->net;
-    struct net_peer *p = c->peer;
-    pthread_mutex_lock(&n->mu);
-    bool busy = p->probe_replies > 0;
-    pthread_mutex_unlock(&n->mu);
-    if (busy) {
-        mesh_frame_free(f);
-        conn_close(c, "sent a PROBE before taking the reply to its last one; disconnecting");
-        return -1;
-    }
-    mesh_msg r = f->msg;
-    r.flags |= MESH_PROBE_REPLY;
-    r.run_id = n->run_id;
-    uint8_t *head = NULL;
-    size_t head_len = 0;
-    char e[256];
-    struct probe_echo *pe = r.nbytes ? calloc(1, sizeof *pe) : NULL;
-    if (r.nbytes && !pe)
-        snprintf(e, sizeof e, "out of memory");
-    if ((r.nbytes && !pe) || mesh_encode_head(&r, &head, &head_len, e, sizeof e) != 0) {
-        free(pe);
-        mesh_frame_free(f);
-        conn_close(c, "cannot answer a PROBE: %s; disconnecting", e);
-        return -1;
-    }
-    struct evbuffer *out = bufferevent_get_output(c->bev);
-    pthread_mutex_lock(&n->mu);
-    p->queued += head_len + r.nbytes;
-    if (pe)
-        p->probe_replies++;
-    pthread_mutex_unlock(&n->mu);
-    /* The head is small: copied. The payload now belongs to the echo. */
-    int rc = evbuffer_add(out, head, head_len);
-    free(head);
-    if (pe) {
-        pe->peer = p;
-        pe->payload = f->payload;
-        f->payload = NULL;
-        if (rc != 0 ||
-            evbuffer_add_reference(out, r.data, r.nbytes, probe_echo_done, pe) != 0) {
-            probe_echo_done(NULL, 0, pe);
-            rc = -1;
-        }
-    }
-    mesh_frame_free(f);
-    if (rc != 0) {
-        conn_close(c, "cannot answer a PROBE: out of memory; disconnecting");
-        return -1;
-    }
-    return 0;
-}
-
 /* A whole payload has arrived (ownership passes here). Returns -1 when the
  * connection was closed. */
 static int conn_frame(struct net_conn *c, uint8_t *payload, size_t len)
@@ -675,7 +391,7 @@ static int conn_frame(struct net_conn *c, uint8_t *payload, size_t len)
     struct mesh_frame *f = calloc(1, sizeof *f);
     if (!f) {
         net_payload_free(payload);
-        conn_close(c, "frame of %zu bytes: out of memory; disconnecting", len);
+        net_conn_close(c, "frame of %zu bytes: out of memory; disconnecting", len);
         return -1;
     }
     f->payload = payload;
@@ -683,11 +399,11 @@ static int conn_frame(struct net_conn *c, uint8_t *payload, size_t len)
     char e[256];
     if (mesh_decode(payload, len, &f->msg, e, sizeof e) != 0) {
         mesh_frame_free(f);
-        conn_close(c, "sent a frame that does not decode (%s); disconnecting", e);
+        net_conn_close(c, "sent a frame that does not decode (%s); disconnecting", e);
         return -1;
     }
     if (!c->hello_done) {
-        int rc = conn_hello(c, &f->msg);
+        int rc = net_conn_hello(c, &f->msg);
         mesh_frame_free(f);
         return rc;
     }
@@ -701,12 +417,12 @@ static int conn_frame(struct net_conn *c, uint8_t *payload, size_t len)
     if (why) {
         uint64_t run_id = f->msg.run_id;
         mesh_frame_free(f);
-        conn_close(c, "%s (run id %016llx, this run %016llx); disconnecting", why,
-                   (unsigned long long)run_id, (unsigned long long)n->run_id);
+        net_conn_close(c, "%s (run id %016llx, this run %016llx); disconnecting", why,
+                       (unsigned long long)run_id, (unsigned long long)n->run_id);
         return -1;
     }
     if (f->msg.type == MESH_MSG_PROBE && !(f->msg.flags & MESH_PROBE_REPLY))
-        return conn_probe_echo(c, f);
+        return net_conn_probe_echo(c, f);
     f->peer = c->peer->index;
     pthread_mutex_lock(&n->mu);
     net_enqueue_locked(n, f);
@@ -732,24 +448,24 @@ static int conn_frame_start(struct net_conn *c, const uint8_t p[4])
      * may send at most. */
     size_t limit = c->hello_done && c->peer ? c->peer->max_frame : n->max_frame;
     if (len > limit) {
-        conn_close(c, "frame of %u bytes exceeds the limit of %zu; disconnecting", len, limit);
+        net_conn_close(c, "frame of %u bytes exceeds the limit of %zu; disconnecting", len, limit);
         return -1;
     }
     size_t checked;
     char e[200];
     if (mesh_decode_length(p, n->max_frame, &checked, e, sizeof e) != 0) {
-        conn_close(c, "%s; disconnecting", e);
+        net_conn_close(c, "%s; disconnecting", e);
         return -1;
     }
     if (!c->hello_done && len > NET_HELLO_MAX) {
-        conn_close(c,
-                   "first frame of %u bytes is too large for a HELLO (limit %d); disconnecting",
-                   len, NET_HELLO_MAX);
+        net_conn_close(c,
+                       "first frame of %u bytes is too large for a HELLO (limit %d); disconnecting",
+                       len, NET_HELLO_MAX);
         return -1;
     }
     c->payload = net_payload_alloc(len);
     if (!c->payload) {
-        conn_close(c, "frame of %u bytes: out of memory; disconnecting", len);
+        net_conn_close(c, "frame of %u bytes: out of memory; disconnecting", len);
         return -1;
     }
     c->len = len;
@@ -818,14 +534,14 @@ static int conn_read(struct net_conn *c)
         if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return 0;
         if (k < 0)
-            conn_close(c, "connection broke: %s", strerror(errno));
+            net_conn_close(c, "connection broke: %s", strerror(errno));
         else if (c->have_len)
-            conn_close(c, "closed the connection in the middle of a frame (%zu of %u bytes)",
-                       c->got, c->len);
+            net_conn_close(c, "closed the connection in the middle of a frame (%zu of %u bytes)",
+                           c->got, c->len);
         else if (c->rlen > c->roff)
-            conn_close(c, "closed the connection in the middle of a length prefix");
+            net_conn_close(c, "closed the connection in the middle of a length prefix");
         else
-            conn_close(c, "closed the connection");
+            net_conn_close(c, "closed the connection");
         return -1;
     }
 }
@@ -835,7 +551,7 @@ static void conn_read_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     struct net_conn *c = arg;
     if (what & EV_TIMEOUT) {
-        conn_close(c, "sent no HELLO within %d ms; disconnecting", c->net->timeout_ms);
+        net_conn_close(c, "sent no HELLO within %d ms; disconnecting", c->net->timeout_ms);
         return;
     }
     conn_read(c);
@@ -851,15 +567,15 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
         return;
     }
     if (what & BEV_EVENT_TIMEOUT) {
-        conn_close(c, "connect: timed out");
+        net_conn_close(c, "connect: timed out");
         return;
     }
     if (what & (BEV_EVENT_ERROR | BEV_EVENT_EOF)) {
         int e = EVUTIL_SOCKET_ERROR();
         if (!c->connected)
-            conn_close(c, "connect: %s", evutil_socket_error_to_string(e));
+            net_conn_close(c, "connect: %s", evutil_socket_error_to_string(e));
         else
-            conn_close(c, "connection broke: %s", evutil_socket_error_to_string(e));
+            net_conn_close(c, "connection broke: %s", evutil_socket_error_to_string(e));
     }
 }
 
@@ -945,7 +661,7 @@ void net_wake_cb(evutil_socket_t fd, short what, void *arg)
             p->connect_started = true;
             peer_connect(p);
         } else {
-            peer_write_queue(p);
+            net_peer_write_queue(p);
         }
     }
     if (resume) {

@@ -4,7 +4,8 @@
  * Threads and ownership:
  * - The loop thread is the only one that calls libevent on connections
  *   (a bufferevent that writes, a read event on the same socket), the
- *   listener and timers, and the only one that touches struct net_conn.
+ *   listener and timers, and the only one that touches struct net_conn
+ *   (net_conn.c, and the parts of net_hello.c and net_probe.c that take one).
  *   So no bufferevent needs BEV_OPT_THREADSAFE, and no lock order between
  *   libevent's locks and ours can deadlock.
  * - Compute threads reach the loop through one user event (wake_ev), which
@@ -146,6 +147,35 @@ struct mesh_net {
     int64_t probe_seq;         /* the last PROBE sequence number sent */
 };
 
+/* Writing goes through a bufferevent (its output evbuffer holds the
+ * references to tensors); reading is a plain event on the same socket, so
+ * payloads land in their frame's buffer without passing through one. */
+struct net_conn {
+    struct mesh_net *net;
+    struct net_conn *prev, *next;
+    struct bufferevent *bev;
+    struct event *rd_ev;     /* created once TCP is up */
+    struct evbuffer_cb_entry *out_cb;
+    char addr[NET_ADDR_MAX];
+    struct sockaddr_storage remote; /* incoming: where it comes from */
+    bool have_remote;
+    /* Outgoing: the peer dialled. Incoming: NULL until a valid HELLO. */
+    struct net_peer *peer;
+    bool outgoing;
+    bool connected;          /* TCP is up (outgoing connects asynchronously) */
+    bool hello_done;
+    bool paused;             /* not reading: the receive queue is full */
+    size_t hello_unsent;     /* our HELLO's bytes not written yet: not in peer->queued */
+    /* Bytes read but not parsed yet: rbuf[roff..rlen). */
+    uint8_t *rbuf;
+    size_t roff, rlen;
+    /* The frame being read. */
+    bool have_len;
+    uint32_t len;
+    size_t got;
+    uint8_t *payload;
+};
+
 /* net.c */
 void net_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int64_t net_now_ns(void);
@@ -154,6 +184,16 @@ void net_broadcast_all(struct mesh_net *n);
 void net_enqueue_locked(struct mesh_net *n, struct mesh_frame *f);
 /* Marks a peer DOWN with err and queues the news for recv (mu held). */
 void net_peer_down_locked(struct net_peer *p, const char *err);
+/* Takes f (after prev, or first when prev is NULL) out of the receive
+ * queue (mu held). Returns true when the loop must be woken to read again. */
+bool net_rq_unlink_locked(struct mesh_net *n, struct mesh_frame *prev, struct mesh_frame *f);
+/* Waits on cond until woken or deadline; returns false once the deadline
+ * has passed. deadline_ns < 0 waits without limit. */
+bool net_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_ns);
+int64_t net_deadline_after(int timeout_ms);
+void net_wake_loop(struct mesh_net *n);
+/* The peer at index, or NULL with err filled (mu held). */
+struct net_peer *net_peer_at(mesh_net *n, int peer, char *err, size_t errlen);
 
 /* net_conn.c: the loop thread */
 void *net_loop_main(void *arg);
@@ -165,9 +205,26 @@ void net_format_addr(const struct sockaddr *sa, char *out, size_t outlen);
 /* Whether two socket addresses name the same host (ports ignored; an IPv4
  * address mapped into IPv6 equals the IPv4 one). */
 bool net_same_host(const struct sockaddr *a, const struct sockaddr *b);
+/* Closes a connection (freeing c) and records why (see net_conn.c). */
+void net_conn_close(struct net_conn *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Hands the peer's queued messages to libevent once its HELLO is done. */
+void net_peer_write_queue(struct net_peer *p);
+
+/* net_hello.c */
 /* The HELLO MAC of sender to receiver in run under key, as hex
  * (MESH_HELLO_MAC_HEX digits and a NUL). */
 void net_hello_mac(const uint8_t key[MESH_HELLO_KEY_LEN], const char *sender,
                    const char *receiver, const char *run, char out[MESH_HELLO_MAC_HEX + 1]);
+/* This node's HELLO frame for peers without a key, into n->hello (at start). */
+int net_hello_encode(mesh_net *n, char *err, size_t errlen);
+/* Sends this node's HELLO on c (the loop thread); -1 when c was closed. */
+int net_conn_send_hello(struct net_conn *c);
+/* Judges c's first frame m; -1 when c was closed (and freed). */
+int net_conn_hello(struct net_conn *c, const mesh_msg *m);
+
+/* net_probe.c */
+/* Answers a PROBE on the loop thread; takes f; -1 when c was closed. */
+int net_conn_probe_echo(struct net_conn *c, struct mesh_frame *f);
 
 #endif
