@@ -47,23 +47,18 @@ pinned on another member by a rogue daemon (test_pool_trust's submitter).
 import argparse
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "reference"))
-import mesh_test as mt  # noqa: E402
-import pool_test as pt  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nslib import (NOBODY, PY, Failure, Pool, check, check_gathered, log,  # noqa: E402
+                   pool_job_files, requirements, run_test, write_json)
 
-SKIP = 77
 LOSS_RTOL = 1e-5
 PIPE_PORT = 7947
 FAKE = "+365d"
-check, log, Failure = mt.check, mt.log, mt.Failure
 IP = {"a": "10.205.0.11", "b": "10.205.0.12", "d": "10.205.0.14", "x": "10.205.0.20"}
 PREFIX = "10.79.0.0/16"
 
@@ -143,16 +138,13 @@ def asan_env():
     return env
 
 
-class AdvPool(pt.Pool):
+class AdvPool(Pool):
     def __init__(self, sn, keep):
-        super().__init__(sn, keep)
-        self.net = mt.Net("snv%d-" % os.getpid())
+        super().__init__(sn, keep, "snv%d-" % os.getpid())
         self.train_proc = None
 
     def sn_as(self, n, args, user=False, fake=False, timeout=60):
-        cmd = ["ip", "netns", "exec", self.net.full(n)]
-        if user:
-            cmd += ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups"]
+        cmd = ["ip", "netns", "exec", self.net.full(n)] + (NOBODY if user else [])
         if fake:
             cmd += ["faketime", "-f", FAKE]
         return subprocess.run(cmd + [self.sn] + args, stdout=subprocess.PIPE,
@@ -160,19 +152,11 @@ class AdvPool(pt.Pool):
                               env=asan_env() if fake else None)
 
     def start_fake(self, n, args):
-        path = os.path.join(self.tmp, "%s.log" % n)
-        self.logs[n] = path
-        f = open(path, "a")
-        self.procs[n] = subprocess.Popen(
-            ["ip", "netns", "exec", self.net.full(n), "faketime", "-f", FAKE, self.sn] + args,
-            stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-            start_new_session=True, env=asan_env())
+        self.start(n, args, ["faketime", "-f", FAKE], asan_env())
 
     def attack(self, n, user, attempts):
-        cmd = ["ip", "netns", "exec", self.net.full(n)]
-        if user:
-            cmd += ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups"]
-        p = subprocess.run(cmd + [mt.PY, "-c", ATTACK, json.dumps(attempts)],
+        cmd = ["ip", "netns", "exec", self.net.full(n)] + (NOBODY if user else [])
+        p = subprocess.run(cmd + [PY, "-c", ATTACK, json.dumps(attempts)],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            timeout=120)
         check(p.returncode == 0, "the attacker on %s failed: %s" % (n, p.stderr))
@@ -188,39 +172,13 @@ class AdvPool(pt.Pool):
         return super().cleanup()
 
 
-def job_files(t, steps):
-    wd = os.path.join(t.tmp, "data")
-    os.makedirs(wd)
-    corpus = os.path.join(wd, "corpus.txt")
-    with open(corpus, "w") as f:
-        f.write(subprocess.run(["bible", pt.PASSAGE], stdout=subprocess.PIPE, text=True,
-                               check=True).stdout)
-    tok = os.path.join(wd, "tokenizer.json")
-    pt.run([t.sn, "tokenizer", "train", "--input", corpus, "--vocab-size", "512", "--out", tok])
-    config = pt.write_json(os.path.join(wd, "config.json"), dict(
-        architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=256,
-        intermediate_size=688, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=4,
-        vocab_size=512, max_position_embeddings=64, rms_norm_eps=1e-5, rope_theta=10000.0,
-        tie_word_embeddings=False))
-
-    def job(name, out, **over):
-        j = {"config": config, "tokenizer": tok,
-             "data": {"files": [corpus], "separator": "\n\n", "val_fraction": 0.05},
-             "seq_len": 64, "batch": 16, "micro_batch": 4, "steps": steps, "lr": 3e-3,
-             "min_lr": 3e-4, "warmup_steps": 5, "seed": 3, "log_interval": 1000,
-             "val_interval": 0, "checkpoint_interval": 0, "out_dir": out}
-        j.update(over)
-        return pt.write_json(os.path.join(wd, name + ".json"), j)
-    return wd, job
-
-
 def job_of(s):
     j = (s or {}).get("job") or {}
     return j.get("id"), ((j.get("committed") or {}).get("h"))
 
 
 def body(t, steps):
-    wd, job = job_files(t, steps)
+    wd, _, _, _, job = pool_job_files(t, steps)
     # the reference, one process, in the background while the mesh forms
     single_out = os.path.join(wd, "single")
     m1 = os.path.join(wd, "single.jsonl")
@@ -229,27 +187,12 @@ def body(t, steps):
                                 stderr=subprocess.PIPE, text=True)
     t_ref = time.time()
 
-    os.makedirs(os.path.join(t.tmp, "state"))
     t.net.build(IP, {})
-    t.sn_in("a", ["init", "--state", t.state("a"), "--name", "a", "--listen-port",
-                  str(pt.WG_PORT), "--endpoint", "%s:%d" % (IP["a"], pt.WG_PORT), "--prefix",
-                  PREFIX])
     opts = {"a": ["--threads", "1"], "b": ["--threads", "1"], "d": ["--no-compute"]}
-    t.start("a", ["up", "--state", t.state("a")] + opts["a"])
-    prev = "a"
-    for n in ("b", "d"):
-        t.wait("the node on %s" % prev, lambda: t.status(prev) is not None, 60)
-        tok_text = t.sn_in(prev, ["invite", "--state", t.state(prev)]).stdout.strip().split()[-1]
-        t.start(n, ["join", tok_text, "--state", t.state(n), "--name", n, "--listen-port",
-                    str(pt.WG_PORT), "--endpoint", "%s:%d" % (IP[n], pt.WG_PORT)] + opts[n])
-        prev = n
+    t.grow(IP, PREFIX, opts, 60)
 
     def all_alive(names="abd"):
-        for n in names:
-            s = t.status(n)
-            if not s or sum(1 for m in s["members"] if m["state"] == "alive") != 3:
-                return False
-        return True
+        return t.all_alive(names, 3)
     t.wait("a, b, d alive everywhere", all_alive, 90)
     log("mesh: a, b, d alive (a and b compute with 1 thread, d submits)")
 
@@ -347,7 +290,7 @@ def body(t, steps):
     with open(os.path.join(t.state("b"), "node.json")) as f:
         nj = json.load(f)
     nj["name"] = "d"
-    pt.write_json(os.path.join(fake_state, "node.json"), nj)
+    write_json(os.path.join(fake_state, "node.json"), nj)
     os.symlink(os.path.join(t.state("b"), "control.sock"), os.path.join(fake_state,
                                                                        "control.sock"))
     p = t.sn_as("b", ["train", "--state", fake_state, "--job", jevil])
@@ -372,9 +315,8 @@ def body(t, steps):
              "    print('connected')\n"
              "except OSError as e:\n"
              "    print(type(e).__name__, e.strerror)\n")
-    p = subprocess.run(["ip", "netns", "exec", t.net.full("b"), "setpriv", "--reuid", "nobody",
-                        "--regid", "nogroup", "--clear-groups", mt.PY, "-c", probe,
-                        os.path.join(t.state("b"), "control.sock")],
+    p = subprocess.run(["ip", "netns", "exec", t.net.full("b")] + NOBODY +
+                       [PY, "-c", probe, os.path.join(t.state("b"), "control.sock")],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
     check(p.returncode == 0 and "Permission denied" in p.stdout,
           "nobody on b reached b's control socket (submit, stop): %s%s" % (p.stdout, p.stderr))
@@ -417,24 +359,8 @@ def body(t, steps):
     check(ref_proc.returncode == 0, "the single-process run exited %d:\n%s"
           % (ref_proc.returncode, ref_err))
     log("single process: %d steps in %.1f s (alongside the mesh)" % (steps, time.time() - t_ref))
-    want = pt.metrics(m1)
-    worst = 0.0
-    for st in stages:
-        got = pt.metrics(os.path.join(t.state(st[0]), "jobs", jid, "metrics.jsonl"))
-        check(len(got) == steps, "stage %s wrote %d metrics lines" % (st[0], len(got)))
-        for x, y in zip(got, want):
-            rel = abs(x["loss"] - y["loss"]) / abs(y["loss"])
-            worst = max(worst, rel)
-            check(rel <= LOSS_RTOL, "step %d: loss %.9g on %s, single process %.9g"
-                  % (y["step"], x["loss"], st[0], y["loss"]))
-    ga = pt.ref.read_safetensors(os.path.join(pool_out, "model.safetensors"))
-    gb = pt.ref.read_safetensors(os.path.join(single_out, "model.safetensors"))
-    check(sorted(ga) == sorted(gb), "gathered tensors differ: %s" % sorted(set(ga) ^ set(gb)))
-    wdiff = 0.0
-    for k in gb:
-        scale = max(float(abs(gb[k]).max()), 1e-30)
-        wdiff = max(wdiff, float(abs(ga[k] - gb[k]).max()) / scale)
-    check(wdiff <= 1e-5, "gathered model differs by %.2e (max rel) from one process" % wdiff)
+    worst = t.check_losses(stages, jid, m1, steps, LOSS_RTOL)
+    wdiff = check_gathered(pool_out, single_out, 1e-5)
     check(not os.path.lexists(evil), "%s (b's choice) exists after the run" % evil)
     for n in ("a", "b"):
         got = t.status(n)["job"]["out_dir"]
@@ -494,48 +420,12 @@ def main():
     args = ap.parse_args()
     sn = os.path.abspath(args.shardnode)
     t_start = time.time()
-    try:
-        mt.preconditions(sn)
-        for tool in ("setpriv", "faketime", "bible"):
-            if not shutil.which(tool):
-                raise mt.Skip("%s is not installed" % tool)
-    except mt.Skip as e:
-        log("SKIP adversary_pool_test: %s" % e)
-        return SKIP
-    except Failure as e:
-        log("FAIL %s" % e)
-        return 1
+    rc = requirements("adversary_pool_test", sn, ("setpriv", "faketime", "bible"))
+    if rc:
+        return rc
     steps = 10 if is_asan(sn) else 60
     t = AdvPool(sn, args.keep)
-    rc = 1
-
-    def on_signal(signum, frame):
-        raise mt.Terminated("signal %d" % signum)
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
-    try:
-        body(t, steps)
-        rc = 0
-    except Failure as e:
-        log("FAIL %s" % e)
-        for n in t.procs:
-            log(t.tail(n))
-    except (mt.Terminated, KeyboardInterrupt) as e:
-        log("FAIL interrupted (%s)" % (e or "SIGINT"))
-    except Exception:
-        import traceback
-        traceback.print_exc()
-        log("FAIL the test script itself broke (above)")
-    finally:
-        for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-            signal.signal(s, signal.SIG_IGN)
-        problems = t.cleanup()
-        for p in problems:
-            log("FAIL cleanup: %s" % p)
-            rc = 1
-    log("adversary_pool_test: %s (%.1f s)" % ("all checks passed" if rc == 0 else "FAILED",
-                                              time.time() - t_start))
-    return rc
+    return run_test("adversary_pool_test", lambda: body(t, steps), t.report, t.cleanup, t_start)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mesh_test as M  # noqa: E402
-from mesh_test import check, log, Failure  # noqa: E402
+from nslib import NOBODY, PY, WG_PORT, Failure, Net, check, log, sh  # noqa: E402
+from nslib import requirements, run_test  # noqa: E402
 
 GOSSIP_PORT = M.GOSSIP_PORT
 
@@ -163,7 +164,7 @@ class AdversaryTest(M.MeshTest):
     def __init__(self, sn, workdir, keep):
         super().__init__(sn, workdir, keep)
         self.tag = "sna%d-" % os.getpid()
-        self.net = M.Net(self.tag)
+        self.net = Net(self.tag)
 
     def status(self, n):
         s = self.statuses([n])[n.name]
@@ -175,11 +176,9 @@ class AdversaryTest(M.MeshTest):
             return f.read()
 
     def attack(self, node, user, params):
-        cmd = ["ip", "netns", "exec", node.ns]
-        if user:
-            cmd += ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups"]
-        cmd += [M.PY, "-c", ATTACK, json.dumps(params)]
-        p = M.sh(cmd, timeout=60, ok=False)
+        cmd = ["ip", "netns", "exec", node.ns] + (NOBODY if user else [])
+        cmd += [PY, "-c", ATTACK, json.dumps(params)]
+        p = sh(cmd, timeout=60, ok=False)
         check(p.returncode == 0, "the attacker on %s failed: %s" % (node.name, p.stderr))
         return json.loads(p.stdout)
 
@@ -231,7 +230,7 @@ class AdversaryTest(M.MeshTest):
         # The intruder: keys and an overlay address of a machine nobody invited.
         x = M.Node(self, "intruder", N["e"].ns, N["e"].ip, N["e"].endpoint)
         x.run(["init", "--state", x.state, "--name", "intruder", "--listen-port",
-               str(M.WG_PORT), "--prefix", M.PREFIX])
+               str(WG_PORT), "--prefix", M.PREFIX])
         xj = x.node_json()
         p = self.params()
         p["wg_key_file"] = os.path.join(b.state, "wg.key")
@@ -245,7 +244,7 @@ class AdversaryTest(M.MeshTest):
         s = self.status(a)
         check("intruder" not in M.view(s), "a lists the intruder nobody invited")
         ifname = s["interface"]
-        peers = M.sh(["ip", "netns", "exec", a.ns, "wg", "show", ifname, "peers"]).stdout.split()
+        peers = sh(["ip", "netns", "exec", a.ns, "wg", "show", ifname, "peers"]).stdout.split()
         check(xj["wg_public_key"] not in peers, "a made the intruder a WireGuard peer")
         check("not admitted" in self.a_log(), "a did not log the refused record")
         log("ok   2. b (a member) as b: a DEAD claim at 2^64-1 about c leaves c alive; a "
@@ -258,7 +257,7 @@ class AdversaryTest(M.MeshTest):
         members = {m["wg_public_key"] for m in s["members"] if not m["self"]}
         t0 = time.time()
         while True:
-            peers = set(M.sh(["ip", "netns", "exec", a.ns, "wg", "show", s["interface"],
+            peers = set(sh(["ip", "netns", "exec", a.ns, "wg", "show", s["interface"],
                               "peers"]).stdout.split())
             if peers == members:
                 break
@@ -333,7 +332,7 @@ class AdversaryTest(M.MeshTest):
         x = M.Node(self, "crowded", e.ns, e.ip, e.endpoint)
         self.nodes["crowded"] = x
         x.run(["init", "--state", x.state, "--name", "crowded", "--listen-port",
-               str(M.WG_PORT), "--endpoint", e.endpoint, "--prefix", M.PREFIX])
+               str(WG_PORT), "--endpoint", e.endpoint, "--prefix", M.PREFIX])
         priv = k.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
         with open(os.path.join(x.state, "wg.key"), "w") as f:
             f.write(base64.b64encode(priv).decode() + "\n")
@@ -381,58 +380,14 @@ def main():
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
     sn = os.path.abspath(args.shardnode)
-    try:
-        M.preconditions(sn)
-        for tool in ("setpriv", "wg"):
-            if not M.shutil.which(tool):
-                raise M.Skip("%s is not installed" % tool)
-        try:
-            import cryptography  # noqa: F401
-        except ImportError:
-            raise M.Skip("python3 has no cryptography module")
-    except M.Skip as e:
-        log("SKIP adversary_test: %s" % e)
-        return M.SKIP
-    except Failure as e:
-        log("FAIL %s" % e)
-        return 1
+    rc = requirements("adversary_test", sn, ("setpriv", "wg"), ("cryptography",))
+    if rc:
+        return rc
     workdir = os.path.abspath(args.workdir) if args.workdir else None
     if workdir:
         os.makedirs(workdir, exist_ok=True)
-
-    def on_signal(signum, frame):
-        raise M.Terminated("signal %d" % signum)
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
     t = AdversaryTest(sn, workdir, args.keep)
-    rc = 0
-    try:
-        t.run()
-    except Failure as e:
-        log("FAIL %s" % e)
-        t.failure_report()
-        rc = 1
-    except (M.Terminated, KeyboardInterrupt) as e:
-        log("FAIL interrupted (%s)" % (e or "SIGINT"))
-        t.failure_report()
-        rc = 1
-    except Exception:
-        import traceback
-        traceback.print_exc()
-        log("FAIL the test script itself broke (above)")
-        t.failure_report()
-        rc = 1
-    finally:
-        for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-            signal.signal(s, signal.SIG_IGN)
-        problems = t.cleanup()
-        t.summary()
-        if problems:
-            log("FAIL cleanup: " + "; ".join(problems))
-            rc = 1
-    log("adversary_test: %s (%.1f s)" % ("all checks passed" if rc == 0 else "FAILED",
-                                         time.time() - t.t_start))
-    return rc
+    return run_test("adversary_test", t.run, t.failure_report, t.cleanup, t.t_start, t.summary)
 
 
 if __name__ == "__main__":

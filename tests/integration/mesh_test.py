@@ -63,61 +63,23 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-SKIP = 77
-PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nslib import (MTU, PY, WG_PORT, Failure, Net, check, log, requirements,  # noqa: E402
+                   run_test, sh)
+
 PREFIX = "10.77.0.0/16"          # overlay
 UNDERLAY = "10.201.0"            # public /24 on the bridge
-WG_PORT = 51820
 GOSSIP_PORT = 7946
-MTU = 1400
 POLL = 0.25
 LOG_TAIL = 30
 STATES = ("alive", "suspect", "dead", "left")
 LINKS = ("self", "direct", "indirect", "none")
 B64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-
-
-class Failure(Exception):
-    pass
-
-
-class Skip(Exception):
-    pass
-
-
-class Terminated(BaseException):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-
-
-def log(msg):
-    try:
-        print(msg, flush=True)
-    except OSError:   # a closed pipe must not stop the cleanup
-        pass
-
-
-def sh(cmd, timeout=30, ok=True, **kw):
-    """Runs cmd (a list), returns the CompletedProcess; ok: a non-zero exit fails."""
-    try:
-        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, timeout=timeout, **kw)
-    except subprocess.TimeoutExpired:
-        raise Failure("%s: still running after %d s" % (" ".join(cmd), timeout))
-    if ok and p.returncode != 0:
-        raise Failure("%s: exit %d: %s%s" % (" ".join(cmd), p.returncode, p.stdout,
-                                              p.stderr.strip()))
-    return p
 
 
 def pid_alive(pid):
@@ -128,163 +90,6 @@ def pid_alive(pid):
         return False
     except PermissionError:
         return True
-
-
-# --------------------------------------------------------------------------
-# Namespaces, the bridge, routers
-
-
-class Net:
-    """Network namespaces named PREFIX + short name, a bridge in a hub namespace."""
-
-    def __init__(self, tag):
-        self.prefix = tag
-        self.names = []        # full namespace names, in creation order
-        self.inodes = set()    # their nsfs inodes, to find processes inside later
-        self.ifaces = {}       # ns -> interface names seen (wireguard-go's among them)
-
-    def full(self, short):
-        return self.prefix + short
-
-    def add(self, short):
-        ns = self.full(short)
-        sh(["ip", "netns", "add", ns])
-        self.names.append(ns)
-        self.inodes.add(os.stat("/run/netns/" + ns).st_ino)
-        sh(["ip", "-n", ns, "link", "set", "lo", "up"])
-        return ns
-
-    def exec(self, ns, cmd, **kw):
-        return sh(["ip", "netns", "exec", ns] + cmd, **kw)
-
-    def ip(self, ns, *args):
-        return sh(["ip", "-n", ns] + list(args))
-
-    def build(self, public, routers):
-        """public: {short: ip}; routers: {short: (wan_ip, lan_net, nat_short, symmetric)}."""
-        self.hub = self.add("hub")
-        self.ip(self.hub, "link", "add", "br0", "type", "bridge")
-        self.ip(self.hub, "link", "set", "br0", "up")
-        for short, addr in public.items():
-            ns = self.add(short)
-            self.wire(ns, "eth0", "p-" + short)
-            self.ip(ns, "addr", "add", addr + "/24", "dev", "eth0")
-        for short, (wan, lan, nat, symmetric) in routers.items():
-            r = self.add(short)
-            n = self.add(nat)
-            self.wire(r, "wan0", "p-" + short)
-            self.ip(r, "addr", "add", wan + "/24", "dev", "wan0")
-            self.ip(r, "link", "add", "lan0", "mtu", str(MTU), "type", "veth", "peer", "name",
-                    "eth0", "mtu", str(MTU), "netns", n)
-            self.ip(r, "addr", "add", lan + ".1/24", "dev", "lan0")
-            self.ip(r, "link", "set", "lan0", "up")
-            self.ip(n, "addr", "add", lan + ".2/24", "dev", "eth0")
-            self.ip(n, "link", "set", "eth0", "up")
-            self.ip(n, "route", "add", "default", "via", lan + ".1")
-            self.exec(r, ["sysctl", "-qw", "net.ipv4.ip_forward=1"])
-            rule = ["iptables", "-t", "nat", "-A", "POSTROUTING", "-o", "wan0", "-j", "MASQUERADE"]
-            self.exec(r, rule + (["--random-fully"] if symmetric else []))
-
-    def wire(self, ns, name, hub_name):
-        """A veth from the hub's bridge into ns, both ends MTU 1400, up."""
-        self.ip(self.hub, "link", "add", hub_name, "mtu", str(MTU), "type", "veth", "peer",
-                "name", name, "mtu", str(MTU), "netns", ns)
-        self.ip(self.hub, "link", "set", hub_name, "master", "br0", "up")
-        self.ip(ns, "link", "set", name, "up")
-
-    def pids(self, ns):
-        p = sh(["ip", "netns", "pids", ns], ok=False)
-        return [int(x) for x in p.stdout.split()] if p.returncode == 0 else []
-
-    def note_ifaces(self, ns):
-        p = sh(["ip", "-n", ns, "-o", "link", "show"], ok=False)
-        names = self.ifaces.setdefault(ns, set())
-        for line in p.stdout.splitlines():
-            m = re.match(r"\d+: ([^:@]+)", line)
-            if m and m.group(1) not in ("lo", "eth0", "wan0", "lan0", "br0"):
-                names.add(m.group(1))
-
-    def kill_all(self, ns, sig, wait=5.0):
-        """Sends sig to every process in ns until none is left or wait runs out;
-        returns the pids still there."""
-        end = time.time() + wait
-        while True:
-            left = self.pids(ns)
-            if not left or time.time() > end:
-                return left
-            for pid in left:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.05)
-
-    def destroy(self, names=None):
-        """Stops every process in the namespaces (SIGTERM, then SIGKILL), deletes
-        them; returns a list of problems."""
-        names = list(self.names if names is None else names)
-        problems = []
-        for ns in names:
-            self.note_ifaces(ns)
-        for ns in names:
-            for pid in self.pids(ns):
-                try:
-                    os.kill(pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        end = time.time() + 5
-        while time.time() < end and any(self.pids(ns) for ns in names):
-            time.sleep(0.1)
-        for ns in names:
-            left = self.kill_all(ns, signal.SIGKILL)
-            if left:
-                problems.append("namespace %s: processes %s survive SIGKILL" % (ns, left))
-        for ns in reversed(names):
-            p = sh(["ip", "netns", "del", ns], ok=False)
-            if p.returncode != 0:
-                problems.append("ip netns del %s: %s" % (ns, p.stderr.strip()))
-            elif ns in self.names:
-                self.names.remove(ns)
-        # wireguard-go killed with SIGKILL leaves its UAPI socket behind.
-        for ns, ifs in self.ifaces.items():
-            for name in ifs:
-                path = "/var/run/wireguard/%s.sock" % name
-                if os.path.exists(path) and not unix_socket_live(path):
-                    try:
-                        os.unlink(path)
-                    except OSError:
-                        pass
-        return problems
-
-    def leftovers(self):
-        """Our namespaces still listed, and processes still inside our namespaces."""
-        listed = [ln.split()[0] for ln in sh(["ip", "netns", "list"]).stdout.splitlines()
-                  if ln.strip()]
-        mine = [n for n in listed if n.startswith(self.prefix)]
-        procs = []
-        for d in os.listdir("/proc"):
-            if not d.isdigit():
-                continue
-            try:
-                link = os.readlink("/proc/%s/ns/net" % d)
-            except OSError:
-                continue
-            m = re.match(r"net:\[(\d+)\]", link)
-            if m and int(m.group(1)) in self.inodes:
-                procs.append(int(d))
-        return mine, procs
-
-
-def unix_socket_live(path):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(1)
-    try:
-        s.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
 
 
 def remove_stale_runs():
@@ -1163,21 +968,6 @@ class MeshTest:
             log("  %6.2f s%s  %s" % (secs, "" if limit is None else " /%3g" % limit, what))
 
 
-def preconditions(sn):
-    if os.geteuid() != 0:
-        raise Skip("needs root (network namespaces, wireguard-go)")
-    if not os.path.exists("/dev/net/tun"):
-        raise Skip("no /dev/net/tun")
-    for tool in ("wireguard-go", "ip", "ss", "iptables"):
-        if not shutil.which(tool):
-            raise Skip("%s is not installed" % tool)
-    if not os.access(sn, os.X_OK):
-        raise Failure("%s is not an executable" % sn)
-    probe = "snm%d-probe" % os.getpid()
-    p = sh(["ip", "netns", "add", probe], ok=False)
-    if p.returncode != 0:
-        raise Skip("cannot create network namespaces: %s" % p.stderr.strip())
-    sh(["ip", "netns", "del", probe], ok=False)
 
 
 def main():
@@ -1190,55 +980,17 @@ def main():
     args = ap.parse_args()
     sn = os.path.abspath(args.shardnode)
     workdir = os.path.abspath(args.workdir) if args.workdir else None
-    try:
-        preconditions(sn)
-    except Skip as e:
-        log("SKIP mesh_test: %s" % e)
-        return SKIP
-    except Failure as e:
-        log("FAIL %s" % e)
-        return 1
+    rc = requirements("mesh_test", sn)
+    if rc:
+        return rc
     if workdir:
         os.makedirs(workdir, exist_ok=True)
-
-    def on_signal(signum, frame):
-        raise Terminated("signal %d" % signum)
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
     remove_stale_runs()
     t = MeshTest(sn, workdir, args.keep)
-    rc = 0
-    try:
-        t.run(args.scaffold_only)
-    except Failure as e:
-        log("FAIL %s" % e)
-        t.failure_report()
-        rc = 1
-    except (Terminated, KeyboardInterrupt) as e:
-        log("FAIL interrupted (%s)" % (e or "SIGINT"))
-        t.failure_report()
-        rc = 1
-    except Exception:
-        import traceback
-        traceback.print_exc()
-        log("FAIL the test script itself broke (above)")
-        t.failure_report()
-        rc = 1
-    finally:
-        for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-            signal.signal(s, signal.SIG_IGN)
-        t0 = time.time()
-        problems = t.cleanup()
-        t.summary()
-        if problems:
-            log("FAIL cleanup: " + "; ".join(problems))
-            rc = 1
-        else:
-            log("ok   9. cleanup: namespaces, processes and %s removed (%.1f s)"
-                % ("temporary directory" if not args.keep else "nothing else", time.time() - t0))
-    log("mesh_test: %s (%.1f s)" % ("all checks passed" if rc == 0 else "FAILED",
-                                     time.time() - t.t_start))
-    return rc
+    return run_test("mesh_test", lambda: t.run(args.scaffold_only), t.failure_report, t.cleanup,
+                    t.t_start, t.summary,
+                    lambda secs: "ok   9. cleanup: namespaces, processes and %s removed (%.1f s)"
+                    % ("temporary directory" if not args.keep else "nothing else", secs))
 
 
 if __name__ == "__main__":

@@ -28,152 +28,16 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
-import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "reference"))
-import mesh_test as mt  # noqa: E402
-import llama_ref as ref  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nslib import (Pool, check, check_gathered, log, metrics, pool_job_files,  # noqa: E402
+                   requirements, run, run_test, write_json)
 
-SKIP = 77
 STEPS = 30
 LOSS_RTOL = 0.0  # the same bits: docs/ARCHITECTURE.md, "Determinism"
-PASSAGE = "Gen1:1-Gen20:18"
-WG_PORT = 51820
 TAG = "snp%d-" % os.getpid()
-
-
-Failure = mt.Failure
-check = mt.check
-log = mt.log
-
-
-def run(cmd, timeout=600, ok=True):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       timeout=timeout)
-    if ok and p.returncode != 0:
-        raise Failure("%s exited %d:\n%s%s" % (" ".join(cmd), p.returncode, p.stdout, p.stderr))
-    return p
-
-
-def metrics(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_json(path, obj):
-    with open(path, "w") as f:
-        json.dump(obj, f, indent=1)
-    return path
-
-
-class Pool:
-    def __init__(self, sn, keep):
-        self.sn = sn
-        self.keep = keep
-        self.tmp = tempfile.mkdtemp(prefix="shardnode-pool-")
-        self.net = mt.Net(TAG)
-        self.procs = {}
-        self.logs = {}
-
-    def state(self, n):
-        return os.path.join(self.tmp, "state", n)
-
-    def sn_in(self, n, args, timeout=120, ok=True):
-        p = subprocess.run(["ip", "netns", "exec", self.net.full(n), self.sn] + args,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           timeout=timeout)
-        if ok and p.returncode != 0:
-            raise Failure("node %s: shardnode %s exited %d:\n%s%s"
-                          % (n, " ".join(args[:3]), p.returncode, p.stdout, p.stderr))
-        return p
-
-    def start(self, n, args):
-        path = os.path.join(self.tmp, "%s.log" % n)
-        self.logs[n] = path
-        f = open(path, "a")
-        self.procs[n] = subprocess.Popen(["ip", "netns", "exec", self.net.full(n), self.sn] + args,
-                                         stdin=subprocess.DEVNULL, stdout=f,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
-
-    def status(self, n):
-        p = self.sn_in(n, ["status", "--state", self.state(n), "--json"], ok=False, timeout=20)
-        if p.returncode != 0:
-            return None
-        return json.loads(p.stdout)
-
-    def wait(self, what, cond, timeout):
-        end = time.time() + timeout
-        while time.time() < end:
-            for n, p in self.procs.items():
-                if p.poll() is not None:
-                    raise Failure("node %s exited %d while waiting for %s:\n%s"
-                                  % (n, p.returncode, what, self.tail(n)))
-            r = cond()
-            if r:
-                return r
-            time.sleep(0.5)
-        raise Failure("timed out after %d s waiting for %s" % (timeout, what))
-
-    def tail(self, n, lines=40):
-        out = []
-        for path in (self.logs.get(n), os.path.join(self.state(n), "node.log")):
-            try:
-                with open(path, errors="replace") as f:
-                    out.append("---- %s\n%s" % (path, "".join(f.readlines()[-lines:])))
-            except (OSError, TypeError):
-                pass
-        return "\n".join(out)
-
-    def cleanup(self):
-        for p in self.procs.values():
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except OSError:
-                pass
-        end = time.time() + 10
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=max(0.1, end - time.time()))
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except OSError:
-                    pass
-        problems = self.net.destroy()
-        if not self.keep:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-        return problems
-
-
-def prepare(t):
-    wd = os.path.join(t.tmp, "data")
-    os.makedirs(wd)
-    corpus = os.path.join(wd, "corpus.txt")
-    with open(corpus, "w") as f:
-        f.write(subprocess.run(["bible", PASSAGE], stdout=subprocess.PIPE, text=True,
-                               check=True).stdout)
-    tok = os.path.join(wd, "tokenizer.json")
-    run([t.sn, "tokenizer", "train", "--input", corpus, "--vocab-size", "512", "--out", tok])
-    config = write_json(os.path.join(wd, "config.json"), dict(
-        architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=256,
-        intermediate_size=688, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=4,
-        vocab_size=512, max_position_embeddings=64, rms_norm_eps=1e-5, rope_theta=10000.0,
-        tie_word_embeddings=False))
-
-    def job(name, out, **over):
-        j = {"config": config, "tokenizer": tok,
-             "data": {"files": [corpus], "separator": "\n\n", "val_fraction": 0.05},
-             "seq_len": 64, "batch": 16, "micro_batch": 4, "steps": STEPS, "lr": 3e-3,
-             "min_lr": 3e-4, "warmup_steps": 5, "seed": 3, "log_interval": 1000,
-             "val_interval": 0, "checkpoint_interval": 0, "out_dir": out}
-        j.update(over)
-        return write_json(os.path.join(wd, name + ".json"), j)
-    return wd, corpus, tok, config, job
 
 
 def main():
@@ -182,30 +46,12 @@ def main():
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
     sn = os.path.abspath(args.shardnode)
-    try:
-        mt.preconditions(sn)
-    except mt.Skip as e:
-        log("SKIP pool_test: %s" % e)
-        return SKIP
-    t = Pool(sn, args.keep)
-    rc = 1
-
-    def on_signal(signum, frame):
-        raise mt.Terminated("signal %d" % signum)
-    signal.signal(signal.SIGTERM, on_signal)
-    try:
-        body(t)
-        rc = 0
-    except Failure as e:
-        log("FAIL %s" % e)
-        for n in t.procs:
-            log(t.tail(n))
-    finally:
-        problems = t.cleanup()
-        for p in problems:
-            log("FAIL cleanup: %s" % p)
-            rc = 1
-    return rc
+    t_start = time.time()
+    rc = requirements("pool_test", sn)
+    if rc:
+        return rc
+    t = Pool(sn, args.keep, TAG)
+    return run_test("pool_test", lambda: body(t), t.report, t.cleanup, t_start)
 
 
 def run_job(t, job, name, out, ref_metrics):
@@ -229,16 +75,7 @@ def run_job(t, job, name, out, ref_metrics):
     stages = c["stages"]
     log("plan %s: %s; predicted step %.1f ms" % (hashes["a"], ", ".join(
         "%s layers %d-%d" % (s[0], s[1], s[2] - 1) for s in stages), c["step_ns"] / 1e6))
-    want = metrics(ref_metrics)
-    worst = 0.0
-    for s in stages:
-        got = metrics(os.path.join(t.state(s[0]), "jobs", jid, "metrics.jsonl"))
-        check(len(got) == STEPS, "stage %s wrote %d metrics lines" % (s[0], len(got)))
-        for a, b in zip(got, want):
-            rel = abs(a["loss"] - b["loss"]) / abs(b["loss"])
-            worst = max(worst, rel)
-            check(rel <= LOSS_RTOL, "step %d: loss %.9g on %s, single process %.9g"
-                  % (b["step"], a["loss"], s[0], b["loss"]))
+    worst = t.check_losses(stages, jid, ref_metrics, STEPS, LOSS_RTOL)
     log("ok   %s: every stage's loss equals one process at every step (worst rel %.1e)"
         % (name, worst))
     ms = [m["step_ms"] for m in metrics(os.path.join(t.state(stages[0][0]), "jobs", jid,
@@ -247,7 +84,7 @@ def run_job(t, job, name, out, ref_metrics):
 
 
 def body(t):
-    wd, corpus, tok, config, job = prepare(t)
+    wd, corpus, tok, config, job = pool_job_files(t, STEPS)
     # the reference: one process
     single_out = os.path.join(wd, "single")
     j1 = job("single", single_out)
@@ -256,29 +93,14 @@ def body(t):
     run([t.sn, "train", "--job", j1, "--metrics", m1, "--threads", "1"])
     log("single process: %d steps in %.1f s" % (STEPS, time.time() - t0))
 
-    os.makedirs(os.path.join(t.tmp, "state"))
-    t.net.build({"a": "10.203.0.11", "b": "10.203.0.12", "c": "10.203.0.13",
-                 "d": "10.203.0.14"}, {})
     ip = {"a": "10.203.0.11", "b": "10.203.0.12", "c": "10.203.0.13", "d": "10.203.0.14"}
-    t.sn_in("a", ["init", "--state", t.state("a"), "--name", "a", "--listen-port", str(WG_PORT),
-                  "--endpoint", "%s:%d" % (ip["a"], WG_PORT), "--prefix", "10.78.0.0/16"])
+    t.net.build(ip, {})
     opts = {"a": ["--threads", "2"], "b": ["--threads", "2"], "c": ["--threads", "1"],
             "d": ["--no-compute"]}
-    t.start("a", ["up", "--state", t.state("a")] + opts["a"])
-    prev = "a"
-    for n in ("b", "c", "d"):
-        t.wait("the node on %s" % prev, lambda: t.status(prev) is not None, 30)
-        tok_text = t.sn_in(prev, ["invite", "--state", t.state(prev)]).stdout.strip().split()[-1]
-        t.start(n, ["join", tok_text, "--state", t.state(n), "--name", n, "--listen-port",
-                    str(WG_PORT), "--endpoint", "%s:%d" % (ip[n], WG_PORT)] + opts[n])
-        prev = n
+    t.grow(ip, "10.78.0.0/16", opts, 30)
 
     def all_alive():
-        for n in "abcd":
-            s = t.status(n)
-            if not s or sum(1 for m in s["members"] if m["state"] == "alive") != 4:
-                return False
-        return True
+        return t.all_alive("abcd", 4)
     t.wait("all four alive everywhere", all_alive, 60)
     log("mesh: 4 members alive")
 
@@ -313,14 +135,7 @@ def body(t):
     # The model d gathered over the mesh against the single process (the
     # kernels give the same bits whatever a node's thread cap)
     pipe_out = os.path.join(wd, "pool-a")
-    a = ref.read_safetensors(os.path.join(pipe_out, "model.safetensors"))
-    b = ref.read_safetensors(os.path.join(single_out, "model.safetensors"))
-    check(sorted(a) == sorted(b), "gathered tensors differ: %s" % sorted(set(a) ^ set(b)))
-    wdiff = 0.0
-    for k in b:
-        scale = max(float(abs(b[k]).max()), 1e-30)
-        wdiff = max(wdiff, float(abs(a[k] - b[k]).max()) / scale)
-    check(wdiff == 0.0, "gathered model differs by %.2e (max rel) from one process" % wdiff)
+    wdiff = check_gathered(pipe_out, single_out, 0.0)
     for f in ("config.json", "tokenizer.json"):
         check(os.path.exists(os.path.join(pipe_out, f)), "gathered model lacks %s" % f)
     log("ok   the model d gathered equals one process to %.1e (max rel)" % wdiff)
