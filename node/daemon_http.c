@@ -16,6 +16,7 @@
  * served: the status document holds public keys only. docs/FORMATS.md,
  * "Dashboard and metrics". */
 #include "daemon_internal.h"
+#include "pool_doc.h"
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -129,12 +130,19 @@ static void dash_add_event(struct dash *s, const char *fmt, ...)
 /* The job's directory on this node: where its metrics.jsonl is. */
 static bool job_dir(json_t *status, char *out, size_t outlen)
 {
-    const char *jf = node_json_str(json_object_get(status, "job"), "job_file");
+    pool_status job;
+    char err[256];
+    if (pool_status_from_json(json_object_get(status, "job"), &job, err, sizeof err) != 0)
+        return false;
+    const char *jf = job.job_file;
     const char *slash = jf ? strrchr(jf, '/') : NULL;
-    if (!slash || (size_t)(slash - jf) + 1 > outlen) return false;
-    memcpy(out, jf, (size_t)(slash - jf));
-    out[slash - jf] = 0;
-    return true;
+    bool ok = slash && (size_t)(slash - jf) + 1 <= outlen;
+    if (ok) {
+        memcpy(out, jf, (size_t)(slash - jf));
+        out[slash - jf] = 0;
+    }
+    pool_status_free(&job);
+    return ok;
 }
 
 /* The last DASH_SERIES_MAX points of this node's metrics.jsonl (the stage
@@ -279,17 +287,14 @@ static void sample(struct evbuffer *b, const char *name, const char *labels, dou
                         labels ? labels : "", labels && *labels ? "}" : "", num);
 }
 
-/* The most advanced run among the job's member documents. */
-static json_t *best_run(json_t *job)
+/* The most advanced run among the job's member documents (NULL: none). */
+static const pool_run *best_run(const pool_status *job)
 {
-    json_t *best = NULL, *m;
-    const char *name;
-    json_object_foreach(json_object_get(job, "members"), name, m) {
-        json_t *r = json_object_get(m, "run");
-        if (json_is_integer(json_object_get(r, "step")) &&
-            (!best || json_integer_value(json_object_get(r, "step")) >
-                          json_integer_value(json_object_get(best, "step"))))
-            best = r;
+    const pool_run *best = NULL;
+    for (int i = 0; i < job->nmembers; i++) {
+        const pool_doc *m = job->members[i].doc;
+        if ((m->has & POOL_HAS_RUN) && m->run.has_step && (!best || m->run.step > best->step))
+            best = &m->run;
     }
     return best;
 }
@@ -320,42 +325,37 @@ static void metrics_text(daemon_t *d, struct evbuffer *b)
                 "Recoveries of the running job after a member was lost.");
     sample(b, "shardnode_recoveries_total", NULL, 0);
 
-    json_t *job = json_object_get(st, "job");
-    json_t *run = best_run(job);
+    pool_status job;
+    char jerr[256];
+    bool has_job = pool_status_from_json(json_object_get(st, "job"), &job, jerr, sizeof jerr) == 0;
+    const pool_run *run = has_job ? best_run(&job) : NULL;
     metric_head(b, "shardnode_job_running", "gauge",
                 "1 while a job's plan is committed and its stages train, else 0.");
     bool running = false;
-    {
-        json_t *mm;
-        const char *nm;
-        json_object_foreach(json_object_get(job, "members"), nm, mm) {
-            const char *rs = node_json_str(json_object_get(mm, "run"), "state");
-            if (rs && strcmp(rs, "running") == 0) running = true;
-        }
+    for (int k = 0; has_job && k < job.nmembers; k++) {
+        const pool_doc *m = job.members[k].doc;
+        if ((m->has & POOL_HAS_RUN) && m->run.state == POOL_RUN_RUNNING) running = true;
     }
     sample(b, "shardnode_job_running", NULL, running ? 1 : 0);
     if (run) {
         metric_head(b, "shardnode_step", "gauge", "Training steps completed by the job.");
-        sample(b, "shardnode_step", NULL, (double)json_integer_value(json_object_get(run, "step")));
-        if (json_is_integer(json_object_get(run, "steps"))) {
+        sample(b, "shardnode_step", NULL, (double)run->step);
+        if (run->has_steps) {
             metric_head(b, "shardnode_steps", "gauge", "Training steps the job runs in all.");
-            sample(b, "shardnode_steps", NULL,
-                   (double)json_integer_value(json_object_get(run, "steps")));
+            sample(b, "shardnode_steps", NULL, (double)run->steps);
         }
-        if (json_is_number(json_object_get(run, "loss"))) {
+        if (run->has_loss) {
             metric_head(b, "shardnode_loss", "gauge", "Training loss of the last step (nats per token).");
-            sample(b, "shardnode_loss", NULL, json_number_value(json_object_get(run, "loss")));
+            sample(b, "shardnode_loss", NULL, run->loss);
         }
-        if (json_is_number(json_object_get(run, "tps"))) {
+        if (run->has_tps) {
             metric_head(b, "shardnode_tokens_per_second", "gauge",
                         "Tokens trained per second in the last step.");
-            sample(b, "shardnode_tokens_per_second", NULL,
-                   json_number_value(json_object_get(run, "tps")));
+            sample(b, "shardnode_tokens_per_second", NULL, run->tps);
         }
-        if (json_is_number(json_object_get(run, "step_ms"))) {
+        if (run->has_step_ms) {
             metric_head(b, "shardnode_step_seconds", "gauge", "Duration of the last step.");
-            sample(b, "shardnode_step_seconds", NULL,
-                   json_number_value(json_object_get(run, "step_ms")) / 1e3);
+            sample(b, "shardnode_step_seconds", NULL, run->step_ms / 1e3);
         }
     }
     /* validation loss: this node's series (metrics.jsonl) */
@@ -369,62 +369,56 @@ static void metrics_text(daemon_t *d, struct evbuffer *b)
     }
     json_decref(ser);
 
-    json_t *c = json_object_get(job, "committed"), *stages = json_object_get(c, "stages"), *s;
-    if (json_array_size(stages)) {
+    const pool_plan *c = has_job && job.has_committed ? &job.committed : NULL;
+    if (c && c->nstages) {
         metric_head(b, "shardnode_stage_seconds", "gauge",
                     "Per stage of the committed plan: kind=\"predicted\" is the plan's time "
                     "for one micro-batch, kind=\"measured\" the last step as the stage's "
                     "member measured it.");
-        json_array_foreach(stages, i, s) {
+        for (int k = 0; k < c->nstages; k++) {
             char name[2 * MESH_NAME_MAX], l[256];
-            label_value(name, sizeof name, json_string_value(json_array_get(s, 0)));
-            snprintf(l, sizeof l, "stage=\"%zu\",member=\"%s\",kind=\"predicted\"", i, name);
-            sample(b, "shardnode_stage_seconds", l,
-                   (double)json_integer_value(json_array_get(s, 4)) / 1e9);
-            json_t *r = json_object_get(json_object_get(json_object_get(job, "members"),
-                                                        json_string_value(json_array_get(s, 0))),
-                                        "run");
-            if (json_is_number(json_object_get(r, "step_ms"))) {
-                snprintf(l, sizeof l, "stage=\"%zu\",member=\"%s\",kind=\"measured\"", i, name);
-                sample(b, "shardnode_stage_seconds", l,
-                       json_number_value(json_object_get(r, "step_ms")) / 1e3);
+            label_value(name, sizeof name, c->stage[k].holder[0].name);
+            snprintf(l, sizeof l, "stage=\"%d\",member=\"%s\",kind=\"predicted\"", k, name);
+            sample(b, "shardnode_stage_seconds", l, (double)c->stage[k].time_ns / 1e9);
+            const pool_status_member *sm = pool_status_member_of(&job, c->stage[k].holder[0].name);
+            if (sm && (sm->doc->has & POOL_HAS_RUN) && sm->doc->run.has_step_ms) {
+                snprintf(l, sizeof l, "stage=\"%d\",member=\"%s\",kind=\"measured\"", k, name);
+                sample(b, "shardnode_stage_seconds", l, sm->doc->run.step_ms / 1e3);
             }
         }
         metric_head(b, "shardnode_stage_layers", "gauge", "Transformer layers a stage holds.");
-        json_array_foreach(stages, i, s) {
+        for (int k = 0; k < c->nstages; k++) {
             char name[2 * MESH_NAME_MAX], l[256];
-            label_value(name, sizeof name, json_string_value(json_array_get(s, 0)));
-            snprintf(l, sizeof l, "stage=\"%zu\",member=\"%s\"", i, name);
+            label_value(name, sizeof name, c->stage[k].holder[0].name);
+            snprintf(l, sizeof l, "stage=\"%d\",member=\"%s\"", k, name);
             sample(b, "shardnode_stage_layers", l,
-                   (double)(json_integer_value(json_array_get(s, 2)) -
-                            json_integer_value(json_array_get(s, 1))));
+                   (double)(c->stage[k].layer_end - c->stage[k].layer_begin));
         }
     }
     /* links as this node measured them (its job document's "links") */
-    json_t *links = json_object_get(json_object_get(json_object_get(job, "members"), d->name),
-                                    "links");
-    if (json_object_size(links)) {
-        const char *peer;
-        json_t *l;
+    const pool_status_member *own = has_job ? pool_status_member_of(&job, d->name) : NULL;
+    const pool_links *links = own && (own->doc->has & POOL_HAS_LINKS) ? &own->doc->links : NULL;
+    if (links && links->n) {
         metric_head(b, "shardnode_link_latency_seconds", "gauge",
                     "Latency to a peer as this node measured it.");
-        json_object_foreach(links, peer, l) {
+        for (int k = 0; k < links->n; k++) {
             char pv[2 * MESH_NAME_MAX], lab[200];
-            label_value(pv, sizeof pv, peer);
+            label_value(pv, sizeof pv, links->l[k].name);
             snprintf(lab, sizeof lab, "peer=\"%s\"", pv);
             sample(b, "shardnode_link_latency_seconds", lab,
-                   (double)json_integer_value(json_array_get(l, 0)) / 1e9);
+                   (double)links->l[k].latency_ns / 1e9);
         }
         metric_head(b, "shardnode_link_bandwidth_bytes_per_second", "gauge",
                     "Bandwidth to a peer as this node measured it.");
-        json_object_foreach(links, peer, l) {
+        for (int k = 0; k < links->n; k++) {
             char pv[2 * MESH_NAME_MAX], lab[200];
-            label_value(pv, sizeof pv, peer);
+            label_value(pv, sizeof pv, links->l[k].name);
             snprintf(lab, sizeof lab, "peer=\"%s\"", pv);
             sample(b, "shardnode_link_bandwidth_bytes_per_second", lab,
-                   (double)json_integer_value(json_array_get(l, 1)));
+                   (double)links->l[k].bandwidth);
         }
     }
+    if (has_job) pool_status_free(&job);
     /* bytes per peer: WireGuard's counters (none on the insecure loopback) */
     if (d->wg) {
         const gossip_member *const *ms;
@@ -745,36 +739,40 @@ void dash_tick(daemon_t *d, int64_t now_ms)
         }
     }
     s->primed = true;
-    json_t *job = pool_status_json(d);
-    if (json_is_object(job)) {
-        const char *id = node_json_str(job, "id");
-        if (id && strcmp(id, s->job_id) != 0) {
+    json_t *jj = pool_status_json(d);
+    pool_status job;
+    char jerr[256];
+    if (pool_status_from_json(jj, &job, jerr, sizeof jerr) == 0) {
+        const char *id = job.id;
+        if (strcmp(id, s->job_id) != 0) {
             snprintf(s->job_id, sizeof s->job_id, "%s", id);
             s->plan_h[0] = 0;
             for (int k = 0; k < s->ntrack; k++) s->run_state[k][0] = 0;
             dash_add_event(s, "job %s submitted by %s", id,
-                           node_json_str(job, "submitted_by") ? node_json_str(job, "submitted_by")
-                                                              : "?");
+                           job.submitted_by[0] ? job.submitted_by : "?");
         }
-        json_t *c = json_object_get(job, "committed");
-        const char *h = node_json_str(c, "h");
-        if (h && strcmp(h, s->plan_h) != 0) {
-            snprintf(s->plan_h, sizeof s->plan_h, "%s", h);
-            dash_add_event(s, "plan %s committed (epoch %lld, %zu stages)", h,
-                           (long long)json_integer_value(json_object_get(c, "e")),
-                           json_array_size(json_object_get(c, "stages")));
+        if (job.has_committed) {
+            char h[17];
+            pool_hex64(job.committed.hash, h);
+            if (strcmp(h, s->plan_h) != 0) {
+                snprintf(s->plan_h, sizeof s->plan_h, "%s", h);
+                dash_add_event(s, "plan %s committed (epoch %lld, %d stages)", h,
+                               (long long)job.committed.epoch, job.committed.nstages);
+            }
         }
-        const char *name;
-        json_t *m;
-        json_object_foreach(json_object_get(job, "members"), name, m) {
-            const char *rs = node_json_str(json_object_get(m, "run"), "state");
+        for (int i = 0; i < job.nmembers; i++) {
+            const char *name = job.members[i].name;
+            const pool_doc *m = job.members[i].doc;
+            if (!(m->has & POOL_HAS_RUN) || m->run.state == POOL_RUN_NONE) continue;
+            const char *rs = pool_run_state_name(m->run.state);
             int k = 0;
             while (k < s->ntrack && strcmp(s->names[k], name) != 0) k++;
-            if (!rs || k == s->ntrack || strcmp(rs, s->run_state[k]) == 0) continue;
+            if (k == s->ntrack || strcmp(rs, s->run_state[k]) == 0) continue;
             snprintf(s->run_state[k], sizeof s->run_state[k], "%s", rs);
-            const char *e = node_json_str(json_object_get(m, "run"), "error");
+            const char *e = m->run.error[0] ? m->run.error : NULL;
             dash_add_event(s, "%s: stage %s%s%.160s", name, rs, e ? ": " : "", e ? e : "");
         }
+        pool_status_free(&job);
     }
-    json_decref(job);
+    json_decref(jj);
 }

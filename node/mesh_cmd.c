@@ -9,6 +9,7 @@
  * up and join run the node (daemon.c) in the foreground; status and leave
  * talk to it through DIR/control.sock. */
 #include "daemon_internal.h"
+#include "pool_doc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -202,97 +203,97 @@ io:
     return NULL;
 }
 
+/* The most advanced run among the members' documents (NULL: none). */
+static const pool_run *best_run(const pool_status *s)
+{
+    const pool_run *best = NULL;
+    for (int i = 0; i < s->nmembers; i++) {
+        const pool_doc *d = s->members[i].doc;
+        if ((d->has & POOL_HAS_RUN) && (!best || d->run.step > best->step)) best = &d->run;
+    }
+    return best;
+}
+
 /* The job section of status: the job, each member's part, the plan and
  * progress, and what stands in the way. */
 static void print_job(json_t *job)
 {
-    if (!json_is_object(job)) return;
-    json_t *c = json_object_get(job, "committed"), *run = json_object_get(job, "run");
-    json_t *members = json_object_get(job, "members");
-    printf("\njob %s  submitted by %s%s\n", node_json_str(job, "id"),
-           node_json_str(job, "submitted_by") ? node_json_str(job, "submitted_by") : "?",
-           json_is_true(json_object_get(job, "stop")) ? "  (stopped)" : "");
-    printf("%-16s %-8s %-8s %-12s %-22s %s\n", "MEMBER", "COMPUTE", "READY", "LAYER F+B",
-           "VOTE", "RUN");
-    const char *name;
-    json_t *m;
-    json_object_foreach(members, name, m) {
-        json_t *pr = json_object_get(m, "prof"), *v = json_object_get(m, "vote");
-        json_t *r = json_object_get(m, "run");
-        char fb[32] = "-", vote[40] = "-", rs[96] = "-";
-        if (json_is_object(pr))
-            snprintf(fb, sizeof fb, "%.2f ms",
-                     1e-6 * (double)(json_integer_value(json_array_get(json_object_get(pr, "f"), 1)) +
-                                     json_integer_value(json_array_get(json_object_get(pr, "k"), 1))));
-        if (json_is_object(v))
-            snprintf(vote, sizeof vote, "e%lld %.8s",
-                     (long long)json_integer_value(json_object_get(v, "e")),
-                     node_json_str(v, "p") ? node_json_str(v, "p") : "?");
-        if (json_is_object(r) && node_json_str(r, "state"))
-            snprintf(rs, sizeof rs, "%s step %lld", node_json_str(r, "state"),
-                     (long long)json_integer_value(json_object_get(r, "step")));
-        else if (json_is_boolean(json_object_get(r, "gathered")))
-            snprintf(rs, sizeof rs, "%s", json_is_true(json_object_get(r, "gathered"))
-                                              ? "gathered the model" : "gathering failed");
-        printf("%-16s %-8s %-8s %-12s %-22s %s\n", name,
-               json_is_true(json_object_get(m, "compute")) ? "yes" : "no",
-               json_is_true(json_object_get(m, "ready")) ? "yes" : "no", fb, vote, rs);
-    }
-    json_object_foreach(members, name, m) {
-        size_t i;
-        json_t *l;
-        json_array_foreach(json_object_get(m, "lack"), i, l)
-            printf("problem: %s lacks the job's %s %s: %s\n", name, node_json_str(l, "role"),
-                   node_json_str(l, "path"), node_json_str(l, "why"));
-        if (node_json_str(m, "error"))
-            printf("problem: %s cannot set the job up: %s\n", name, node_json_str(m, "error"));
-        if (node_json_str(m, "prof_error"))
-            printf("problem: %s: %s\n", name, node_json_str(m, "prof_error"));
-    }
-    if (!json_is_object(c)) {
-        const char *why = NULL;
-        json_object_foreach(members, name, m) if (node_json_str(m, "why")) why = node_json_str(m, "why");
-        if (why) printf("problem: no plan fits: %s\n", why);
-        else printf("plan: not committed yet (members profile themselves, then vote)\n");
+    pool_status s;
+    char err[512];
+    int rc = pool_status_from_json(job, &s, err, sizeof err);
+    if (rc > 0) return;
+    if (rc < 0) {
+        printf("\njob: the node's status does not read: %s\n", err);
         return;
     }
-    printf("plan: epoch %lld, hash %s, micro-batch %lld, predicted step %.1f ms",
-           (long long)json_integer_value(json_object_get(c, "e")), node_json_str(c, "h"),
-           (long long)json_integer_value(json_object_get(c, "mb")),
-           1e-6 * (double)json_integer_value(json_object_get(c, "step_ns")));
-    json_t *shared = json_object_get(c, "step_ns_shared");
-    if (json_integer_value(shared) > json_integer_value(json_object_get(c, "step_ns")))
-        printf(" (%.1f ms with stages sharing a machine's cores)",
-               1e-6 * (double)json_integer_value(shared));
+    printf("\njob %s  submitted by %s%s\n", s.id, s.submitted_by[0] ? s.submitted_by : "?",
+           s.stop ? "  (stopped)" : "");
+    printf("%-16s %-8s %-8s %-12s %-22s %s\n", "MEMBER", "COMPUTE", "READY", "LAYER F+B",
+           "VOTE", "RUN");
+    for (int i = 0; i < s.nmembers; i++) {
+        const pool_doc *d = s.members[i].doc;
+        char fb[32] = "-", vote[40] = "-", rs[96] = "-";
+        if (d->has & POOL_HAS_PROF)
+            snprintf(fb, sizeof fb, "%.2f ms",
+                     1e-6 * (double)(d->prof.prof.fwd_ns[COST_LAYER] +
+                                     d->prof.prof.bwd_ns[COST_LAYER]));
+        if (d->has & POOL_HAS_VOTE) {
+            char p[17];
+            pool_hex64(d->vote.v.plan, p);
+            snprintf(vote, sizeof vote, "e%lld %.8s", (long long)d->vote.v.epoch, p);
+        }
+        if ((d->has & POOL_HAS_RUN) && d->run.state != POOL_RUN_NONE)
+            snprintf(rs, sizeof rs, "%s step %lld", pool_run_state_name(d->run.state),
+                     (long long)d->run.step);
+        else if ((d->has & POOL_HAS_RUN) && d->run.gathered >= 0)
+            snprintf(rs, sizeof rs, "%s", d->run.gathered ? "gathered the model"
+                                                          : "gathering failed");
+        printf("%-16s %-8s %-8s %-12s %-22s %s\n", s.members[i].name, d->compute ? "yes" : "no",
+               d->ready ? "yes" : "no", fb, vote, rs);
+    }
+    for (int i = 0; i < s.nmembers; i++) {
+        const pool_doc *d = s.members[i].doc;
+        const char *name = s.members[i].name;
+        for (int k = 0; k < d->lacks.n; k++)
+            printf("problem: %s lacks the job's %s %s: %s\n", name, d->lacks.l[k].role,
+                   d->lacks.l[k].path, d->lacks.l[k].why);
+        if (d->error[0]) printf("problem: %s cannot set the job up: %s\n", name, d->error);
+        if (d->prof_error[0]) printf("problem: %s: %s\n", name, d->prof_error);
+    }
+    if (!s.has_committed) {
+        const char *why = NULL;
+        for (int i = 0; i < s.nmembers; i++)
+            if (s.members[i].doc->why[0]) why = s.members[i].doc->why;
+        if (why) printf("problem: no plan fits: %s\n", why);
+        else printf("plan: not committed yet (members profile themselves, then vote)\n");
+        pool_status_free(&s);
+        return;
+    }
+    const pool_plan *c = &s.committed;
+    char h[17];
+    pool_hex64(c->hash, h);
+    printf("plan: epoch %lld, hash %s, micro-batch %lld, predicted step %.1f ms", (long long)c->epoch,
+           h, (long long)c->mb, 1e-6 * (double)c->step_ns);
+    if (c->has_shared && c->step_ns_shared > c->step_ns)
+        printf(" (%.1f ms with stages sharing a machine's cores)", 1e-6 * (double)c->step_ns_shared);
     printf("\n");
-    size_t i;
-    json_t *s;
-    json_array_foreach(json_object_get(c, "stages"), i, s)
-        printf("  stage %zu: %-16s layers %lld..%lld\n", i, json_string_value(json_array_get(s, 0)),
-               (long long)json_integer_value(json_array_get(s, 1)),
-               (long long)json_integer_value(json_array_get(s, 2)) - 1);
+    for (int i = 0; i < c->nstages; i++)
+        printf("  stage %d: %-16s layers %d..%d\n", i, c->stage[i].holder[0].name,
+               c->stage[i].layer_begin, c->stage[i].layer_end - 1);
     /* progress: the last stage's view (every stage has the loss) */
-    json_t *best = NULL;
-    json_object_foreach(members, name, m) {
-        json_t *r = json_object_get(m, "run");
-        if (json_is_object(r) && (!best || json_integer_value(json_object_get(r, "step")) >
-                                               json_integer_value(json_object_get(best, "step"))))
-            best = r;
+    const pool_run *best = best_run(&s);
+    if (best && best->has_step)
+        printf("progress: step %lld/%lld  loss %.4f  %.0f tok/s\n", (long long)best->step,
+               (long long)best->steps, best->loss, best->tps);
+    for (int i = 0; i < s.nmembers; i++) {
+        const pool_doc *d = s.members[i].doc;
+        if ((d->has & POOL_HAS_RUN) && d->run.error[0])
+            printf("problem: %s: %s\n", s.members[i].name, d->run.error);
     }
-    if (best && json_is_integer(json_object_get(best, "step")))
-        printf("progress: step %lld/%lld  loss %.4f  %.0f tok/s\n",
-               (long long)json_integer_value(json_object_get(best, "step")),
-               (long long)json_integer_value(json_object_get(best, "steps")),
-               json_number_value(json_object_get(best, "loss")),
-               json_number_value(json_object_get(best, "tps")));
-    json_object_foreach(members, name, m) {
-        json_t *r = json_object_get(m, "run");
-        if (node_json_str(r, "error")) printf("problem: %s: %s\n", name, node_json_str(r, "error"));
-    }
-    if (json_is_object(run) && json_is_boolean(json_object_get(run, "gathered")))
-        printf("model: %s %s\n",
-               json_is_true(json_object_get(run, "gathered")) ? "gathered into" : "gathering failed for",
-               node_json_str(job, "out_dir") ? node_json_str(job, "out_dir") : "?");
+    if (s.has_run && s.run.gathered >= 0)
+        printf("model: %s %s\n", s.run.gathered ? "gathered into" : "gathering failed for",
+               s.out_dir && s.out_dir[0] ? s.out_dir : "?");
+    pool_status_free(&s);
 }
 
 static void print_table(json_t *st)

@@ -5,6 +5,7 @@
  * of a plan: the dashboard (daemon_http.c), `shardnode status --svg` and
  * `shardnode plan --svg` all call plan_svg_render. */
 #include "node.h"
+#include "pool_doc.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -198,12 +199,8 @@ char *plan_svg_render(const plan_svg *p)
     return s.buf;
 }
 
-static int64_t jint_at(json_t *a, size_t i)
-{
-    return json_integer_value(json_array_get(a, i));
-}
-
-/* The member entry of `name` in status's "members" list. */
+/* The member entry of `name` in status's "members" list (the mesh's list,
+ * with each member's devices). */
 static json_t *member_of(json_t *status, const char *name)
 {
     size_t i;
@@ -219,39 +216,35 @@ int plan_svg_from_status(json_t *status, plan_svg *out)
 {
     memset(out, 0, sizeof *out);
     out->bottleneck = -1;
-    json_t *job = json_object_get(status, "job"), *c = json_object_get(job, "committed");
-    json_t *jm = json_object_get(job, "members");
-    json_t *stages = json_object_get(c, "stages");
-    if (!json_is_object(c) || !json_is_array(stages)) {
+    pool_status job;
+    char err[512];
+    int rc = pool_status_from_json(json_object_get(status, "job"), &job, err, sizeof err);
+    if (rc != 0 || !job.has_committed) {
         snprintf(out->title, sizeof out->title, "mesh of %s: no plan committed",
                  node_json_str(status, "self") ? node_json_str(status, "self") : "?");
+        if (rc == 0) pool_status_free(&job);
         return -1;
     }
-    const char *h = node_json_str(c, "h");
-    char step[32] = "?";
-    if (json_integer_value(json_object_get(c, "step_ns")) > 0)
-        fmt_time(step, sizeof step, json_integer_value(json_object_get(c, "step_ns")));
+    const pool_plan *c = &job.committed;
+    char h[17], step[32] = "?";
+    pool_hex64(c->hash, h);
+    if (c->step_ns > 0) fmt_time(step, sizeof step, c->step_ns);
     snprintf(out->title, sizeof out->title, "job %.16s: plan %.16s, epoch %lld, micro-batch "
-             "%lld, predicted step %s",
-             node_json_str(job, "id") ? node_json_str(job, "id") : "?", h ? h : "?",
-             (long long)json_integer_value(json_object_get(c, "e")),
-             (long long)json_integer_value(json_object_get(c, "mb")), step);
-    size_t ns = json_array_size(stages);
+             "%lld, predicted step %s", job.id, h, (long long)c->epoch, (long long)c->mb, step);
+    int ns = c->nstages;
     if (ns > PLAN_SVG_MAX_STAGES) ns = PLAN_SVG_MAX_STAGES;
     int64_t worst = -1;
-    for (size_t i = 0; i < ns; i++) {
-        json_t *sj = json_array_get(stages, i);
+    for (int i = 0; i < ns; i++) {
         plan_svg_stage *st = &out->stage[i];
-        const char *name = json_string_value(json_array_get(sj, 0));
-        snprintf(st->member, sizeof st->member, "%s", name ? name : "?");
-        st->layer_begin = (int)jint_at(sj, 1);
-        st->layer_end = (int)jint_at(sj, 2);
-        st->predicted_ns = jint_at(sj, 4);
+        snprintf(st->member, sizeof st->member, "%s", c->stage[i].holder[0].name);
+        st->layer_begin = c->stage[i].layer_begin;
+        st->layer_end = c->stage[i].layer_end;
+        st->predicted_ns = c->stage[i].time_ns;
         st->embed = i == 0;
         st->head = i + 1 == ns;
         if (st->predicted_ns > worst) {
             worst = st->predicted_ns;
-            out->bottleneck = (int)i;
+            out->bottleneck = i;
         }
         json_t *m = member_of(status, st->member);
         json_t *cpu = json_object_get(json_object_get(m, "devices"), "cpu");
@@ -259,26 +252,25 @@ int plan_svg_from_status(json_t *status, plan_svg *out)
             snprintf(st->device, sizeof st->device, "%s x%lld", node_json_str(cpu, "model"),
                      (long long)json_integer_value(json_object_get(cpu, "cores")));
         st->mem_limit = json_integer_value(json_object_get(cpu, "memory_bytes"));
-        json_t *doc = json_object_get(jm, st->member);
-        json_t *thr = json_object_get(doc, "threads");
-        if (json_is_integer(thr) && st->device[0]) {
+        const pool_status_member *sm = pool_status_member_of(&job, st->member);
+        const pool_doc *doc = sm ? sm->doc : NULL;
+        if (doc && (doc->has & POOL_HAS_THREADS) && st->device[0]) {
             size_t l = strlen(st->device);
             snprintf(st->device + l, sizeof st->device - l, ", %lld thread%s",
-                     (long long)json_integer_value(thr), json_integer_value(thr) == 1 ? "" : "s");
+                     (long long)doc->threads, doc->threads == 1 ? "" : "s");
         }
-        json_t *run = json_object_get(doc, "run");
-        json_t *ms = json_object_get(run, "step_ms");
-        if (json_is_number(ms)) st->measured_ns = (int64_t)(json_number_value(ms) * 1e6);
+        if (doc && (doc->has & POOL_HAS_RUN) && doc->run.has_step_ms)
+            st->measured_ns = (int64_t)(doc->run.step_ms * 1e6);
         if (i + 1 < ns) {
-            const char *next = json_string_value(json_array_get(json_array_get(stages, i + 1), 0));
-            json_t *l = next ? json_object_get(json_object_get(doc, "links"), next) : NULL;
-            if (!l && next)
-                l = json_object_get(json_object_get(json_object_get(jm, next), "links"),
-                                    st->member);
-            st->link_bw = jint_at(l, 1);
+            const char *next = c->stage[i + 1].holder[0].name;
+            const pool_link *l = doc ? pool_links_find(&doc->links, next) : NULL;
+            const pool_status_member *nm = pool_status_member_of(&job, next);
+            if (!l && nm) l = pool_links_find(&nm->doc->links, st->member);
+            st->link_bw = l ? l->bandwidth : 0;
         }
     }
-    out->nstages = (int)ns;
+    out->nstages = ns;
+    pool_status_free(&job);
     return 0;
 }
 

@@ -1,10 +1,10 @@
-/* pool_fetch.c — the client side of FETCH over a member's gossip TCP port
+/* pool_fetch.c — the client side of FETCH (the serving side: pool_fetch_serve.c) over a member's gossip TCP port
  * (blocking, for child processes and commands, never the daemon's loop):
  * `shardnode probe-links` (link latency and bandwidth, run by the daemon
  * for each job) and `shardnode export --state DIR` (the stage files of a
  * finished run gathered into one model). */
 #include "daemon_internal.h"
-#include "pool_job.h"
+#include "pool_doc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -151,7 +151,7 @@ int cmd_probe_links(int argc, char **argv)
         if (lfd >= 0) flock(lfd, LOCK_EX);
     }
     static const size_t sizes[] = {64, 262144};
-    json_t *links = json_object();
+    pool_links links = {0, NULL};
     for (int i = first; i < argc; i++) {
         char name[MESH_NAME_MAX], addr[GOSSIP_ADDR_MAX];
         int port;
@@ -184,8 +184,7 @@ int cmd_probe_links(int argc, char **argv)
             }
         cost_link l;
         if (np >= 4 && cost_link_estimate(&l, pr, np, err, sizeof err) == 0) {
-            json_object_set_new(links, name, json_pack("[I,I]", (json_int_t)l.latency_ns,
-                                                       (json_int_t)l.bandwidth));
+            pool_links_add(&links, name, l.latency_ns, l.bandwidth);
             printf("link to %s: latency %.3f ms, bandwidth %.1f MB/s\n", name,
                    (double)l.latency_ns * 1e-6, (double)l.bandwidth * 1e-6);
         } else {
@@ -193,9 +192,11 @@ int cmd_probe_links(int argc, char **argv)
                     err[0] ? err : "too few probes answered");
         }
     }
-    int rc = json_dump_file(links, out, JSON_COMPACT | JSON_SORT_KEYS) == 0 ? 0 : 1;
+    json_t *lj = pool_links_to_json(&links);
+    int rc = lj && json_dump_file(lj, out, JSON_COMPACT | JSON_SORT_KEYS) == 0 ? 0 : 1;
     if (rc) fprintf(stderr, "shardnode probe-links: cannot write %s\n", out);
-    json_decref(links);
+    json_decref(lj);
+    pool_links_free(&links);
     return rc;
 }
 
@@ -336,74 +337,55 @@ int pool_export(const char *state, const char *out, char *err, size_t errlen)
     if (!st) return -1;
     int rc = -1;
     uint8_t mesh_id[GOSSIP_MESH_ID_LEN];
-    json_t *job = json_object_get(st, "job");
-    json_t *committed = json_object_get(job, "committed");
+    pool_status job;
     const char *self = node_json_str(st, "self"), *mesh = node_json_str(st, "mesh_id");
-    const char *id = node_json_str(job, "id"), *job_file = node_json_str(job, "job_file");
+    int jrc = pool_status_from_reply(st, &job, err, errlen);
     if (!mesh || !self || node_hex_decode(mesh, mesh_id, sizeof mesh_id) != 0) {
         node_errf(err, errlen, "the node on %s gave no mesh id", state);
         goto done;
     }
-    if (!json_is_object(job) || !id || !job_file) {
+    if (jrc < 0) goto done;
+    if (jrc > 0) {
         node_errf(err, errlen, "no job in the mesh of %s", state);
         goto done;
     }
-    if (!json_is_object(committed)) {
-        node_errf(err, errlen, "job %s has no committed plan yet (see shardnode status)", id);
+    if (!job.has_committed) {
+        node_errf(err, errlen, "job %s has no committed plan yet (see shardnode status)", job.id);
         goto done;
     }
     char gdir[DAEMON_PATH_MAX], dest[DAEMON_PATH_MAX + 200], path[300];
-    snprintf(gdir, sizeof gdir, "%s/jobs/%s/gathered", state, id);
+    snprintf(gdir, sizeof gdir, "%s/jobs/%s/gathered", state, job.id);
     mkdir(gdir, 0755);
     /* connect from this node's overlay address: members are known by it */
-    const char *own = NULL;
-    size_t k0;
-    json_t *m0;
-    json_array_foreach(json_object_get(st, "members"), k0, m0)
-        if (json_is_true(json_object_get(m0, "self"))) own = node_json_str(m0, "address");
-    json_t *stages = json_object_get(committed, "stages");
+    const char *own = pool_reply_own_address(st);
+    const pool_plan *c = &job.committed;
     const char *names[SPLIT_MAX_STAGES];
-    int begin[SPLIT_MAX_STAGES], end[SPLIT_MAX_STAGES], ns = 0;
-    size_t i;
-    json_t *s;
-    json_array_foreach(stages, i, s) {
-        if (ns >= SPLIT_MAX_STAGES) break;
-        const char *name = json_string_value(json_array_get(s, 0));
-        const char *addr = json_string_value(json_array_get(s, 3));
-        if (!name || !addr || !node_name_valid(name)) {
-            node_errf(err, errlen, "job %s: stage %zu of the committed plan is malformed", id, i);
-            goto done;
-        }
-        names[ns] = name;
-        begin[ns] = (int)json_integer_value(json_array_get(s, 1));
-        end[ns] = (int)json_integer_value(json_array_get(s, 2));
-        ns++;
-        snprintf(path, sizeof path, "jobs/%s/out/stage-%s.safetensors", id, name);
+    int ns = 0;
+    for (int i = 0; i < c->nstages && ns < SPLIT_MAX_STAGES; i++) {
+        const char *name = c->stage[i].holder[0].name, *addr = c->stage[i].holder[0].address;
+        names[ns++] = name;
+        snprintf(path, sizeof path, "jobs/%s/out/stage-%s.safetensors", job.id, name);
         snprintf(dest, sizeof dest, "%s/stage-%s.safetensors", gdir, name);
-        int port = GOSSIP_DEFAULT_PORT;
-        json_t *ms = json_object_get(st, "members");
-        size_t k;
-        json_t *m;
-        json_array_foreach(ms, k, m) if (strcmp(node_json_str(m, "name"), name) == 0 &&
-                                         json_is_integer(json_object_get(m, "gossip_port")))
-            port = (int)json_integer_value(json_object_get(m, "gossip_port"));
         if (strcmp(name, self) == 0) {
             if (copy_local(state, path, dest, err, errlen) != 0) goto done;
             printf("export: stage %s (layers %d..%d) copied from this node\n", name,
-                   begin[ns - 1], end[ns - 1]);
+                   c->stage[i].layer_begin, c->stage[i].layer_end);
             continue;
         }
-        if (fetch_file(addr, port, mesh_id, self, own, path, dest, err, errlen) != 0) goto done;
-        printf("export: stage %s (layers %d..%d) fetched from %s\n", name, begin[ns - 1],
-               end[ns - 1], addr);
+        if (fetch_file(addr, pool_reply_gossip_port(st, name), mesh_id, self, own, path, dest, err,
+                       errlen) != 0)
+            goto done;
+        printf("export: stage %s (layers %d..%d) fetched from %s\n", name,
+               c->stage[i].layer_begin, c->stage[i].layer_end, addr);
     }
-    const char *dir = out ? out : node_json_str(job, "out_dir");
-    if (!dir) {
-        node_errf(err, errlen, "job %s names no out_dir; give --out", id);
+    const char *dir = out ? out : job.out_dir;
+    if (!dir || !dir[0]) {
+        node_errf(err, errlen, "job %s names no out_dir; give --out", job.id);
         goto done;
     }
-    rc = export_merge(job_file, gdir, names, ns, dir, err, errlen);
+    rc = export_merge(job.job_file, gdir, names, ns, dir, err, errlen);
 done:
+    if (jrc == 0) pool_status_free(&job);
     json_decref(st);
     return rc;
 }

@@ -247,7 +247,7 @@ fail:
     return NULL;
 }
 
-/* ---- checking a bundle from a peer ----------------------------------------------- */
+/* ---- reading a bundle from a peer ------------------------------------------------ */
 
 static bool is_hex(const char *s, size_t n)
 {
@@ -286,19 +286,47 @@ static int job_path_at(json_t *obj, const char *key, bool required, const char *
     return 0;
 }
 
-static int bundle_valid(json_t *bundle, char *err, size_t errlen);
-
-int pool_bundle_valid(json_t *bundle, char *err, size_t errlen)
+void pool_bundle_free(pool_bundle *b)
 {
-    int rc = bundle_valid(bundle, err, errlen);
-    /* A refusal is one line of a log: whatever of the bundle it quotes (the
-     * id, the submitter, a path), no control byte of a peer's making. */
-    for (size_t i = 0; rc && err && i < errlen && err[i]; i++)
-        if ((unsigned char)err[i] < 0x20 || err[i] == 0x7f) err[i] = '?';
-    return rc;
+    if (!b) return;
+    for (int i = 0; i < b->nfiles; i++) free(b->files[i].path);
+    free(b->files);
+    free(b->data);
+    free(b->out_dir);
+    json_decref(b->job);
+    json_decref(b->config);
+    memset(b, 0, sizeof *b);
 }
 
-static int bundle_valid(json_t *bundle, char *err, size_t errlen)
+/* Fills the typed part of b from a bundle whose keys and types are checked. */
+static int bundle_fill(pool_bundle *b, json_t *j, const char *out_dir, json_t *data_files)
+{
+    json_t *files = json_object_get(j, "files");
+    snprintf(b->id, sizeof b->id, "%s", json_string_value(json_object_get(j, "id")));
+    snprintf(b->submitted_by, sizeof b->submitted_by, "%s",
+             json_string_value(json_object_get(j, "submitted_by")));
+    b->submitted_at = (int64_t)json_integer_value(json_object_get(j, "submitted_at"));
+    b->job = json_incref(json_object_get(j, "job"));
+    b->config = json_incref(json_object_get(j, "config"));
+    b->out_dir = strdup(out_dir);
+    b->nfiles = (int)json_array_size(files);
+    b->files = calloc((size_t)b->nfiles + 1, sizeof *b->files);
+    b->data = calloc(json_array_size(data_files) + 1, sizeof *b->data);
+    if (!b->out_dir || !b->files || !b->data) return -1;
+    for (int i = 0; i < b->nfiles; i++) {
+        json_t *f = json_array_get(files, (size_t)i);
+        pool_file *pf = &b->files[i];
+        snprintf(pf->role, sizeof pf->role, "%s", json_string_value(json_object_get(f, "role")));
+        snprintf(pf->sha256, sizeof pf->sha256, "%s",
+                 json_string_value(json_object_get(f, "sha256")));
+        pf->bytes = (int64_t)json_integer_value(json_object_get(f, "bytes"));
+        if (!(pf->path = strdup(json_string_value(json_object_get(f, "path"))))) return -1;
+        if (strcmp(pf->role, "data") == 0) b->data[b->ndata++] = pf->path;
+    }
+    return 0;
+}
+
+static int bundle_read(json_t *bundle, pool_bundle *out, char *err, size_t errlen)
 {
     static const char *const known[] = {"v", "id", "job", "config", "files", "submitted_by",
                                         "submitted_at", NULL};
@@ -342,10 +370,10 @@ static int bundle_valid(json_t *bundle, char *err, size_t errlen)
     int rc = job_parse(&js, who, text, jerr, sizeof jerr);
     free(text);
     if (rc) return node_errf(err, errlen, "%s: its job is not valid: %s", who, jerr);
-    const char *p, *tok = NULL, *weights = NULL;
+    const char *p, *out_dir = NULL, *tok = NULL, *weights = NULL;
     json_t *data_files = json_object_get(json_object_get(job, "data"), "files");
     rc = job_path_at(job, "config", true, &p, who, err, errlen) ||
-         job_path_at(job, "out_dir", true, &p, who, err, errlen) ||
+         job_path_at(job, "out_dir", true, &out_dir, who, err, errlen) ||
          job_path_at(job, "tokenizer", true, &tok, who, err, errlen) ||
          job_path_at(job, "init_weights", false, &weights, who, err, errlen) ? -1 : 0;
     for (size_t i = 0; !rc && i < json_array_size(data_files); i++) {
@@ -389,19 +417,146 @@ static int bundle_valid(json_t *bundle, char *err, size_t errlen)
     if (strcmp(id, idv) != 0)
         return node_errf(err, errlen, "%s: the id does not match the content (which hashes to %s): "
                          "altered after it was made", who, id);
+    if (bundle_fill(out, bundle, out_dir, data_files) != 0) {
+        pool_bundle_free(out);
+        return node_errf(err, errlen, "%s: out of memory", who);
+    }
     return 0;
+}
+
+int pool_bundle_from_json(json_t *j, pool_bundle *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    int rc = bundle_read(j, out, err, errlen);
+    /* A refusal is one line of a log: whatever of the bundle it quotes (the
+     * id, the submitter, a path), no control byte of a peer's making. */
+    for (size_t i = 0; rc && err && i < errlen && err[i]; i++)
+        if ((unsigned char)err[i] < 0x20 || err[i] == 0x7f) err[i] = '?';
+    return rc;
+}
+
+json_t *pool_bundle_to_json(const pool_bundle *b)
+{
+    json_t *files = json_array();
+    for (int i = 0; files && i < b->nfiles; i++)
+        json_array_append_new(files, json_pack("{s:s,s:s,s:s,s:I}", "role", b->files[i].role,
+                                               "path", b->files[i].path, "sha256",
+                                               b->files[i].sha256, "bytes",
+                                               (json_int_t)b->files[i].bytes));
+    return json_pack("{s:i,s:s,s:O,s:O,s:o,s:s,s:I}", "v", 1, "id", b->id, "job", b->job,
+                     "config", b->config, "files", files, "submitted_by", b->submitted_by,
+                     "submitted_at", (json_int_t)b->submitted_at);
+}
+
+int pool_bundle_copy(pool_bundle *dst, const pool_bundle *src)
+{
+    memset(dst, 0, sizeof *dst);
+    memcpy(dst->id, src->id, sizeof dst->id);
+    memcpy(dst->submitted_by, src->submitted_by, sizeof dst->submitted_by);
+    dst->submitted_at = src->submitted_at;
+    dst->job = json_incref(src->job);        /* never changed once read: shared */
+    dst->config = json_incref(src->config);
+    dst->out_dir = src->out_dir ? strdup(src->out_dir) : NULL;
+    dst->files = calloc((size_t)src->nfiles + 1, sizeof *dst->files);
+    dst->data = calloc((size_t)src->ndata + 1, sizeof *dst->data);
+    if ((src->out_dir && !dst->out_dir) || !dst->files || !dst->data) goto fail;
+    for (int i = 0; i < src->nfiles; i++) {
+        dst->files[i] = src->files[i];
+        if (!(dst->files[i].path = strdup(src->files[i].path))) goto fail;
+        dst->nfiles++;
+        if (strcmp(dst->files[i].role, "data") == 0) dst->data[dst->ndata++] = dst->files[i].path;
+    }
+    return 0;
+fail:
+    pool_bundle_free(dst);
+    return -1;
+}
+
+int pool_bundle_valid(json_t *bundle, char *err, size_t errlen)
+{
+    pool_bundle b;
+    int rc = pool_bundle_from_json(bundle, &b, err, errlen);
+    pool_bundle_free(&b);
+    return rc;
+}
+
+bool pool_bundle_later(const pool_bundle *a, const pool_bundle *b, int64_t now_s)
+{
+    if (!a || !a->id[0] || a->submitted_at > now_s + POOL_JOB_SKEW_S) return false;
+    if (!b) return true;
+    if (a->submitted_at != b->submitted_at) return a->submitted_at > b->submitted_at;
+    return !b->id[0] || strcmp(a->id, b->id) > 0;
 }
 
 bool pool_job_later(json_t *a, json_t *b, int64_t now_s)
 {
-    int64_t at = json_integer_value(json_object_get(a, "submitted_at"));
-    const char *ida = json_string_value(json_object_get(a, "id"));
-    if (!ida || at > now_s + POOL_JOB_SKEW_S) return false;
-    if (!b) return true;
-    int64_t bt = json_integer_value(json_object_get(b, "submitted_at"));
-    const char *idb = json_string_value(json_object_get(b, "id"));
-    if (at != bt) return at > bt;
-    return !idb || strcmp(ida, idb) > 0;
+    pool_bundle ta, tb;
+    char err[256];
+    bool later = false;
+    if (pool_bundle_from_json(a, &ta, err, sizeof err) != 0) return false;
+    if (!b) {
+        later = pool_bundle_later(&ta, NULL, now_s);
+    } else if (pool_bundle_from_json(b, &tb, err, sizeof err) == 0) {
+        later = pool_bundle_later(&ta, &tb, now_s);
+        pool_bundle_free(&tb);
+    } else {
+        later = pool_bundle_later(&ta, NULL, now_s);   /* an invalid b: none */
+    }
+    pool_bundle_free(&ta);
+    return later;
+}
+
+/* ---- lacks ------------------------------------------------------------------------ */
+
+int pool_lacks_add(pool_lacks *lacks, const char *role, const char *path, const char *local,
+                   const char *why)
+{
+    pool_lack *n = realloc(lacks->l, (size_t)(lacks->n + 1) * sizeof *n);
+    if (!n) return -1;
+    lacks->l = n;
+    pool_lack *l = &n[lacks->n];
+    memset(l, 0, sizeof *l);
+    snprintf(l->role, sizeof l->role, "%s", role ? role : "");
+    l->path = strdup(path ? path : "");
+    l->local = strdup(local ? local : "");
+    l->why = strdup(why ? why : "");
+    lacks->n++;
+    return l->path && l->local && l->why ? 0 : -1;
+}
+
+void pool_lacks_free(pool_lacks *lacks)
+{
+    for (int i = 0; i < lacks->n; i++) {
+        free(lacks->l[i].path);
+        free(lacks->l[i].local);
+        free(lacks->l[i].why);
+    }
+    free(lacks->l);
+    memset(lacks, 0, sizeof *lacks);
+}
+
+int pool_lacks_copy(pool_lacks *dst, const pool_lacks *src)
+{
+    memset(dst, 0, sizeof *dst);
+    for (int i = 0; i < src->n; i++)
+        if (pool_lacks_add(dst, src->l[i].role, src->l[i].path, src->l[i].local,
+                           src->l[i].why) != 0) {
+            pool_lacks_free(dst);
+            return -1;
+        }
+    return 0;
+}
+
+void pool_lacks_roles(const pool_lacks *lacks, bool *can_first, bool *can_any)
+{
+    bool first = true, any = true;
+    for (int i = 0; lacks && i < lacks->n; i++) {
+        const char *role = lacks->l[i].role;
+        if (strcmp(role, "weights") == 0) any = false;
+        else first = false;   /* tokenizer, data */
+    }
+    *can_first = first && any;
+    *can_any = any;
 }
 
 /* ---- on this node ------------------------------------------------------------------- */
@@ -413,14 +568,6 @@ static int make_dir(const char *path, char *err, size_t errlen)
     if (errno == EEXIST && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
     return node_errf(err, errlen, "%s: cannot create the folder: %s", path,
                      errno == EEXIST ? "a file of that name is in the way" : strerror(errno));
-}
-
-static int lack(json_t *lacks, const char *role, const char *path, const char *local,
-                const char *why)
-{
-    json_t *l = json_pack("{s:s, s:s, s:s, s:s}", "role", role, "path", path, "why", why, "local",
-                          local);
-    return !l || json_array_append_new(lacks, l) ? -1 : 0;
 }
 
 /* Where this node keeps the file the bundle names `path`: node.json's
@@ -449,20 +596,57 @@ static int local_path(json_t *node_paths, const char *state_dir, const char *pat
     return 0;
 }
 
-int pool_bundle_check(json_t *bundle, const char *state_dir, json_t *node_paths, json_t **lacks,
-                      char *err, size_t errlen)
+/* The job with this node's paths: tokenizer, init_weights and data files
+ * where they are found here (tok, weights, data[i]: NULL keeps the
+ * bundle's), config and out_dir under DIR/jobs/ID. */
+static json_t *local_job(const pool_bundle *b, const char *tok, const char *weights,
+                         char *const *data, const char *cfg_path, const char *out_dir)
 {
-    *lacks = NULL;
-    if (pool_bundle_valid(bundle, err, errlen)) return -1;
+    json_t *job = json_deep_copy(b->job), *files = json_array(), *dobj = NULL;
+    const char *key;
+    json_t *v;
+    /* the "data" object with its files replaced (the job is a valid one:
+     * pool_bundle_from_json checked it) */
+    json_object_foreach(job, key, v) if (strcmp(key, "data") == 0) dobj = v;
+    int bad = !job || !files || !dobj;
+    for (int i = 0; !bad && i < b->ndata; i++)
+        bad = json_array_append_new(files, json_string(data[i] ? data[i] : b->data[i]));
+    if (!bad)
+        bad = json_object_set_new(dobj, "files", files) ||
+              (tok && json_object_set_new(job, "tokenizer", json_string(tok))) ||
+              (weights && json_object_set_new(job, "init_weights", json_string(weights))) ||
+              json_object_set_new(job, "config", json_string(cfg_path)) ||
+              json_object_set_new(job, "out_dir", json_string(out_dir));
+    else
+        json_decref(files);
+    if (bad) {
+        json_decref(job);
+        return NULL;
+    }
+    return job;
+}
+
+json_t *pool_node_paths(json_t *node)
+{
+    return json_object_get(node, "paths");
+}
+
+int pool_bundle_check(const pool_bundle *b, const char *state_dir, json_t *node_paths,
+                      pool_lacks *lacks, char *err, size_t errlen)
+{
+    memset(lacks, 0, sizeof *lacks);
     if (node_paths && !json_is_object(node_paths))
         return node_errf(err, errlen, "%s/node.json: \"paths\" must be an object mapping file "
                          "names to local paths", state_dir);
-    const char *id = json_string_value(json_object_get(bundle, "id"));
-    json_t *job = json_deep_copy(json_object_get(bundle, "job"));
-    json_t *out = json_array();
+    const char *id = b->id;
+    pool_lacks out = {0, NULL};
     char dir[4096], cfg_path[4096], job_path[4096], out_dir[4096];
+    char **found = calloc((size_t)b->nfiles + 1, sizeof *found);
+    char **data = calloc((size_t)b->ndata + 1, sizeof *data);
+    const char *tok = NULL, *weights = NULL;
+    json_t *job = NULL;
     int rc = -1;
-    if (!job || !out) {
+    if (!found || !data) {
         node_errf(err, errlen, "job %s: out of memory", id);
         goto done;
     }
@@ -475,19 +659,13 @@ int pool_bundle_check(json_t *bundle, const char *state_dir, json_t *node_paths,
         node_errf(err, errlen, "%s: state folder path too long", state_dir);
         goto done;
     }
-    json_t *files = json_object_get(bundle, "files");
-    json_t *data_files = json_object_get(json_object_get(job, "data"), "files");
-    size_t ndata = 0;
-    for (size_t i = 0; i < json_array_size(files); i++) {
-        json_t *f = json_array_get(files, i);
-        const char *role = json_string_value(json_object_get(f, "role"));
-        const char *path = json_string_value(json_object_get(f, "path"));
-        const char *sha = json_string_value(json_object_get(f, "sha256"));
-        int64_t want = (int64_t)json_integer_value(json_object_get(f, "bytes"));
+    int ndata = 0;
+    for (int i = 0; i < b->nfiles; i++) {
+        const pool_file *f = &b->files[i];
         char local[4096], hex[65], why[256], text[400];
         int64_t bytes;
-        if (local_path(node_paths, state_dir, path, local, sizeof local, err, errlen)) goto done;
-        hash_result h = sha256_file(local, want, hex, &bytes, why, sizeof why);
+        if (local_path(node_paths, state_dir, f->path, local, sizeof local, err, errlen)) goto done;
+        hash_result h = sha256_file(local, f->bytes, hex, &bytes, why, sizeof why);
         const char *lacking = NULL;
         if (h == HASH_MISSING) {
             lacking = "missing";
@@ -496,64 +674,48 @@ int pool_bundle_check(json_t *bundle, const char *state_dir, json_t *node_paths,
             lacking = text;
         } else if (h == HASH_SIZE) {
             snprintf(text, sizeof text, "sha256 differs (have %lld bytes, job has %lld bytes)",
-                     (long long)bytes, (long long)want);
+                     (long long)bytes, (long long)f->bytes);
             lacking = text;
-        } else if (strcmp(hex, sha) != 0) {
-            snprintf(text, sizeof text, "sha256 differs (have %.12s..., job has %.12s...)", hex, sha);
+        } else if (strcmp(hex, f->sha256) != 0) {
+            snprintf(text, sizeof text, "sha256 differs (have %.12s..., job has %.12s...)", hex,
+                     f->sha256);
             lacking = text;
         }
         if (lacking) {
-            if (lack(out, role, path, local, lacking)) {
+            if (pool_lacks_add(&out, f->role, f->path, local, lacking)) {
                 node_errf(err, errlen, "job %s: out of memory", id);
                 goto done;
             }
-        } else {
-            json_t *s = json_string(local);
-            int bad = strcmp(role, "tokenizer") == 0 ? json_object_set_new(job, "tokenizer", s)
-                      : strcmp(role, "weights") == 0 ? json_object_set_new(job, "init_weights", s)
-                                                     : json_array_set_new(data_files, ndata, s);
-            if (bad) {
-                node_errf(err, errlen, "%s: a local path that is not UTF-8", local);
-                goto done;
-            }
+        } else if (!(found[i] = strdup(local))) {
+            node_errf(err, errlen, "job %s: out of memory", id);
+            goto done;
         }
-        if (strcmp(role, "data") == 0) ndata++;
+        if (strcmp(f->role, "tokenizer") == 0) tok = found[i];
+        else if (strcmp(f->role, "weights") == 0) weights = found[i];
+        else data[ndata++] = found[i];
     }
-    if (json_object_set_new(job, "config", json_string(cfg_path)) ||
-        json_object_set_new(job, "out_dir", json_string(out_dir))) {
-        node_errf(err, errlen, "%s: a path that is not UTF-8", dir);
+    if (!(job = local_job(b, tok, weights, data, cfg_path, out_dir))) {
+        node_errf(err, errlen, "%s: out of memory (or a path that is not UTF-8)", dir);
         goto done;
     }
     char jobs[4096];
     snprintf(jobs, sizeof jobs, "%s/jobs", state_dir);
     if (make_dir(jobs, err, errlen) || make_dir(dir, err, errlen) ||
         make_dir(out_dir, err, errlen) ||
-        node_write_json(cfg_path, json_object_get(bundle, "config"), 0644, err, errlen) ||
+        node_write_json(cfg_path, b->config, 0644, err, errlen) ||
         node_write_json(job_path, job, 0644, err, errlen))
         goto done;
     job_spec js;   /* what train will read must load */
     if (job_load(&js, job_path, err, errlen)) goto done;
     job_free(&js);
     *lacks = out;
-    out = NULL;
+    memset(&out, 0, sizeof out);
     rc = 0;
 done:
+    for (int i = 0; found && i < b->nfiles; i++) free(found[i]);
+    free(found);
+    free(data);
     json_decref(job);
-    json_decref(out);
+    pool_lacks_free(&out);
     return rc;
-}
-
-void pool_lacks_roles(json_t *lacks, bool *can_first, bool *can_any)
-{
-    bool first = true, any = true;
-    size_t i;
-    json_t *l;
-    json_array_foreach(lacks, i, l) {
-        const char *role = json_string_value(json_object_get(l, "role"));
-        if (!role) continue;
-        if (strcmp(role, "weights") == 0) any = false;
-        else first = false;   /* tokenizer, data */
-    }
-    *can_first = first && any;
-    *can_any = any;
 }

@@ -5,7 +5,7 @@
 #include "node.h"
 
 #include "kernels.h"
-#include "pool_job.h"
+#include "pool_doc.h"
 
 #include <jansson.h>
 
@@ -397,67 +397,64 @@ static int run_mesh(const char *state, const char *job, bool stop, bool wait)
             fprintf(stderr, "shardnode train: %s\n", err);
             return 1;
         }
-        json_t *j = json_object_get(st, "job");
-        const char *jid = node_json_str(j, "id");
-        if (!jid || strcmp(jid, id) != 0) {
+        pool_status j;
+        int jrc = pool_status_from_json(json_object_get(st, "job"), &j, err, sizeof err);
+        if (jrc < 0) {
+            json_decref(st);
+            fprintf(stderr, "shardnode train: the node's status does not read: %s\n", err);
+            return 1;
+        }
+        if (jrc > 0 || strcmp(j.id, id) != 0) {
+            if (jrc == 0) pool_status_free(&j);
             json_decref(st);
             fprintf(stderr, "shardnode train: the mesh moved on to another job\n");
             return 1;
         }
-        json_t *c = json_object_get(j, "committed"), *members = json_object_get(j, "members");
-        if (!json_is_object(c)) c = NULL;
+        const pool_plan *c = j.has_committed ? &j.committed : NULL;
         char line[512] = "", problem[512] = "";
-        const char *nm;
-        json_t *m, *best = NULL;
+        const pool_run *best = NULL;
         int done = 0, failed = 0, named = 0;
-        json_object_foreach(members, nm, m) {
-            json_t *r = json_object_get(m, "run");
-            const char *rs = node_json_str(r, "state");
-            if (rs && strcmp(rs, "done") == 0) done++;
-            if (rs && (strcmp(rs, "failed") == 0 || strcmp(rs, "stopped") == 0)) {
+        for (int i = 0; i < j.nmembers; i++) {
+            const char *nm = j.members[i].name;
+            const pool_doc *d = j.members[i].doc;
+            const pool_run *r = d->has & POOL_HAS_RUN ? &d->run : NULL;
+            pool_run_state rs = r ? r->state : POOL_RUN_NONE;
+            if (rs == POOL_RUN_DONE) done++;
+            if (rs == POOL_RUN_FAILED || rs == POOL_RUN_STOPPED) {
                 failed++;
-                snprintf(problem, sizeof problem, "%s: %s", nm,
-                         node_json_str(r, "error") ? node_json_str(r, "error") : rs);
+                snprintf(problem, sizeof problem, "%s: %.400s", nm,
+                         r->error[0] ? r->error : pool_run_state_name(rs));
             }
-            if (json_is_object(r) && (!best || json_integer_value(json_object_get(r, "step")) >
-                                                   json_integer_value(json_object_get(best, "step"))))
-                best = r;
-            if (!c && node_json_str(m, "why")) snprintf(problem, sizeof problem, "no plan fits: %s", node_json_str(m, "why"));
-            size_t i;
-            json_t *l;
-            json_array_foreach(json_object_get(m, "lack"), i, l)
-                snprintf(problem, sizeof problem, "%s lacks %s (%s)", nm, node_json_str(l, "path"),
-                         node_json_str(l, "why"));
+            if (r && (!best || r->step > best->step)) best = r;
+            if (!c && d->why[0])
+                snprintf(problem, sizeof problem, "no plan fits: %.480s", d->why);
+            for (int k = 0; k < d->lacks.n; k++)
+                snprintf(problem, sizeof problem, "%s lacks %s (%s)", nm, d->lacks.l[k].path,
+                         d->lacks.l[k].why);
         }
-        named = c ? (int)json_array_size(json_object_get(c, "stages")) : 0;
+        named = c ? c->nstages : 0;
         if (!c) {
             snprintf(line, sizeof line, "train: waiting for a plan%s%.400s", problem[0] ? ": " : "", problem);
-        } else if (!best || !json_is_integer(json_object_get(best, "step"))) {
-            size_t i;
-            json_t *s;
+        } else if (!best || !best->has_step) {
             int off = snprintf(line, sizeof line, "train: plan committed (epoch %lld):",
-                               (long long)json_integer_value(json_object_get(c, "e")));
-            json_array_foreach(json_object_get(c, "stages"), i, s) if (off < (int)sizeof line - 64)
-                off += snprintf(line + off, sizeof line - (size_t)off, " %s layers %lld-%lld;",
-                                json_string_value(json_array_get(s, 0)),
-                                (long long)json_integer_value(json_array_get(s, 1)),
-                                (long long)json_integer_value(json_array_get(s, 2)) - 1);
+                               (long long)c->epoch);
+            for (int i = 0; i < c->nstages; i++)
+                if (off < (int)sizeof line - 64)
+                    off += snprintf(line + off, sizeof line - (size_t)off, " %s layers %d-%d;",
+                                    c->stage[i].holder[0].name, c->stage[i].layer_begin,
+                                    c->stage[i].layer_end - 1);
         } else {
             snprintf(line, sizeof line, "train: step %lld/%lld  loss %.4f  %.0f tok/s",
-                     (long long)json_integer_value(json_object_get(best, "step")),
-                     (long long)json_integer_value(json_object_get(best, "steps")),
-                     json_number_value(json_object_get(best, "loss")),
-                     json_number_value(json_object_get(best, "tps")));
+                     (long long)best->step, (long long)best->steps, best->loss, best->tps);
         }
         if (strcmp(line, last) != 0) {
             printf("%s\n", line);
             fflush(stdout);
             snprintf(last, sizeof last, "%s", line);
         }
-        json_t *run = json_object_get(j, "run");
-        bool gathered = json_is_boolean(json_object_get(run, "gathered"));
-        bool submitter = node_json_str(j, "submitted_by") && node_json_str(st, "self") &&
-                         strcmp(node_json_str(j, "submitted_by"), node_json_str(st, "self")) == 0;
+        bool gathered = j.has_run && j.run.gathered >= 0;
+        bool submitter = node_json_str(st, "self") &&
+                         strcmp(j.submitted_by, node_json_str(st, "self")) == 0;
         int rc = -1;
         noplan = !c && strncmp(problem, "no plan fits", 12) == 0 ? noplan + 1 : 0;
         if (noplan >= 10) {
@@ -469,16 +466,17 @@ static int run_mesh(const char *state, const char *job, bool stop, bool wait)
             fprintf(stderr, "shardnode train: the run failed: %s\n", problem);
             rc = 1;
         } else if (c && named && done >= named && (!submitter || gathered)) {
-            if (gathered && !json_is_true(json_object_get(run, "gathered"))) {
+            if (gathered && j.run.gathered != 1) {
                 fprintf(stderr, "shardnode train: gathering the model failed (see %s/jobs/%s/export.log)\n",
                         state, id);
                 rc = 1;
             } else {
                 printf("train: done%s%s\n", gathered ? "; model gathered into " : "",
-                       gathered ? node_json_str(j, "out_dir") : "");
+                       gathered ? j.out_dir : "");
                 rc = 0;
             }
         }
+        pool_status_free(&j);
         json_decref(st);
         if (rc >= 0) return rc;
     }

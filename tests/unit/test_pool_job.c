@@ -73,16 +73,27 @@ static json_t *bundle_of(const char *sub, char *err, size_t errlen)
 
 static const char *id_of(json_t *b) { return json_string_value(json_object_get(b, "id")); }
 
-static json_t *lack_of(json_t *lacks, const char *path_end)
+static const pool_lack *lack_of(const pool_lacks *lacks, const char *path_end)
 {
-    size_t i;
-    json_t *l;
-    json_array_foreach(lacks, i, l) {
-        const char *p = json_string_value(json_object_get(l, "path"));
+    for (int i = 0; i < lacks->n; i++) {
+        const char *p = lacks->l[i].path;
         size_t n = strlen(p), m = strlen(path_end);
-        if (n >= m && strcmp(p + n - m, path_end) == 0) return l;
+        if (n >= m && strcmp(p + n - m, path_end) == 0) return &lacks->l[i];
     }
     return NULL;
+}
+
+/* pool_bundle_check of a bundle as it arrives (JSON): read first, as the
+ * node reads it; one that does not read is refused and nothing written. */
+static int check_bundle(json_t *b, const char *state, json_t *paths, pool_lacks *lacks,
+                        char *err, size_t errlen)
+{
+    pool_bundle t;
+    memset(lacks, 0, sizeof *lacks);
+    if (pool_bundle_from_json(b, &t, err, errlen) != 0) return -1;
+    int rc = pool_bundle_check(&t, state, paths, lacks, err, errlen);
+    pool_bundle_free(&t);
+    return rc;
 }
 
 static void test_make(void)
@@ -147,14 +158,13 @@ static void test_check(void)
     snprintf(state, sizeof state, "%s/state-b", root);
     mkdir(state, 0700);
     /* the same files: no lacks; job.json loads and points at them */
-    json_t *lacks = NULL;
-    CHECK(pool_bundle_check(b, state, NULL, &lacks, err, sizeof err) == 0 && lacks &&
-              json_array_size(lacks) == 0,
-          "same files: %s (%zu lacks)", err, json_array_size(lacks));
+    pool_lacks lacks;
+    CHECK(check_bundle(b, state, NULL, &lacks, err, sizeof err) == 0 && lacks.n == 0,
+          "same files: %s (%d lacks)", err, lacks.n);
     bool first, any;
-    pool_lacks_roles(lacks, &first, &any);
+    pool_lacks_roles(&lacks, &first, &any);
     CHECK(first && any, "same files: roles %d %d", first, any);
-    json_decref(lacks);
+    pool_lacks_free(&lacks);
     snprintf(p, sizeof p, "%s/jobs/%s/job.json", state, id_of(b));
     job_spec js;
     CHECK(job_load(&js, p, err, sizeof err) == 0, "written job: %s", err);
@@ -178,16 +188,13 @@ static void test_check(void)
     /* a data file deleted: "missing", naming it; not the first stage */
     snprintf(p, sizeof p, "%s/job2/corpus/b.txt", root);
     unlink(p);
-    CHECK(pool_bundle_check(b, state, NULL, &lacks, err, sizeof err) == 0 &&
-              json_array_size(lacks) == 1,
+    CHECK(check_bundle(b, state, NULL, &lacks, err, sizeof err) == 0 && lacks.n == 1,
           "deleted: %s", err);
-    json_t *l = lack_of(lacks, "/job2/corpus/b.txt");
-    CHECK(l && strcmp(json_string_value(json_object_get(l, "why")), "missing") == 0 &&
-              strcmp(json_string_value(json_object_get(l, "role")), "data") == 0,
-          "deleted: lack");
-    pool_lacks_roles(lacks, &first, &any);
+    const pool_lack *l = lack_of(&lacks, "/job2/corpus/b.txt");
+    CHECK(l && strcmp(l->why, "missing") == 0 && strcmp(l->role, "data") == 0, "deleted: lack");
+    pool_lacks_roles(&lacks, &first, &any);
     CHECK(!first && any, "deleted: can_first %d can_any %d", first, any);
-    json_decref(lacks);
+    pool_lacks_free(&lacks);
     snprintf(p, sizeof p, "%s/jobs/%s/job.json", state, id_of(b));
     CHECK(job_load(&js, p, err, sizeof err) == 0, "job with a lack: %s", err);
     if (js.path) {
@@ -197,20 +204,18 @@ static void test_check(void)
     }
     /* a byte changed (same size): "sha256 differs" */
     write_file(root, "job2/corpus/b.txt", "the second file of the corpuS\n");
-    CHECK(pool_bundle_check(b, state, NULL, &lacks, err, sizeof err) == 0, "%s", err);
-    l = lack_of(lacks, "/job2/corpus/b.txt");
-    CHECK(json_array_size(lacks) == 1 && l &&
-              strncmp(json_string_value(json_object_get(l, "why")), "sha256 differs (have ", 21) == 0,
-          "changed byte: why \"%s\"", l ? json_string_value(json_object_get(l, "why")) : "-");
-    json_decref(lacks);
+    CHECK(check_bundle(b, state, NULL, &lacks, err, sizeof err) == 0, "%s", err);
+    l = lack_of(&lacks, "/job2/corpus/b.txt");
+    CHECK(lacks.n == 1 && l && strncmp(l->why, "sha256 differs (have ", 21) == 0,
+          "changed byte: why \"%s\"", l ? l->why : "-");
+    pool_lacks_free(&lacks);
     /* another size */
     write_file(root, "job2/corpus/b.txt", "short\n");
-    CHECK(pool_bundle_check(b, state, NULL, &lacks, err, sizeof err) == 0, "%s", err);
-    l = lack_of(lacks, "/job2/corpus/b.txt");
-    CHECK(l && strstr(json_string_value(json_object_get(l, "why")), "sha256 differs") &&
-              strstr(json_string_value(json_object_get(l, "why")), "bytes"),
-          "other size: why \"%s\"", l ? json_string_value(json_object_get(l, "why")) : "-");
-    json_decref(lacks);
+    CHECK(check_bundle(b, state, NULL, &lacks, err, sizeof err) == 0, "%s", err);
+    l = lack_of(&lacks, "/job2/corpus/b.txt");
+    CHECK(l && strstr(l->why, "sha256 differs") && strstr(l->why, "bytes"),
+          "other size: why \"%s\"", l ? l->why : "-");
+    pool_lacks_free(&lacks);
     /* the right file elsewhere, found through node.json "paths" */
     char copy[1200];
     snprintf(copy, sizeof copy, "%s/elsewhere", root);
@@ -218,10 +223,9 @@ static void test_check(void)
     write_file(copy, "b.txt", "the second file of the corpus\n");
     snprintf(copy, sizeof copy, "%s/elsewhere/b.txt", root);
     json_t *paths = json_pack("{s:s}", "b.txt", copy);
-    CHECK(pool_bundle_check(b, state, paths, &lacks, err, sizeof err) == 0 &&
-              json_array_size(lacks) == 0,
-          "mapped: %s (%zu lacks)", err, json_array_size(lacks));
-    json_decref(lacks);
+    CHECK(check_bundle(b, state, paths, &lacks, err, sizeof err) == 0 && lacks.n == 0,
+          "mapped: %s (%d lacks)", err, lacks.n);
+    pool_lacks_free(&lacks);
     snprintf(p, sizeof p, "%s/jobs/%s/job.json", state, id_of(b));
     CHECK(job_load(&js, p, err, sizeof err) == 0, "mapped job: %s", err);
     if (js.path) {
@@ -231,23 +235,23 @@ static void test_check(void)
     }
     /* a mapping that is not a path is an error naming node.json's key */
     json_object_set_new(paths, "b.txt", json_integer(3));
-    CHECK(pool_bundle_check(b, state, paths, &lacks, err, sizeof err) != 0 && !lacks &&
+    CHECK(check_bundle(b, state, paths, &lacks, err, sizeof err) != 0 && !lacks.n &&
               strstr(err, "node.json") && strstr(err, "\"b.txt\""),
           "bad mapping: \"%s\"", err);
     json_decref(paths);
     /* missing tokenizer: neither first; missing weights: no stage at all */
-    json_t *fake = json_array();
-    json_array_append_new(fake, json_pack("{s:s}", "role", "tokenizer"));
-    pool_lacks_roles(fake, &first, &any);
+    pool_lacks fake = {0, NULL};
+    pool_lacks_add(&fake, "tokenizer", "", "", "");
+    pool_lacks_roles(&fake, &first, &any);
     CHECK(!first && any, "tokenizer lack");
-    json_array_append_new(fake, json_pack("{s:s}", "role", "weights"));
-    pool_lacks_roles(fake, &first, &any);
+    pool_lacks_add(&fake, "weights", "", "", "");
+    pool_lacks_roles(&fake, &first, &any);
     CHECK(!first && !any, "weights lack");
-    json_decref(fake);
+    pool_lacks_free(&fake);
     /* the state folder cannot be written: an error naming it */
     snprintf(p, sizeof p, "%s/not-a-dir", root);
     write_file(root, "not-a-dir", "x");
-    CHECK(pool_bundle_check(b, p, NULL, &lacks, err, sizeof err) != 0 && !lacks &&
+    CHECK(check_bundle(b, p, NULL, &lacks, err, sizeof err) != 0 && !lacks.n &&
               strstr(err, "not-a-dir"),
           "unwritable state: \"%s\"", err);
     json_decref(b);
@@ -274,10 +278,10 @@ static void test_refusals(void)
     CHECK(pool_bundle_valid(t, err, sizeof err) != 0 && strstr(err, "id does not match"),
           "tampered hash: \"%s\"", err);
     /* pool_bundle_check refuses it too and writes nothing */
-    json_t *lacks = NULL;
+    pool_lacks lacks;
     char state[1024];
     snprintf(state, sizeof state, "%s/state-c", root);
-    CHECK(pool_bundle_check(t, state, NULL, &lacks, err, sizeof err) != 0 && !lacks,
+    CHECK(check_bundle(t, state, NULL, &lacks, err, sizeof err) != 0 && !lacks.n,
           "check of a tampered bundle");
     json_decref(t);
     /* a file the job does not read slipped into the list */
@@ -338,33 +342,34 @@ static void test_refusals(void)
 
 /* Issue 12, finding 8: a job from the far future does not override every
  * job after it; any two jobs are ordered the same way by every member. */
+static pool_bundle order_bundle(const char *id, int64_t at)
+{
+    pool_bundle b;
+    memset(&b, 0, sizeof b);
+    snprintf(b.id, sizeof b.id, "%s", id);
+    b.submitted_at = at;
+    return b;
+}
+
 static void test_order(void)
 {
-    json_t *now = json_pack("{s:s,s:I}", "id", "5555555555555555", "submitted_at",
-                            (json_int_t)1700000000);
-    json_t *later = json_pack("{s:s,s:I}", "id", "1111111111111111", "submitted_at",
-                              (json_int_t)1700000060);
-    json_t *tie = json_pack("{s:s,s:I}", "id", "9999999999999999", "submitted_at",
-                            (json_int_t)1700000000);
-    json_t *future = json_pack("{s:s,s:I}", "id", "ffffffffffffffff", "submitted_at",
-                               (json_int_t)4102444800);
+    pool_bundle now = order_bundle("5555555555555555", 1700000000);
+    pool_bundle later = order_bundle("1111111111111111", 1700000060);
+    pool_bundle tie = order_bundle("9999999999999999", 1700000000);
+    pool_bundle future = order_bundle("ffffffffffffffff", 4102444800);
     int64_t clock = 1700000100;
-    CHECK(pool_job_later(now, NULL, clock), "a first job is taken up");
-    CHECK(pool_job_later(later, now, clock) && !pool_job_later(now, later, clock),
+    CHECK(pool_bundle_later(&now, NULL, clock), "a first job is taken up");
+    CHECK(pool_bundle_later(&later, &now, clock) && !pool_bundle_later(&now, &later, clock),
           "the later job wins");
-    CHECK(pool_job_later(tie, now, clock) && !pool_job_later(now, tie, clock),
+    CHECK(pool_bundle_later(&tie, &now, clock) && !pool_bundle_later(&now, &tie, clock),
           "a tie goes to the larger id, the same on every member");
-    CHECK(!pool_job_later(future, now, clock) && !pool_job_later(future, NULL, clock),
+    CHECK(!pool_bundle_later(&future, &now, clock) && !pool_bundle_later(&future, NULL, clock),
           "a job from 2100 was taken up");
-    CHECK(pool_job_later(future, now, 4102444800 - POOL_JOB_SKEW_S),
+    CHECK(pool_bundle_later(&future, &now, 4102444800 - POOL_JOB_SKEW_S),
           "a job within the skew of the clock was refused");
-    CHECK(pool_job_later(later, now, 1700000060 - POOL_JOB_SKEW_S) &&
-              !pool_job_later(later, now, 1700000059 - POOL_JOB_SKEW_S),
+    CHECK(pool_bundle_later(&later, &now, 1700000060 - POOL_JOB_SKEW_S) &&
+              !pool_bundle_later(&later, &now, 1700000059 - POOL_JOB_SKEW_S),
           "the skew bound");
-    json_decref(now);
-    json_decref(later);
-    json_decref(tie);
-    json_decref(future);
 }
 
 static void test_bad_input(void)

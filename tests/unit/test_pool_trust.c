@@ -159,40 +159,51 @@ static void test_commit_verify(void)
 }
 
 /* Issue 12, finding 5: the submitter of a job is the member whose own
- * record carried it first; only it uses the job's out_dir. */
+ * record carried it first; only it uses the job's out_dir. (The bundle and
+ * the documents are the typed ones the core checks; pool_job_from and
+ * pool_gather_dir do the same on JSON, through the same parsers.) */
 static void test_submitter(void)
 {
-    json_t *bundle = json_pack("{s:s,s:s,s:{s:s}}", "id", JOB, "submitted_by", "a", "job",
-                               "out_dir", "/etc/cron.d");
-    json_t *carrying = json_pack("{s:s,s:O}", "id", JOB, "bundle", bundle);
-    json_t *other = json_pack("{s:s}", "id", "fedcba9876543210");
-    pool_peer peers[3] = {{"a", addr[0], true, NULL}, {"b", addr[1], true, NULL},
-                          {"evil", addr[2], true, carrying}};
+    pool_bundle bundle;
+    memset(&bundle, 0, sizeof bundle);
+    snprintf(bundle.id, sizeof bundle.id, "%s", JOB);
+    snprintf(bundle.submitted_by, sizeof bundle.submitted_by, "a");
+    bundle.out_dir = "/etc/cron.d";
+    pool_doc carrying, other;
+    pool_doc_init(&carrying);
+    pool_doc_init(&other);
+    snprintf(carrying.id, sizeof carrying.id, "%s", JOB);
+    carrying.bundle = &bundle;
+    snprintf(other.id, sizeof other.id, "fedcba9876543210");
+    pool_member peers[3] = {{.name = "a", .address = addr[0], .live = true},
+                            {.name = "b", .address = addr[1], .live = true},
+                            {.name = "evil", .address = addr[2], .live = true, .doc = &carrying}};
     /* evil gossips a job it says a submitted; a carries nothing: ignored */
-    CHECK(!pool_job_from(bundle, "evil", peers, 3), "a job pinned on a member was taken up");
+    CHECK(!pool_bundle_from_carrier(&bundle, "evil", peers, 3),
+          "a job pinned on a member was taken up");
     /* a carries another job: still ignored */
-    peers[0].doc = other;
-    CHECK(!pool_job_from(bundle, "evil", peers, 3), "a job pinned on a member was taken up");
+    peers[0].doc = &other;
+    CHECK(!pool_bundle_from_carrier(&bundle, "evil", peers, 3),
+          "a job pinned on a member was taken up");
     /* a submitter no longer in the view: ignored */
-    CHECK(!pool_job_from(bundle, "evil", peers + 1, 2), "a job of an unknown submitter");
+    CHECK(!pool_bundle_from_carrier(&bundle, "evil", peers + 1, 2),
+          "a job of an unknown submitter");
     /* a's own record carries it: anyone may relay it */
-    peers[0].doc = carrying;
-    CHECK(pool_job_from(bundle, "evil", peers, 3) && pool_job_from(bundle, "b", peers, 3),
+    peers[0].doc = &carrying;
+    CHECK(pool_bundle_from_carrier(&bundle, "evil", peers, 3) &&
+              pool_bundle_from_carrier(&bundle, "b", peers, 3),
           "a relayed job of its submitter was refused");
     /* the submitter itself */
     peers[0].doc = NULL;
-    CHECK(pool_job_from(bundle, "a", peers, 3), "a submitter's own job was refused");
+    CHECK(pool_bundle_from_carrier(&bundle, "a", peers, 3), "a submitter's own job was refused");
 
     /* out_dir is the submitter's only */
     char out[512];
-    pool_gather_dir(bundle, "a", "/var/lib/shardnode/jobs/" JOB, out, sizeof out);
+    pool_bundle_gather_dir(&bundle, "a", "/var/lib/shardnode/jobs/" JOB, out, sizeof out);
     CHECK(strcmp(out, "/etc/cron.d") == 0, "the submitter gathers into its out_dir: %s", out);
-    pool_gather_dir(bundle, "b", "/var/lib/shardnode/jobs/" JOB, out, sizeof out);
+    pool_bundle_gather_dir(&bundle, "b", "/var/lib/shardnode/jobs/" JOB, out, sizeof out);
     CHECK(strcmp(out, "/var/lib/shardnode/jobs/" JOB "/model") == 0,
           "another member gathers under its state directory: %s", out);
-    json_decref(other);
-    json_decref(carrying);
-    json_decref(bundle);
 }
 
 /* Issue 12, finding 9: the pipeline's HELLO key of two stages is the same

@@ -1,0 +1,565 @@
+/* pool_core.c — a member's share of a job as a pure state machine
+ * (pool_core.h; docs/PROTOCOL.md, "Jobs and the plan election"): it takes a
+ * job up, has itself profiled and its links measured, votes (pool_elect.c),
+ * starts its stage of the committed plan, gathers the model when it
+ * submitted the job, and says all of it in its job document. Every effect
+ * is an action for the driver; nothing here touches a process, a socket, a
+ * file or a clock. */
+#include "pool_core_internal.h"
+
+#include "node.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- actions ---- */
+
+pool_action *core_act(pool_actions *out, pool_act_type type)
+{
+    if (out->n == out->cap) {
+        int cap = out->cap ? 2 * out->cap : 16;
+        pool_action *a = realloc(out->a, (size_t)cap * sizeof *a);
+        if (!a) return NULL;
+        out->a = a;
+        out->cap = cap;
+    }
+    pool_action *a = &out->a[out->n++];
+    memset(a, 0, sizeof *a);
+    a->type = type;
+    return a;
+}
+
+void core_log(pool_actions *out, const char *fmt, ...)
+{
+    pool_action *a = core_act(out, POOL_ACT_LOG);
+    if (!a) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(a->text, sizeof a->text, fmt, ap);
+    va_end(ap);
+}
+
+void pool_actions_clear(pool_actions *l)
+{
+    for (int i = 0; i < l->n; i++) free(l->a[i].targets);
+    l->n = 0;
+}
+
+void pool_actions_free(pool_actions *l)
+{
+    pool_actions_clear(l);
+    free(l->a);
+    memset(l, 0, sizeof *l);
+}
+
+/* ---- the core ---- */
+
+pool_core *pool_core_create(const pool_core_config *cfg)
+{
+    pool_core *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    snprintf(c->name, sizeof c->name, "%s", cfg->name ? cfg->name : "");
+    snprintf(c->host, sizeof c->host, "%s", cfg->host ? cfg->host : "0000000000000000");
+    c->no_compute = cfg->no_compute;
+    c->cores = cfg->cores > 0 ? cfg->cores : 1;
+    c->threads = cfg->threads;
+    pool_doc_init(&c->doc);
+    return c;
+}
+
+/* Forgets the job (the scratch and the configuration stay). */
+static void core_clear(pool_core *c)
+{
+    pool_doc_free(&c->doc);
+    pool_names_free(&c->view_members);
+    pool_plan_free(&c->layout);
+    pool_vote_free(&c->pending);
+    pool_plan_free(&c->pending_layout);
+    pool_plan_free(&c->vote_layout);
+    char name[MESH_NAME_MAX], host[17];
+    memcpy(name, c->name, sizeof name);
+    memcpy(host, c->host, sizeof host);
+    bool nc = c->no_compute;
+    int cores = c->cores, threads = c->threads, cap = c->cap;
+    elect_voter *voters = c->voters;
+    const char **names = c->names;
+    int *order = c->order;
+    memset(c, 0, sizeof *c);
+    memcpy(c->name, name, sizeof name);
+    memcpy(c->host, host, sizeof host);
+    c->no_compute = nc;
+    c->cores = cores;
+    c->threads = threads;
+    c->cap = cap;
+    c->voters = voters;
+    c->names = names;
+    c->order = order;
+    pool_doc_init(&c->doc);
+}
+
+void pool_core_destroy(pool_core *c)
+{
+    if (!c) return;
+    core_clear(c);
+    free(c->voters);
+    free(c->names);
+    free(c->order);
+    free(c);
+}
+
+int core_scratch(pool_core *c, int n)
+{
+    if (n <= c->cap) return 0;
+    elect_voter *v = realloc(c->voters, (size_t)n * sizeof *v);
+    if (v) c->voters = v;
+    const char **nm = realloc(c->names, (size_t)n * sizeof *nm);
+    if (nm) c->names = nm;
+    int *o = realloc(c->order, (size_t)n * sizeof *o);
+    if (o) c->order = o;
+    if (!v || !nm || !o) return -1;
+    c->cap = n;
+    return 0;
+}
+
+const pool_doc *pool_core_doc(const pool_core *c) { return &c->doc; }
+const pool_bundle *pool_core_bundle(const pool_core *c) { return c->doc.bundle; }
+bool pool_core_stopped(const pool_core *c) { return c->doc.stop; }
+
+const pool_plan *pool_core_committed(const pool_core *c)
+{
+    return c->doc.has & POOL_HAS_COMMITTED ? &c->doc.committed : NULL;
+}
+
+void pool_core_saved(const pool_core *c, pool_saved *out)
+{
+    memset(out, 0, sizeof *out);
+    out->has_committed = (c->doc.has & POOL_HAS_COMMITTED) != 0;
+    out->committed = c->doc.committed;
+    out->has_run = (c->doc.has & POOL_HAS_RUN) != 0;
+    out->run = c->doc.run;
+    out->stop = c->doc.stop;
+    out->has_vote = c->vote_pending || c->doc.vote.v.epoch > 0;
+    out->vote = c->vote_pending ? c->pending : c->doc.vote;
+}
+
+bool core_doc_job(const pool_member *m, const char *id)
+{
+    return m->doc && id && id[0] && strcmp(m->doc->id, id) == 0;
+}
+
+static void set_ready(pool_core *c)
+{
+    bool r = (c->doc.has & POOL_HAS_PROF) && c->links_done;
+    if (r != c->doc.ready) c->dirty = true;
+    c->doc.ready = r;
+}
+
+/* Sets this member's run state (an error when given; the former one stays
+ * otherwise). */
+static void set_run(pool_core *c, pool_run_state state, const char *error)
+{
+    if (!(c->doc.has & POOL_HAS_RUN)) pool_run_init(&c->doc.run);
+    c->doc.has |= POOL_HAS_RUN;
+    c->doc.run.state = state;
+    if (error) snprintf(c->doc.run.error, sizeof c->doc.run.error, "%s", error);
+    c->dirty = true;
+}
+
+static void kill_children(pool_core *c, pool_actions *out)
+{
+    c->prof_pending = c->probe_pending = c->run_pending = c->export_pending = false;
+    core_act(out, POOL_ACT_KILL);
+}
+
+static void publish_now(pool_core *c, int64_t now, pool_actions *out)
+{
+    core_act(out, POOL_ACT_PUBLISH);
+    c->dirty = false;
+    c->next_doc_ms = now + POOL_DOC_MS;
+}
+
+/* Takes up a job: the driver checks its files (SETUP). */
+static void adopt(pool_core *c, const pool_bundle *b, const pool_names *names,
+                  pool_actions *out)
+{
+    kill_children(c, out);
+    core_clear(c);
+    pool_doc *d = &c->doc;
+    d->bundle = calloc(1, sizeof *d->bundle);
+    if (!d->bundle || pool_bundle_copy(d->bundle, b) != 0) {
+        free(d->bundle);
+        d->bundle = NULL;
+        core_log(out, "pool: out of memory taking job %s up", b->id);
+        return;
+    }
+    snprintf(d->id, sizeof d->id, "%s", b->id);
+    if (names && pool_names_copy(&d->pool, names) == 0) d->has |= POOL_HAS_POOL;
+    d->has |= POOL_HAS_COMPUTE | POOL_HAS_HOST | POOL_HAS_CORES | POOL_HAS_THREADS |
+              POOL_HAS_FIRST | POOL_HAS_ANY | POOL_HAS_READY;
+    d->compute = !c->no_compute;
+    snprintf(d->host, sizeof d->host, "%s", c->host);
+    d->cores = c->cores;
+    d->threads = c->threads ? c->threads : c->cores;
+    c->dirty = true;
+    c->setup_pending = true;
+    core_act(out, POOL_ACT_SETUP);
+}
+
+void pool_core_setup_done(pool_core *c, const pool_setup *s, pool_actions *out)
+{
+    pool_doc *d = &c->doc;
+    if (!c->setup_pending || !d->bundle) return;
+    c->setup_pending = false;
+    c->dirty = true;
+    if (!s->ok) {
+        snprintf(d->error, sizeof d->error, "%.500s", s->error);
+        core_log(out, "pool: job %s cannot be set up here: %s", d->id, s->error);
+        return;
+    }
+    pool_lacks_free(&d->lacks);
+    pool_lacks_copy(&d->lacks, &s->lacks);
+    pool_lacks_roles(&d->lacks, &d->first, &d->any);
+    c->shape = s->shape;
+    c->batch = s->batch;
+    c->micro_batch = s->micro_batch;
+    c->steps = s->steps;
+    c->job_loaded = true;
+    core_log(out, "pool: took up job %s (submitted by %s); %d file(s) lacking here", d->id,
+             d->bundle->submitted_by, d->lacks.n);
+    const pool_saved *sv = s->saved;
+    if (!sv) return;
+    /* what must survive a restart: the committed plan and this member's
+     * run, so that it neither votes again nor re-runs a finished stage */
+    if (sv->has_committed && pool_plan_copy(&d->committed, &sv->committed) == 0)
+        d->has |= POOL_HAS_COMMITTED;
+    if (sv->stop) {
+        d->stop = true;
+        d->has |= POOL_HAS_STOP;
+    }
+    /* a vote once cast stands, across restarts too (one vote per epoch) */
+    if (sv->has_vote && sv->vote.v.epoch > 0 && pool_vote_copy(&d->vote, &sv->vote) == 0)
+        d->has |= POOL_HAS_VOTE;
+    if (sv->has_run) {
+        d->run = sv->run;
+        d->has |= POOL_HAS_RUN;
+        if (d->run.state == POOL_RUN_RUNNING)
+            set_run(c, POOL_RUN_FAILED, "this node restarted during the run");
+    }
+}
+
+/* ---- profile and links ---- */
+
+bool core_too_small(pool_core *c, const pool_member *m, int n)
+{
+    cost_bytes cb;
+    char err[256];
+    if (cost_bytes_compute(&cb, &c->shape, 1, 4, err, sizeof err) != 0) return false;
+    int64_t need = cost_stage_memory(&cb, c->shape.tied, 1, true, c->shape.layers, true, 1);
+    int64_t have = 0;
+    int members = 0;
+    for (int i = 0; i < n; i++) {
+        const pool_doc *d = m[i].doc;
+        bool compute = m[i].self ? !c->no_compute && c->doc.any
+                                 : d && d->compute && d->any;
+        if (!m[i].live || !compute || (!m[i].self && !core_doc_job(&m[i], c->doc.id))) continue;
+        have += (int64_t)(m[i].mem_free / 1000 * 950);
+        members++;
+    }
+    if (members == 0 || need <= have) return false;
+    char a[32], b[32], d[32];
+    cost_format_bytes(a, sizeof a, need);
+    cost_format_bytes(b, sizeof b, have);
+    cost_format_bytes(d, sizeof d, need - have);
+    snprintf(c->doc.why, sizeof c->doc.why, "the model needs at least %s (weights, gradients and "
+             "AdamW moments of %d layers) and the %d member(s) that compute have %s free: %s "
+             "missing", a, c->shape.layers, members, b, d);
+    return true;
+}
+
+static void measure(pool_core *c, const pool_member *m, int n, pool_actions *out)
+{
+    pool_doc *d = &c->doc;
+    if (!c->job_loaded || c->no_compute || !d->any) return;
+    bool prof = (d->has & POOL_HAS_PROF) != 0;
+    if (!prof && !c->prof_pending && core_too_small(c, m, n)) {
+        c->dirty = true;
+        return;
+    }
+    if (!prof && !d->prof_error[0] && !c->prof_pending) {
+        pool_action *a = core_act(out, POOL_ACT_PROFILE);
+        if (!a) return;
+        a->micro_batch = c->micro_batch;
+        a->seq_len = c->shape.seq;
+        c->prof_pending = true;
+    }
+    /* links: once the profile is in, to every live member with the job
+     * (all of them: no cap; docs/ARCHITECTURE.md, "The pool core") */
+    if (prof && !c->links_done && !c->probe_pending) {
+        pool_action *a = core_act(out, POOL_ACT_PROBE);
+        if (!a) return;
+        a->targets = calloc((size_t)(n > 0 ? n : 1), sizeof *a->targets);
+        if (!a->targets) {
+            out->n--;
+            return;
+        }
+        for (int i = 0; i < n; i++) {
+            if (m[i].self || !m[i].live || !core_doc_job(&m[i], d->id)) continue;
+            pool_target *t = &a->targets[a->ntargets++];
+            snprintf(t->name, sizeof t->name, "%s", m[i].name);
+            snprintf(t->address, sizeof t->address, "%s", m[i].address ? m[i].address : "");
+            t->port = m[i].port;
+        }
+        c->probe_pending = true;
+    }
+}
+
+void pool_core_profiled(pool_core *c, const pool_profile *prof, const char *error,
+                        pool_actions *out)
+{
+    if (!c->prof_pending) return;
+    c->prof_pending = false;
+    c->dirty = true;
+    if (prof) {
+        c->doc.prof = *prof;
+        c->doc.has |= POOL_HAS_PROF;
+        core_log(out, "pool: profiled: layer forward %.2f ms, backward %.2f ms",
+                 (double)prof->prof.fwd_ns[COST_LAYER] * 1e-6,
+                 (double)prof->prof.bwd_ns[COST_LAYER] * 1e-6);
+    } else {
+        snprintf(c->doc.prof_error, sizeof c->doc.prof_error, "profiling failed: %.480s",
+                 error ? error : "");
+        core_log(out, "pool: %s", c->doc.prof_error);
+    }
+    set_ready(c);
+}
+
+void pool_core_links_measured(pool_core *c, const pool_links *links, pool_actions *out)
+{
+    (void)out;
+    if (!c->probe_pending) return;
+    c->probe_pending = false;
+    pool_links_free(&c->doc.links);
+    if (links) pool_links_copy(&c->doc.links, links);
+    c->doc.has |= POOL_HAS_LINKS;
+    c->links_done = true;
+    c->dirty = true;
+    set_ready(c);
+}
+
+void pool_core_vote_saved(pool_core *c, int64_t epoch, bool ok, const char *error,
+                          pool_actions *out)
+{
+    core_vote_saved(c, epoch, ok, error, out);
+}
+
+/* ---- this member's stage ---- */
+
+static void run_stage(pool_core *c, pool_actions *out)
+{
+    const pool_plan *pl = pool_core_committed(c);
+    if (c->run_pending || (c->doc.has & POOL_HAS_RUN) || !pl ||
+        pool_plan_stage_of(pl, c->name) < 0)
+        return;
+    set_run(c, POOL_RUN_RUNNING, NULL);
+    c->doc.run.has_steps = true;
+    c->doc.run.steps = c->steps;
+    c->run_pending = true;
+    pool_action *a = core_act(out, POOL_ACT_RUN);
+    if (a) a->epoch = pl->epoch;
+}
+
+void pool_core_run_progress(pool_core *c, int64_t step, double loss, double tps, double step_ms)
+{
+    pool_run *r = &c->doc.run;
+    if (!(c->doc.has & POOL_HAS_RUN) || (r->has_step && r->step == step)) return;
+    r->has_step = r->has_loss = r->has_tps = r->has_step_ms = true;
+    r->step = step;
+    r->loss = loss;
+    r->tps = tps;
+    r->step_ms = step_ms;
+    c->dirty = true;
+}
+
+void pool_core_run_ended(pool_core *c, bool ok, const char *error, pool_actions *out)
+{
+    if (!c->run_pending) return;
+    c->run_pending = false;
+    if (ok) {
+        set_run(c, POOL_RUN_DONE, NULL);
+        core_log(out, "pool: stage finished");
+    } else {
+        const char *e = error && error[0] ? error : "the training process failed";
+        set_run(c, POOL_RUN_FAILED, e);
+        core_log(out, "pool: stage failed: %s", error ? error : "");
+    }
+}
+
+/* The submitter gathers the model when every stage is done. */
+static void gather_model(pool_core *c, const pool_member *m, int n, pool_actions *out)
+{
+    const pool_plan *pl = pool_core_committed(c);
+    if (c->exported || c->export_pending || !pl || !c->doc.bundle ||
+        strcmp(c->doc.bundle->submitted_by, c->name) != 0)
+        return;
+    for (int s = 0; s < pl->nstages; s++)
+        for (int k = 0; k < pl->stage[s].nholders; k++) {
+            bool done = false;
+            for (int i = 0; i < n; i++)
+                if (strcmp(m[i].name, pl->stage[s].holder[k].name) == 0 &&
+                    core_doc_job(&m[i], c->doc.id))
+                    done = (m[i].doc->has & POOL_HAS_RUN) && m[i].doc->run.state == POOL_RUN_DONE;
+            if (!done) return;
+        }
+    c->export_pending = true;
+    core_act(out, POOL_ACT_GATHER);
+}
+
+void pool_core_gathered(pool_core *c, bool ok, pool_actions *out)
+{
+    if (!c->export_pending) return;
+    c->export_pending = false;
+    c->exported = true;
+    if (!(c->doc.has & POOL_HAS_RUN)) {
+        pool_run_init(&c->doc.run);
+        c->doc.has |= POOL_HAS_RUN;
+    }
+    c->doc.run.gathered = ok;
+    c->dirty = true;
+    core_log(out, "pool: gathering the model %s", ok ? "done" : "failed (see export.log)");
+}
+
+bool pool_core_run_active(const pool_core *c, const pool_member *m, int n)
+{
+    const pool_plan *pl = pool_core_committed(c);
+    if (!c->doc.bundle || c->doc.stop || !pl) return false;
+    bool active = false;
+    for (int s = 0; s < pl->nstages; s++)
+        for (int k = 0; k < pl->stage[s].nholders; k++) {
+            const pool_run *r = NULL;
+            for (int i = 0; i < n; i++)
+                if (strcmp(m[i].name, pl->stage[s].holder[k].name) == 0 &&
+                    core_doc_job(&m[i], c->doc.id) && (m[i].doc->has & POOL_HAS_RUN))
+                    r = &m[i].doc->run;
+            if (r && (r->state == POOL_RUN_FAILED || r->state == POOL_RUN_STOPPED)) return false;
+            if (!r || r->state != POOL_RUN_DONE) active = true;
+        }
+    return active;
+}
+
+/* ---- the step ---- */
+
+/* Logs a gossiped job this member does not take up, once per member and job. */
+static void refuse_job(pool_core *c, const char *who, const char *id, const char *why,
+                       pool_actions *out)
+{
+    char key[sizeof c->job_refused];
+    snprintf(key, sizeof key, "%.64s/%.20s", who, id);
+    if (strcmp(key, c->job_refused) == 0) return;
+    snprintf(c->job_refused, sizeof c->job_refused, "%s", key);
+    core_log(out, "pool: %s gossips a job this node refuses: %s", who, why);
+}
+
+static void stop_job(pool_core *c, pool_actions *out)
+{
+    c->doc.stop = true;
+    c->doc.has |= POOL_HAS_STOP;
+    kill_children(c, out);
+    set_run(c, POOL_RUN_STOPPED, NULL);
+}
+
+/* A job someone else submitted or stopped. */
+static void follow(pool_core *c, const pool_member *m, int n, int64_t wall_s, pool_actions *out)
+{
+    for (int i = 0; i < n; i++) {
+        const pool_doc *d = m[i].doc;
+        if (m[i].self || !d || !d->id[0]) continue;
+        if (c->doc.bundle && strcmp(d->id, c->doc.id) == 0) {
+            if (d->stop && !c->doc.stop) {
+                stop_job(c, out);
+                core_log(out, "pool: job %s stopped by %s", c->doc.id, m[i].name);
+            }
+            continue;
+        }
+        if (!m[i].live) continue;
+        /* later jobs replace earlier ones, in an order every member sees
+         * the same, with no job from the far future */
+        if (!pool_bundle_later(d->bundle, c->doc.bundle, wall_s)) continue;
+        if (!pool_bundle_from_carrier(d->bundle, m[i].name, m, n)) {
+            char why[256];
+            snprintf(why, sizeof why, "it says %.64s submitted it, and %.64s's own record does "
+                     "not carry it", d->bundle->submitted_by, d->bundle->submitted_by);
+            refuse_job(c, m[i].name, d->id, why, out);
+            continue;
+        }
+        /* the first epoch's members as the submitter said */
+        const pool_doc *sdoc = NULL;
+        for (int k = 0; k < n; k++)
+            if (strcmp(m[k].name, d->bundle->submitted_by) == 0 && core_doc_job(&m[k], d->id))
+                sdoc = m[k].doc;
+        const pool_doc *from = sdoc ? sdoc : d;
+        bool stopped = d->stop;
+        /* a stopped job is taken up too, as stopped: status then shows it */
+        adopt(c, d->bundle, from->has & POOL_HAS_POOL ? &from->pool : NULL, out);
+        if (stopped && !c->doc.stop) {
+            c->doc.stop = true;
+            c->doc.has |= POOL_HAS_STOP;
+            set_run(c, POOL_RUN_STOPPED, NULL);
+        }
+    }
+}
+
+void pool_core_step(pool_core *c, const pool_member *m, int n, int64_t now_ms, int64_t wall_s,
+                    pool_actions *out)
+{
+    if (n > POOL_MAX_MEMBERS) n = POOL_MAX_MEMBERS;
+    if (core_scratch(c, n + 1) != 0) {
+        core_log(out, "pool: out of memory for a view of %d members", n);
+        return;
+    }
+    follow(c, m, n, wall_s, out);
+    if (c->doc.bundle && !c->doc.stop) {
+        measure(c, m, n, out);
+        bool committed = pool_core_committed(c) != NULL;
+        if (!committed || !(c->doc.has & POOL_HAS_RUN)) {
+            if (core_view(c, m, n, now_ms) && !committed) core_elect(c, m, n, now_ms, out);
+        }
+        run_stage(c, out);
+        gather_model(c, m, n, out);
+    }
+    if (c->dirty && now_ms >= c->next_doc_ms) publish_now(c, now_ms, out);
+}
+
+int pool_core_submit(pool_core *c, const pool_bundle *b, const pool_member *m, int n,
+                     int64_t now_ms, int64_t wall_s, pool_actions *out, char *err,
+                     size_t errlen)
+{
+    /* a job is its submitter's: this member submits its own only */
+    if (strcmp(b->submitted_by, c->name) != 0)
+        return node_errf(err, errlen, "the job names another submitter than this node");
+    if (!pool_bundle_later(b, NULL, wall_s))
+        return node_errf(err, errlen, "the job's submitted_at is ahead of this node's clock");
+    if (pool_core_run_active(c, m, n))
+        return node_errf(err, errlen, "a job is running in this mesh; stop it first with "
+                         "shardnode train --state DIR --stop");
+    /* the members it goes to: the base membership of its first epoch */
+    pool_names names = {0, NULL};
+    for (int i = 0; i < n; i++)
+        if (m[i].live && pool_names_add(&names, m[i].name) != 0) {
+            pool_names_free(&names);
+            return node_errf(err, errlen, "out of memory");
+        }
+    adopt(c, b, &names, out);
+    pool_names_free(&names);
+    publish_now(c, now_ms, out);
+    return 0;
+}
+
+int pool_core_stop(pool_core *c, int64_t now_ms, pool_actions *out)
+{
+    if (!c->doc.bundle) return -1;
+    stop_job(c, out);
+    publish_now(c, now_ms, out);
+    return 0;
+}

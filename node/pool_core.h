@@ -1,0 +1,163 @@
+/* pool_core.h — private to node/: a member's share of a job on the pool as
+ * a pure state machine (docs/ARCHITECTURE.md, "The pool core"), the shape
+ * of mesh/gossip.c: it is given the member view and a clock and answers
+ * with actions (take a job up, profile, measure links, save a vote,
+ * publish the document, start or stop the stage, gather the model, log).
+ * It never forks, opens a socket or a file, or reads a clock: the driver
+ * (pool.c in the daemon, tests/unit/test_pool_sim.c in a test) does what
+ * the actions say and reports back through the pool_core_* calls below,
+ * so many cores can run in one process on a simulated clock.
+ *
+ * Rules: docs/PROTOCOL.md, "Jobs and the plan election". */
+#ifndef SHARDNODE_POOL_CORE_H
+#define SHARDNODE_POOL_CORE_H
+
+#include "pool_doc.h"
+
+#define POOL_TICK_MS 500          /* the driver steps the core this often */
+#define POOL_QUIET_MS 3000        /* the view must not change for this long before a vote */
+#define POOL_DOC_MS 2000          /* progress goes into the record at most this often */
+#define POOL_DEFAULT_LAT_NS 1000000
+#define POOL_DEFAULT_BW 100000000 /* bytes/s: a link nobody measured */
+#define POOL_MAX_MEMBERS 4096     /* members the core looks at (the view is longer: ignored) */
+
+/* A member as the driver sees it this step. */
+typedef struct {
+    const char *name;
+    const char *address;          /* overlay address, from its own signed record */
+    int port;                     /* its gossip port (FETCH: link probes) */
+    uint64_t mem_free;            /* bytes, from its record */
+    bool live;                    /* alive or suspect */
+    bool self;                    /* this member (its document as last published) */
+    const pool_doc *doc;          /* its job document; NULL: none, or refused */
+    uint64_t serial;              /* differs whenever doc does: the view is recomputed
+                                     only when some member's serial or liveness changed */
+    const char *view_text;        /* pool_doc_view_text(name, doc) kept by the driver, or
+                                     NULL (then computed when needed) */
+} pool_member;
+
+typedef enum {
+    POOL_ACT_LOG = 1,     /* text: one line for the log */
+    POOL_ACT_PUBLISH,     /* the document changed: save pool_core_saved, gossip pool_core_doc */
+    POOL_ACT_SETUP,       /* take the job pool_core_bundle up: check its files, write the job,
+                             read what was saved for it; answer pool_core_setup_done */
+    POOL_ACT_KILL,        /* stop every child of the job (profile, probe, stage, gathering) */
+    POOL_ACT_PROFILE,     /* profile at (micro_batch, seq_len); answer pool_core_profiled */
+    POOL_ACT_PROBE,       /* measure the links to targets; answer pool_core_links_measured */
+    POOL_ACT_SAVE_VOTE,   /* save pool_core_saved (which holds this vote) before it counts;
+                             answer pool_core_vote_saved */
+    POOL_ACT_RUN,         /* start this member's stage of pool_core_committed (epoch); answer
+                             pool_core_run_ended when it ends or cannot start */
+    POOL_ACT_GATHER,      /* gather the model (every stage is done); answer
+                             pool_core_gathered */
+} pool_act_type;
+
+typedef struct {
+    char name[MESH_NAME_MAX];
+    char address[GOSSIP_ADDR_MAX];
+    int port;
+} pool_target;
+
+typedef struct {
+    pool_act_type type;
+    char text[POOL_TEXT_MAX];     /* LOG */
+    int64_t epoch;                /* SAVE_VOTE, RUN */
+    int64_t micro_batch, seq_len; /* PROFILE */
+    int ntargets;                 /* PROBE */
+    pool_target *targets;         /* PROBE: owned by the list */
+} pool_action;
+
+typedef struct {
+    int n, cap;
+    pool_action *a;
+} pool_actions;
+
+void pool_actions_clear(pool_actions *l);   /* frees what the actions own, keeps the list */
+void pool_actions_free(pool_actions *l);
+
+typedef struct {
+    const char *name;             /* this member */
+    bool no_compute;              /* votes and watches, never holds a stage */
+    const char *host;             /* 16 hex digits: members on one machine share it */
+    int cores, threads;           /* logical CPUs; compute threads (0: all) */
+} pool_core_config;
+
+typedef struct pool_core pool_core;
+
+/* What the driver found when it took a job up (POOL_ACT_SETUP). */
+typedef struct {
+    bool ok;                      /* false: the job cannot be set up here (error says why) */
+    char error[POOL_TEXT_MAX];
+    pool_lacks lacks;             /* the files this member lacks (copied) */
+    cost_shape shape;             /* the model's, at the job's sequence length */
+    int64_t batch, micro_batch, steps;
+    const pool_saved *saved;      /* what this member saved for the job before, or NULL */
+} pool_setup;
+
+pool_core *pool_core_create(const pool_core_config *cfg);
+void pool_core_destroy(pool_core *c);
+
+/* One step at now_ms (monotonic) and wall_s (Unix seconds: a job's
+ * submitted_at is judged against it): take up a later job, see a stop,
+ * measure, vote or commit, start the stage, gather. members: the view, self
+ * included. Appends to out. */
+void pool_core_step(pool_core *c, const pool_member *members, int n, int64_t now_ms,
+                    int64_t wall_s, pool_actions *out);
+
+/* A job this member submits (its own: submitted_by is this member). Refused
+ * (-1, err) for another submitter, a submitted_at ahead of wall_s, or while
+ * a committed run is active. */
+int pool_core_submit(pool_core *c, const pool_bundle *b, const pool_member *members, int n,
+                     int64_t now_ms, int64_t wall_s, pool_actions *out, char *err,
+                     size_t errlen);
+/* Stops the job on every member (-1: none). */
+int pool_core_stop(pool_core *c, int64_t now_ms, pool_actions *out);
+
+/* The driver's answers. */
+void pool_core_setup_done(pool_core *c, const pool_setup *s, pool_actions *out);
+/* prof NULL: profiling failed (error says why). */
+void pool_core_profiled(pool_core *c, const pool_profile *prof, const char *error,
+                        pool_actions *out);
+void pool_core_links_measured(pool_core *c, const pool_links *links, pool_actions *out);
+void pool_core_vote_saved(pool_core *c, int64_t epoch, bool ok, const char *error,
+                          pool_actions *out);
+/* Progress of the running stage (a metrics line). */
+void pool_core_run_progress(pool_core *c, int64_t step, double loss, double tps, double step_ms);
+void pool_core_run_ended(pool_core *c, bool ok, const char *error, pool_actions *out);
+void pool_core_gathered(pool_core *c, bool ok, pool_actions *out);
+
+/* What the core holds. */
+const pool_doc *pool_core_doc(const pool_core *c);          /* what this member says */
+const pool_bundle *pool_core_bundle(const pool_core *c);    /* NULL: no job */
+const pool_plan *pool_core_committed(const pool_core *c);   /* NULL: none */
+bool pool_core_stopped(const pool_core *c);
+/* What to save across restarts (with a vote waiting for SAVE_VOTE). */
+void pool_core_saved(const pool_core *c, pool_saved *out); /* borrowed: do not free */
+/* A committed run that has neither finished on every stage nor failed. */
+bool pool_core_run_active(const pool_core *c, const pool_member *members, int n);
+
+/* ---- checks on what other members gossip (pool_verify.c) ---- */
+
+/* Whether the bundle that member `carrier` gossips may be taken up as its
+ * submitter's: the submitter of a job is the member whose own signed record
+ * carried it first, so either the carrier is the submitter it names, or
+ * the member it names carries the same job (id) in its own document. */
+bool pool_bundle_from_carrier(const pool_bundle *b, const char *carrier,
+                              const pool_member *members, int n);
+/* Where the gathered model of a job goes on node `self`: the job's out_dir
+ * when self submitted it, else JOB_DIR/model. */
+void pool_bundle_gather_dir(const pool_bundle *b, const char *self, const char *job_dir,
+                            char *out, size_t len);
+/* Whether committed section c that some member gossips for job `id` may be
+ * adopted: its content hashes to its hash; every stage names a member at
+ * the overlay address of that member's own record; and the votes in the
+ * members' own documents commit exactly (epoch, hash) on the base
+ * (base_e, base_plan) with base membership `base`: a strict majority of it
+ * and every named node voted for it (elect_decide, from the votes of that
+ * epoch themselves, not a later base); its members are those votes' view
+ * members. Returns 0, or -1 with the reason in why. */
+int pool_plan_verify(const pool_plan *c, const char *id, const pool_names *base, int64_t base_e,
+                     uint64_t base_plan, const pool_member *members, int n, char *why,
+                     size_t whylen);
+
+#endif

@@ -1,0 +1,75 @@
+/* pool_core_internal.h — what pool_core.c (the job's life on a member:
+ * adoption, measuring, the stage, gathering) and pool_elect.c (the view,
+ * the plan and the votes) share of the pool core. Private to node/. */
+#ifndef SHARDNODE_POOL_CORE_INTERNAL_H
+#define SHARDNODE_POOL_CORE_INTERNAL_H
+
+#include "pool_core.h"
+
+struct pool_core {
+    char name[MESH_NAME_MAX];
+    bool no_compute;
+    char host[17];
+    int cores, threads;
+
+    pool_doc doc;                 /* what this member says; doc.bundle is the job */
+    bool setup_pending, job_loaded;
+    cost_shape shape;
+    int64_t batch, micro_batch, steps;
+
+    /* measuring */
+    bool prof_pending, probe_pending, links_done;
+
+    /* the view and its plan */
+    uint64_t view_fp;             /* what the last view was computed from */
+    bool view_ready;              /* every live member of it is ready */
+    uint64_t view, plan;          /* the view hash and the plan hash (0: no plan fits) */
+    bool plan_done;               /* plan, layout and why are those of this view */
+    pool_names view_members;
+    pool_plan layout;             /* the plan's content when plan != 0 */
+    int64_t view_since_ms;
+
+    /* the election */
+    uint64_t failed_view;         /* the view of my vote in an epoch that failed */
+    int64_t failed_epoch;         /* that epoch (my vote in it stays in my record) */
+    int64_t next_epoch;           /* ... and the epoch my next vote goes to */
+    bool vote_pending;            /* `pending` waits for SAVE_VOTE's answer */
+    pool_vote pending;
+    pool_plan pending_layout;     /* the plan `pending` is for (plan != 0) */
+    pool_plan vote_layout;        /* the plan my vote is for: what I commit when it wins,
+                                     whatever my view has become since */
+    int64_t unsaved_epoch;        /* the last epoch whose vote could not be saved (logged) */
+    char refused[160];            /* the last gossiped commit refused (logged once) */
+    char job_refused[160];        /* the last gossiped job refused (logged once) */
+
+    /* the run and gathering */
+    bool run_pending, export_pending, exported;
+    int64_t next_doc_ms;
+    bool dirty;
+
+    /* scratch, kept between steps: no allocation per step once grown */
+    int cap;
+    elect_voter *voters;
+    const char **names;
+    int *order;
+};
+
+/* pool_core.c */
+void core_log(pool_actions *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+pool_action *core_act(pool_actions *out, pool_act_type type);
+bool core_doc_job(const pool_member *m, const char *id);
+/* The model's state does not fit the computing members' free memory
+ * (c->doc.why says by how much). */
+bool core_too_small(pool_core *c, const pool_member *m, int n);
+int core_scratch(pool_core *c, int n);
+
+/* pool_elect.c */
+/* Recomputes the view (and, when it changed, the plan); false while a live
+ * member is not ready. */
+bool core_view(pool_core *c, const pool_member *m, int n, int64_t now);
+/* One step of the election: take a commit, decide the epoch, or vote. */
+void core_elect(pool_core *c, const pool_member *m, int n, int64_t now, pool_actions *out);
+/* The answer to SAVE_VOTE. */
+void core_vote_saved(pool_core *c, int64_t epoch, bool ok, const char *error, pool_actions *out);
+
+#endif

@@ -1,0 +1,706 @@
+/* pool_doc.c — a member's job document as a C type (pool_doc.h): its
+ * profile, links and run, the document itself (the `job` text of a member
+ * record), what a node saves across restarts, and the job section of
+ * status. One reader and one writer each. */
+#include "pool_doc.h"
+
+#include "node.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *unknown_key(json_t *obj, const char *const *known)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(obj, key, v) {
+        const char *const *k = known;
+        while (*k && strcmp(*k, key) != 0) k++;
+        if (!*k) return key;
+    }
+    return NULL;
+}
+
+/* A string of at most len - 1 bytes into out ("" when absent). */
+static int text_at(json_t *obj, const char *key, char *out, size_t len, char *err, size_t errlen)
+{
+    json_t *v = json_object_get(obj, key);
+    out[0] = 0;
+    if (!v) return 0;
+    if (!json_is_string(v) || strlen(json_string_value(v)) >= len)
+        return node_errf(err, errlen, "\"%s\" must be a text of at most %zu bytes", key, len - 1);
+    snprintf(out, len, "%s", json_string_value(v));
+    return 0;
+}
+
+/* ---- profile ---- */
+
+static const char *const unit_keys[3] = {"f", "k", "o"};
+
+static int profile_read(json_t *j, pool_profile *out, char *err, size_t errlen)
+{
+    static const char *const keys[] = {"b", "f", "k", "o", "mem", "s", "d", NULL};
+    memset(out, 0, sizeof *out);
+    if (!json_is_object(j)) return node_errf(err, errlen, "\"prof\" must be an object");
+    const char *bad = unknown_key(j, keys);
+    if (bad) return node_errf(err, errlen, "\"prof\".\"%s\" is not a known key", bad);
+    json_t *b = json_object_get(j, "b"), *mem = json_object_get(j, "mem");
+    json_t *s = json_object_get(j, "s"), *d = json_object_get(j, "d");
+    if (!json_is_integer(b) || json_integer_value(b) < 1)
+        return node_errf(err, errlen, "\"prof\".\"b\" must be a micro-batch size >= 1");
+    if (!json_is_integer(mem) || json_integer_value(mem) < 0)
+        return node_errf(err, errlen, "\"prof\".\"mem\" must be bytes >= 0");
+    if (!json_is_integer(s) || json_integer_value(s) < 0 || json_integer_value(s) > 1 << 16)
+        return node_errf(err, errlen, "\"prof\".\"s\" must be scratch slots, 0 to 65536");
+    if (!json_is_string(d) || strlen(json_string_value(d)) >= sizeof out->device)
+        return node_errf(err, errlen, "\"prof\".\"d\" must be a device name of at most %zu "
+                         "bytes", sizeof out->device - 1);
+    int64_t *units[3] = {out->prof.fwd_ns, out->prof.bwd_ns, out->prof.opt_ns};
+    for (int k = 0; k < 3; k++) {
+        json_t *a = json_object_get(j, unit_keys[k]);
+        if (!json_is_array(a) || json_array_size(a) != COST_UNITS)
+            return node_errf(err, errlen, "\"prof\".\"%s\" must be %d times in ns", unit_keys[k],
+                             COST_UNITS);
+        for (int u = 0; u < COST_UNITS; u++) {
+            json_t *x = json_array_get(a, (size_t)u);
+            if (!json_is_integer(x) || json_integer_value(x) < 0)
+                return node_errf(err, errlen, "\"prof\".\"%s\" entry %d must be ns >= 0",
+                                 unit_keys[k], u);
+            units[k][u] = (int64_t)json_integer_value(x);
+        }
+    }
+    out->prof.micro_batch = (int64_t)json_integer_value(b);
+    out->prof.memory_bytes = (int64_t)json_integer_value(mem);
+    out->prof.scratch_slots = (int)json_integer_value(s);
+    snprintf(out->device, sizeof out->device, "%s", json_string_value(d));
+    return 0;
+}
+
+static json_t *profile_json(const pool_profile *p)
+{
+    const cost_profile *c = &p->prof;
+    return json_pack("{s:I,s:[I,I,I],s:[I,I,I],s:[I,I,I],s:I,s:i,s:s}", "b",
+                     (json_int_t)c->micro_batch, "f", (json_int_t)c->fwd_ns[0],
+                     (json_int_t)c->fwd_ns[1], (json_int_t)c->fwd_ns[2], "k",
+                     (json_int_t)c->bwd_ns[0], (json_int_t)c->bwd_ns[1], (json_int_t)c->bwd_ns[2],
+                     "o", (json_int_t)c->opt_ns[0], (json_int_t)c->opt_ns[1],
+                     (json_int_t)c->opt_ns[2], "mem", (json_int_t)c->memory_bytes, "s",
+                     c->scratch_slots, "d", p->device);
+}
+
+int pool_profile_from_file(const char *path, const cost_shape *shape, pool_profile *out,
+                           char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    json_t *pj = node_load_json(path, err, errlen);
+    if (!pj) return -1;
+    int rc = fleet_profile_parse(pj, shape, &out->prof, path, err, errlen);
+    const char *dev = json_string_value(json_object_get(pj, "device_name"));
+    if (rc == 0 && (!dev || strlen(dev) >= sizeof out->device))
+        rc = node_errf(err, errlen, "%s: \"device_name\" must be a device name", path);
+    if (rc == 0) snprintf(out->device, sizeof out->device, "%s", dev);
+    json_decref(pj);
+    return rc;
+}
+
+/* ---- links ---- */
+
+int pool_links_add(pool_links *l, const char *name, int64_t latency_ns, int64_t bandwidth)
+{
+    if (!name || strlen(name) >= MESH_NAME_MAX) return -1;
+    if (l->n % 16 == 0) {
+        pool_link *g = realloc(l->l, (size_t)(l->n + 16) * sizeof *g);
+        if (!g) return -1;
+        l->l = g;
+    }
+    pool_link *k = &l->l[l->n++];
+    snprintf(k->name, sizeof k->name, "%s", name);
+    k->latency_ns = latency_ns;
+    k->bandwidth = bandwidth;
+    return 0;
+}
+
+void pool_links_free(pool_links *l)
+{
+    free(l->l);
+    l->l = NULL;
+    l->n = 0;
+}
+
+int pool_links_copy(pool_links *dst, const pool_links *src)
+{
+    memset(dst, 0, sizeof *dst);
+    for (int i = 0; i < src->n; i++)
+        if (pool_links_add(dst, src->l[i].name, src->l[i].latency_ns, src->l[i].bandwidth)) {
+            pool_links_free(dst);
+            return -1;
+        }
+    return 0;
+}
+
+const pool_link *pool_links_find(const pool_links *l, const char *name)
+{
+    for (int i = 0; name && i < l->n; i++)
+        if (strcmp(l->l[i].name, name) == 0) return &l->l[i];
+    return NULL;
+}
+
+int pool_links_from_json(json_t *j, pool_links *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (!json_is_object(j)) return node_errf(err, errlen, "\"links\" must be an object");
+    const char *name;
+    json_t *l;
+    json_object_foreach(j, name, l) {
+        json_t *lat = json_array_get(l, 0), *bw = json_array_get(l, 1);
+        if (!node_name_valid(name) || !json_is_array(l) || json_array_size(l) != 2 ||
+            !json_is_integer(lat) || !json_is_integer(bw) || json_integer_value(lat) < 0 ||
+            json_integer_value(bw) < 0) {
+            pool_links_free(out);
+            return node_errf(err, errlen, "\"links\".\"%.63s\" must be [latency_ns, "
+                             "bytes_per_s] of a node name", name);
+        }
+        if (pool_links_add(out, name, (int64_t)json_integer_value(lat),
+                           (int64_t)json_integer_value(bw)) != 0) {
+            pool_links_free(out);
+            return node_errf(err, errlen, "\"links\": out of memory");
+        }
+    }
+    return 0;
+}
+
+json_t *pool_links_to_json(const pool_links *l)
+{
+    json_t *o = json_object();
+    for (int i = 0; o && i < l->n; i++)
+        json_object_set_new(o, l->l[i].name, json_pack("[I,I]", (json_int_t)l->l[i].latency_ns,
+                                                       (json_int_t)l->l[i].bandwidth));
+    return o;
+}
+
+/* ---- run ---- */
+
+static const char *const run_states[] = {"", "running", "done", "failed", "stopped"};
+
+const char *pool_run_state_name(pool_run_state s)
+{
+    return s >= POOL_RUN_NONE && s <= POOL_RUN_STOPPED ? run_states[s] : "";
+}
+
+void pool_run_init(pool_run *r)
+{
+    memset(r, 0, sizeof *r);
+    r->gathered = -1;
+}
+
+static int number_at(json_t *j, const char *key, bool integer, bool *has, double *d, int64_t *i,
+                     char *err, size_t errlen)
+{
+    json_t *v = json_object_get(j, key);
+    *has = v != NULL;
+    if (!v) return 0;
+    if (integer ? !json_is_integer(v) : !json_is_number(v))
+        return node_errf(err, errlen, "\"run\".\"%s\" must be %s", key,
+                         integer ? "an integer" : "a number");
+    if (integer) *i = (int64_t)json_integer_value(v);
+    else *d = json_number_value(v);
+    return 0;
+}
+
+int pool_run_from_json(json_t *j, pool_run *out, char *err, size_t errlen)
+{
+    static const char *const keys[] = {"state", "step", "steps", "loss", "tps", "step_ms",
+                                       "error", "gathered", NULL};
+    pool_run_init(out);
+    if (!json_is_object(j)) return node_errf(err, errlen, "\"run\" must be an object");
+    const char *bad = unknown_key(j, keys);
+    if (bad) return node_errf(err, errlen, "\"run\".\"%s\" is not a known key", bad);
+    json_t *st = json_object_get(j, "state"), *g = json_object_get(j, "gathered");
+    if (st) {
+        const char *s = json_string_value(st);
+        for (int k = POOL_RUN_RUNNING; s && k <= POOL_RUN_STOPPED; k++)
+            if (strcmp(s, run_states[k]) == 0) out->state = (pool_run_state)k;
+        if (out->state == POOL_RUN_NONE)
+            return node_errf(err, errlen, "\"run\".\"state\" must be running, done, failed or "
+                             "stopped");
+    }
+    if (g && !json_is_boolean(g))
+        return node_errf(err, errlen, "\"run\".\"gathered\" must be true or false");
+    out->gathered = g ? json_is_true(g) : -1;
+    double unused_d;
+    int64_t unused_i;
+    if (number_at(j, "step", true, &out->has_step, &unused_d, &out->step, err, errlen) ||
+        number_at(j, "steps", true, &out->has_steps, &unused_d, &out->steps, err, errlen) ||
+        number_at(j, "loss", false, &out->has_loss, &out->loss, &unused_i, err, errlen) ||
+        number_at(j, "tps", false, &out->has_tps, &out->tps, &unused_i, err, errlen) ||
+        number_at(j, "step_ms", false, &out->has_step_ms, &out->step_ms, &unused_i, err, errlen))
+        return -1;
+    json_t *e = json_object_get(j, "error");
+    if (e && (!json_is_string(e) || strlen(json_string_value(e)) >= sizeof out->error))
+        return node_errf(err, errlen, "\"run\".\"error\" must be a text of at most %zu bytes",
+                         sizeof out->error - 1);
+    if (e) snprintf(out->error, sizeof out->error, "%s", json_string_value(e));
+    return 0;
+}
+
+json_t *pool_run_to_json(const pool_run *r)
+{
+    json_t *o = json_object();
+    if (!o) return NULL;
+    if (r->state != POOL_RUN_NONE)
+        json_object_set_new(o, "state", json_string(pool_run_state_name(r->state)));
+    if (r->error[0]) json_object_set_new(o, "error", json_string(r->error));
+    if (r->has_steps) json_object_set_new(o, "steps", json_integer((json_int_t)r->steps));
+    if (r->has_step) json_object_set_new(o, "step", json_integer((json_int_t)r->step));
+    if (r->has_loss) json_object_set_new(o, "loss", json_real(r->loss));
+    if (r->has_tps) json_object_set_new(o, "tps", json_real(r->tps));
+    if (r->has_step_ms) json_object_set_new(o, "step_ms", json_real(r->step_ms));
+    if (r->gathered >= 0) json_object_set_new(o, "gathered", json_boolean(r->gathered));
+    return o;
+}
+
+/* ---- the document ---- */
+
+void pool_doc_init(pool_doc *d)
+{
+    memset(d, 0, sizeof *d);
+    pool_run_init(&d->run);
+}
+
+void pool_doc_free(pool_doc *d)
+{
+    if (d->bundle) {
+        pool_bundle_free(d->bundle);
+        free(d->bundle);
+    }
+    pool_names_free(&d->pool);
+    pool_lacks_free(&d->lacks);
+    pool_links_free(&d->links);
+    pool_vote_free(&d->vote);
+    pool_plan_free(&d->committed);
+    pool_doc_init(d);
+}
+
+static int bool_at(json_t *j, const char *key, unsigned flag, bool *out, unsigned *has,
+                   char *err, size_t errlen)
+{
+    json_t *v = json_object_get(j, key);
+    if (!v) return 0;
+    if (!json_is_boolean(v)) return node_errf(err, errlen, "\"%s\" must be true or false", key);
+    *out = json_is_true(v);
+    *has |= flag;
+    return 0;
+}
+
+static int count_at(json_t *j, const char *key, unsigned flag, int64_t *out, unsigned *has,
+                    char *err, size_t errlen)
+{
+    json_t *v = json_object_get(j, key);
+    if (!v) return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1 << 20)
+        return node_errf(err, errlen, "\"%s\" must be a count from 1 to %d", key, 1 << 20);
+    *out = (int64_t)json_integer_value(v);
+    *has |= flag;
+    return 0;
+}
+
+static int lacks_read(json_t *j, pool_lacks *out, char *err, size_t errlen)
+{
+    static const char *const keys[] = {"role", "path", "local", "why", NULL};
+    if (!json_is_array(j)) return node_errf(err, errlen, "\"lack\" must be a list");
+    size_t i;
+    json_t *l;
+    json_array_foreach(j, i, l) {
+        const char *role = json_string_value(json_object_get(l, "role"));
+        const char *path = json_string_value(json_object_get(l, "path"));
+        const char *local = json_string_value(json_object_get(l, "local"));
+        const char *why = json_string_value(json_object_get(l, "why"));
+        if (!json_is_object(l) || unknown_key(l, keys) || !role || !path || !local || !why ||
+            (strcmp(role, "tokenizer") && strcmp(role, "weights") && strcmp(role, "data")))
+            return node_errf(err, errlen, "\"lack\" entry %zu must be {role, path, local, why}",
+                             i);
+        if (pool_lacks_add(out, role, path, local, why) != 0)
+            return node_errf(err, errlen, "\"lack\": out of memory");
+    }
+    return 0;
+}
+
+static int doc_read(json_t *j, pool_doc *d, char *err, size_t errlen)
+{
+    static const char *const keys[] = {"id", "bundle", "pool", "stop", "compute", "host",
+                                       "cores", "threads", "first", "any", "lack", "error",
+                                       "prof_error", "prof", "links", "ready", "vote", "why",
+                                       "committed", "run", NULL};
+    if (!json_is_object(j)) return node_errf(err, errlen, "not a JSON object");
+    const char *bad = unknown_key(j, keys);
+    if (bad) return node_errf(err, errlen, "\"%s\" is not a known key", bad);
+    const char *id = json_string_value(json_object_get(j, "id"));
+    if (!id || strlen(id) != POOL_JOB_ID_LEN || strspn(id, "0123456789abcdef") != POOL_JOB_ID_LEN)
+        return node_errf(err, errlen, "\"id\" must be %d lowercase hex digits", POOL_JOB_ID_LEN);
+    snprintf(d->id, sizeof d->id, "%s", id);
+    json_t *b = json_object_get(j, "bundle");
+    if (b) {
+        char berr[600];
+        if (!(d->bundle = calloc(1, sizeof *d->bundle)))
+            return node_errf(err, errlen, "out of memory");
+        if (pool_bundle_from_json(b, d->bundle, berr, sizeof berr) != 0) {
+            free(d->bundle);
+            d->bundle = NULL;
+            return node_errf(err, errlen, "\"bundle\": %s", berr);
+        }
+        if (strcmp(d->bundle->id, d->id) != 0)
+            return node_errf(err, errlen, "\"bundle\" is job %s, not the document's %s",
+                             d->bundle->id, d->id);
+    }
+    json_t *v;
+    if ((v = json_object_get(j, "pool"))) {
+        if (!json_is_array(v) || pool_names_from_json(v, &d->pool, "pool", err, errlen))
+            return node_errf(err, errlen, "\"pool\" must be a list of node names");
+        d->has |= POOL_HAS_POOL;
+    }
+    if (bool_at(j, "stop", POOL_HAS_STOP, &d->stop, &d->has, err, errlen) ||
+        bool_at(j, "compute", POOL_HAS_COMPUTE, &d->compute, &d->has, err, errlen) ||
+        bool_at(j, "first", POOL_HAS_FIRST, &d->first, &d->has, err, errlen) ||
+        bool_at(j, "any", POOL_HAS_ANY, &d->any, &d->has, err, errlen) ||
+        bool_at(j, "ready", POOL_HAS_READY, &d->ready, &d->has, err, errlen) ||
+        count_at(j, "cores", POOL_HAS_CORES, &d->cores, &d->has, err, errlen) ||
+        count_at(j, "threads", POOL_HAS_THREADS, &d->threads, &d->has, err, errlen))
+        return -1;
+    if ((v = json_object_get(j, "host"))) {
+        const char *h = json_string_value(v);
+        if (!h || strlen(h) != 16 || strspn(h, "0123456789abcdef") != 16)
+            return node_errf(err, errlen, "\"host\" must be 16 lowercase hex digits");
+        snprintf(d->host, sizeof d->host, "%s", h);
+        d->has |= POOL_HAS_HOST;
+    }
+    if ((v = json_object_get(j, "lack")) && lacks_read(v, &d->lacks, err, errlen)) return -1;
+    if (text_at(j, "error", d->error, sizeof d->error, err, errlen) ||
+        text_at(j, "prof_error", d->prof_error, sizeof d->prof_error, err, errlen) ||
+        text_at(j, "why", d->why, sizeof d->why, err, errlen))
+        return -1;
+    if ((v = json_object_get(j, "prof"))) {
+        if (profile_read(v, &d->prof, err, errlen)) return -1;
+        d->has |= POOL_HAS_PROF;
+    }
+    if ((v = json_object_get(j, "links"))) {
+        if (pool_links_from_json(v, &d->links, err, errlen)) return -1;
+        d->has |= POOL_HAS_LINKS;
+    }
+    if ((v = json_object_get(j, "vote"))) {
+        if (pool_vote_from_json(v, &d->vote, err, errlen)) return -1;
+        d->has |= POOL_HAS_VOTE;
+    }
+    if ((v = json_object_get(j, "committed"))) {
+        char perr[400];
+        if (pool_plan_from_json(v, true, &d->committed, perr, sizeof perr))
+            return node_errf(err, errlen, "\"committed\": %s", perr);
+        d->has |= POOL_HAS_COMMITTED;
+    }
+    if ((v = json_object_get(j, "run"))) {
+        if (pool_run_from_json(v, &d->run, err, errlen)) return -1;
+        d->has |= POOL_HAS_RUN;
+    }
+    return 0;
+}
+
+int pool_doc_from_json(json_t *j, pool_doc *out, char *err, size_t errlen)
+{
+    pool_doc_init(out);
+    if (doc_read(j, out, err, errlen) == 0) return 0;
+    pool_doc_free(out);
+    return -1;
+}
+
+int pool_doc_from_text(const char *text, pool_doc *out, char *err, size_t errlen)
+{
+    pool_doc_init(out);
+    if (!text || !text[0]) return 0;
+    json_error_t je;
+    json_t *j = json_loads(text, JSON_REJECT_DUPLICATES, &je);
+    if (!j) return node_errf(err, errlen, "not JSON: %s", je.text);
+    int rc = pool_doc_from_json(j, out, err, errlen);
+    json_decref(j);
+    return rc;
+}
+
+json_t *pool_doc_to_json(const pool_doc *d)
+{
+    json_t *o = json_object();
+    if (!o || !d->id[0]) return o;
+    unsigned h = d->has;
+    json_object_set_new(o, "id", json_string(d->id));
+    if (d->bundle) json_object_set_new(o, "bundle", pool_bundle_to_json(d->bundle));
+    if (h & POOL_HAS_POOL) json_object_set_new(o, "pool", pool_names_to_json(&d->pool));
+    if (h & POOL_HAS_STOP) json_object_set_new(o, "stop", json_boolean(d->stop));
+    if (h & POOL_HAS_COMPUTE) json_object_set_new(o, "compute", json_boolean(d->compute));
+    if (h & POOL_HAS_HOST) json_object_set_new(o, "host", json_string(d->host));
+    if (h & POOL_HAS_CORES) json_object_set_new(o, "cores", json_integer((json_int_t)d->cores));
+    if (h & POOL_HAS_THREADS)
+        json_object_set_new(o, "threads", json_integer((json_int_t)d->threads));
+    if (h & POOL_HAS_FIRST) json_object_set_new(o, "first", json_boolean(d->first));
+    if (h & POOL_HAS_ANY) json_object_set_new(o, "any", json_boolean(d->any));
+    if (d->lacks.n) {
+        json_t *a = json_array();
+        for (int i = 0; a && i < d->lacks.n; i++)
+            json_array_append_new(a, json_pack("{s:s,s:s,s:s,s:s}", "role", d->lacks.l[i].role,
+                                               "path", d->lacks.l[i].path, "why",
+                                               d->lacks.l[i].why, "local", d->lacks.l[i].local));
+        json_object_set_new(o, "lack", a);
+    }
+    if (d->error[0]) json_object_set_new(o, "error", json_string(d->error));
+    if (h & POOL_HAS_PROF) json_object_set_new(o, "prof", profile_json(&d->prof));
+    if (d->prof_error[0]) json_object_set_new(o, "prof_error", json_string(d->prof_error));
+    if (h & POOL_HAS_LINKS) json_object_set_new(o, "links", pool_links_to_json(&d->links));
+    if (h & POOL_HAS_READY) json_object_set_new(o, "ready", json_boolean(d->ready));
+    if (h & POOL_HAS_VOTE) json_object_set_new(o, "vote", pool_vote_to_json(&d->vote));
+    if (d->why[0]) json_object_set_new(o, "why", json_string(d->why));
+    if (h & POOL_HAS_COMMITTED)
+        json_object_set_new(o, "committed", pool_plan_to_json(&d->committed));
+    if (h & POOL_HAS_RUN) json_object_set_new(o, "run", pool_run_to_json(&d->run));
+    return o;
+}
+
+char *pool_doc_to_text(const pool_doc *d)
+{
+    json_t *j = pool_doc_to_json(d);
+    char *text = j && json_object_size(j) ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS)
+                                          : strdup("");
+    json_decref(j);
+    return text;
+}
+
+char *pool_doc_view_text(const char *name, const pool_doc *d)
+{
+    json_t *o = json_pack("{s:s,s:b,s:b,s:b}", "name", name, "compute", d->compute, "first",
+                          d->first, "any", d->any);
+    if (!o) return NULL;
+    if (d->has & POOL_HAS_HOST) json_object_set_new(o, "host", json_string(d->host));
+    if (d->has & POOL_HAS_CORES) json_object_set_new(o, "cores", json_integer((json_int_t)d->cores));
+    if (d->has & POOL_HAS_THREADS)
+        json_object_set_new(o, "threads", json_integer((json_int_t)d->threads));
+    json_object_set_new(o, "prof", d->has & POOL_HAS_PROF ? profile_json(&d->prof) : json_null());
+    json_object_set_new(o, "links",
+                        d->has & POOL_HAS_LINKS ? pool_links_to_json(&d->links) : json_null());
+    char *text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(o);
+    return text;
+}
+
+/* ---- saved state ---- */
+
+void pool_saved_free(pool_saved *s)
+{
+    pool_plan_free(&s->committed);
+    pool_vote_free(&s->vote);
+    memset(s, 0, sizeof *s);
+    pool_run_init(&s->run);
+}
+
+int pool_saved_from_json(json_t *j, pool_saved *out, char *err, size_t errlen)
+{
+    static const char *const keys[] = {"committed", "run", "stop", "vote", NULL};
+    memset(out, 0, sizeof *out);
+    pool_run_init(&out->run);
+    if (!json_is_object(j)) return node_errf(err, errlen, "not a JSON object");
+    const char *bad = unknown_key(j, keys);
+    if (bad) return node_errf(err, errlen, "\"%s\" is not a known key", bad);
+    json_t *c = json_object_get(j, "committed"), *r = json_object_get(j, "run");
+    json_t *st = json_object_get(j, "stop"), *v = json_object_get(j, "vote");
+    char perr[400];
+    int rc = 0;
+    if (st && !json_is_boolean(st)) rc = node_errf(err, errlen, "\"stop\" must be true or false");
+    out->stop = json_is_true(st);
+    if (!rc && c && !json_is_null(c)) {
+        rc = pool_plan_from_json(c, true, &out->committed, perr, sizeof perr)
+                 ? node_errf(err, errlen, "\"committed\": %s", perr) : 0;
+        out->has_committed = rc == 0;
+    }
+    if (!rc && r && !json_is_null(r)) {
+        rc = pool_run_from_json(r, &out->run, err, errlen);
+        out->has_run = rc == 0;
+    }
+    if (!rc && v && !json_is_null(v)) {
+        rc = pool_vote_from_json(v, &out->vote, err, errlen);
+        out->has_vote = rc == 0;
+    }
+    if (rc) pool_saved_free(out);
+    return rc;
+}
+
+json_t *pool_saved_to_json(const pool_saved *s)
+{
+    return json_pack("{s:o,s:o,s:b,s:o}", "committed",
+                     s->has_committed ? pool_plan_to_json(&s->committed) : json_null(), "run",
+                     s->has_run ? pool_run_to_json(&s->run) : json_null(), "stop", s->stop,
+                     "vote", s->has_vote ? pool_vote_to_json(&s->vote) : json_null());
+}
+
+/* ---- the job section of status ---- */
+
+void pool_status_free(pool_status *s)
+{
+    for (int i = 0; i < s->nmembers; i++) {
+        if (!s->members[i].doc) continue;
+        pool_doc_free(s->members[i].doc);
+        free(s->members[i].doc);
+    }
+    free(s->members);
+    free(s->out_dir);
+    free(s->job_file);
+    pool_plan_free(&s->committed);
+    memset(s, 0, sizeof *s);
+    pool_run_init(&s->run);
+}
+
+static int status_member(const char *name, json_t *m, pool_status_member *out, char *err,
+                         size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    json_t *doc = json_copy(m);   /* the document is the entry without state and address */
+    char derr[700];
+    if (!doc) return node_errf(err, errlen, "out of memory");
+    int rc = text_at(doc, "state", out->state, sizeof out->state, err, errlen) ||
+             text_at(doc, "address", out->address, sizeof out->address, err, errlen) ? -1 : 0;
+    json_object_del(doc, "state");
+    json_object_del(doc, "address");
+    snprintf(out->name, sizeof out->name, "%s", name);
+    if (!rc && (strlen(name) >= sizeof out->name || !(out->doc = calloc(1, sizeof *out->doc))))
+        rc = node_errf(err, errlen, "\"members\".\"%.63s\": not a member name", name);
+    if (!rc && pool_doc_from_json(doc, out->doc, derr, sizeof derr) != 0)
+        rc = node_errf(err, errlen, "\"members\".\"%.63s\": %s", name, derr);
+    json_decref(doc);
+    if (rc) {
+        free(out->doc);
+        out->doc = NULL;
+    }
+    return rc;
+}
+
+static int status_read(json_t *j, pool_status *s, char *err, size_t errlen)
+{
+    static const char *const keys[] = {"id", "submitted_by", "out_dir", "job_file", "committed",
+                                       "run", "stop", "members", NULL};
+    const char *bad = unknown_key(j, keys);
+    if (bad) return node_errf(err, errlen, "job: \"%s\" is not a known key", bad);
+    const char *id = json_string_value(json_object_get(j, "id"));
+    const char *by = json_string_value(json_object_get(j, "submitted_by"));
+    const char *out = json_string_value(json_object_get(j, "out_dir"));
+    const char *jf = json_string_value(json_object_get(j, "job_file"));
+    json_t *c = json_object_get(j, "committed"), *r = json_object_get(j, "run");
+    json_t *members = json_object_get(j, "members");
+    if (!id || strlen(id) != POOL_JOB_ID_LEN || !by || strlen(by) >= sizeof s->submitted_by ||
+        !out || !jf || !json_is_boolean(json_object_get(j, "stop")) || !json_is_object(members))
+        return node_errf(err, errlen, "job: id, submitted_by, out_dir, job_file, stop and "
+                         "members are required");
+    snprintf(s->id, sizeof s->id, "%s", id);
+    snprintf(s->submitted_by, sizeof s->submitted_by, "%s", by);
+    s->out_dir = strdup(out);
+    s->job_file = strdup(jf);
+    s->stop = json_is_true(json_object_get(j, "stop"));
+    s->members = calloc(json_object_size(members) + 1, sizeof *s->members);
+    if (!s->out_dir || !s->job_file || !s->members) return node_errf(err, errlen, "out of memory");
+    char perr[400];
+    if (c && !json_is_null(c)) {
+        if (pool_plan_from_json(c, true, &s->committed, perr, sizeof perr))
+            return node_errf(err, errlen, "job: \"committed\": %s", perr);
+        s->has_committed = true;
+    }
+    if (r && !json_is_null(r)) {
+        if (pool_run_from_json(r, &s->run, err, errlen)) return -1;
+        s->has_run = true;
+    }
+    const char *name;
+    json_t *m;
+    json_object_foreach(members, name, m) {
+        if (status_member(name, m, &s->members[s->nmembers], err, errlen)) return -1;
+        s->nmembers++;
+    }
+    return 0;
+}
+
+int pool_status_from_json(json_t *j, pool_status *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    pool_run_init(&out->run);
+    if (!j || json_is_null(j)) return 1;
+    if (!json_is_object(j)) return node_errf(err, errlen, "job: not an object");
+    if (status_read(j, out, err, errlen) == 0) return 0;
+    pool_status_free(out);
+    return -1;
+}
+
+json_t *pool_status_to_json(const pool_status *s)
+{
+    json_t *members = json_object();
+    for (int i = 0; members && i < s->nmembers; i++) {
+        const pool_status_member *m = &s->members[i];
+        json_t *doc = pool_doc_to_json(m->doc);
+        json_object_del(doc, "bundle");
+        json_object_del(doc, "pool");
+        json_object_set_new(doc, "state", json_string(m->state));
+        json_object_set_new(doc, "address", json_string(m->address));
+        json_object_set_new(members, m->name, doc);
+    }
+    return json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:b,s:o}", "id", s->id, "submitted_by",
+                     s->submitted_by, "out_dir", s->out_dir ? s->out_dir : "", "job_file",
+                     s->job_file ? s->job_file : "", "committed",
+                     s->has_committed ? pool_plan_to_json(&s->committed) : json_null(), "run",
+                     s->has_run ? pool_run_to_json(&s->run) : json_null(), "stop", s->stop,
+                     "members", members);
+}
+
+int pool_status_from_reply(json_t *reply, pool_status *out, char *err, size_t errlen)
+{
+    return pool_status_from_json(json_object_get(reply, "job"), out, err, errlen);
+}
+
+int pool_reply_gossip_port(json_t *reply, const char *name)
+{
+    int port = GOSSIP_DEFAULT_PORT;
+    size_t k;
+    json_t *m;
+    json_array_foreach(json_object_get(reply, "members"), k, m) {
+        const char *n = json_string_value(json_object_get(m, "name"));
+        json_t *gp = json_object_get(m, "gossip_port");
+        if (n && name && strcmp(n, name) == 0 && json_is_integer(gp))
+            port = (int)json_integer_value(gp);
+    }
+    return port;
+}
+
+const char *pool_reply_own_address(json_t *reply)
+{
+    const char *own = NULL;
+    size_t k;
+    json_t *m;
+    json_array_foreach(json_object_get(reply, "members"), k, m)
+        if (json_is_true(json_object_get(m, "self")))
+            own = json_string_value(json_object_get(m, "address"));
+    return own;
+}
+
+const pool_status_member *pool_status_member_of(const pool_status *s, const char *name)
+{
+    for (int i = 0; name && i < s->nmembers; i++)
+        if (strcmp(s->members[i].name, name) == 0) return &s->members[i];
+    return NULL;
+}
+
+/* ---- a stage's progress: the last line of its metrics.jsonl ---- */
+
+int pool_run_progress_from_line(const char *line, int64_t *step, double *loss, double *tps,
+                                double *step_ms)
+{
+    json_t *m = line && line[0] ? json_loads(line, 0, NULL) : NULL;
+    json_t *s = json_object_get(m, "step");
+    int rc = json_is_integer(s) ? 0 : -1;
+    if (rc == 0) {
+        *step = (int64_t)json_integer_value(s);
+        *loss = json_number_value(json_object_get(m, "loss"));
+        *tps = json_number_value(json_object_get(m, "tokens_per_s"));
+        *step_ms = json_number_value(json_object_get(m, "step_ms"));
+    }
+    json_decref(m);
+    return rc;
+}

@@ -1,0 +1,253 @@
+/* pool_doc.h — private to node/: the documents of a job on the pool as C
+ * types (docs/PROTOCOL.md, "Jobs and the plan election"): a list of member
+ * names, the plan (a layout, or a committed section), a vote, a member's
+ * profile, links and run, the member's whole job document, what a node
+ * saves across restarts, and the job section of `status`. Each has one
+ * parse-and-validate function (_from_json: every key known, every field
+ * typed and bounded, a refusal naming the field) and one writer (_to_json:
+ * the same keys, the same bytes once dumped compact and key-sorted). Nothing
+ * else in node/ reads these documents' keys. pool_plan.c: names, plans,
+ * votes; pool_doc.c: the rest. */
+#ifndef SHARDNODE_POOL_DOC_H
+#define SHARDNODE_POOL_DOC_H
+
+#include "mesh.h"
+#include "pool_job.h"
+#include "scheduler.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define POOL_TEXT_MAX 1024          /* an error or a reason in a document, with the NUL */
+
+/* ---- names (pool_plan.c) ---- */
+
+typedef struct {
+    int n;
+    char (*name)[MESH_NAME_MAX];    /* malloc'ed */
+} pool_names;
+
+/* A JSON list of node names (null or absent: empty). what names the field. */
+int pool_names_from_json(json_t *j, pool_names *out, const char *what, char *err,
+                         size_t errlen);
+json_t *pool_names_to_json(const pool_names *n);
+int pool_names_add(pool_names *n, const char *name);
+int pool_names_copy(pool_names *dst, const pool_names *src);
+bool pool_names_equal(const pool_names *a, const pool_names *b);
+void pool_names_free(pool_names *n);
+
+/* ---- the plan (pool_plan.c) ----
+ * A stage is a range of decoder layers held by members: one member today
+ * (the wire form [name, first layer, end layer, overlay address, predicted
+ * ns]); data parallelism inside a stage will let several hold it. */
+#define POOL_STAGE_HOLDERS 1
+#define POOL_MAX_STAGES ELECT_MAX_NAMED   /* a vote names every stage's member */
+
+typedef struct {
+    char name[MESH_NAME_MAX];
+    char address[GOSSIP_ADDR_MAX];  /* its overlay address, from its own record */
+} pool_holder;
+
+typedef struct {
+    int layer_begin, layer_end;     /* [begin, end) */
+    int64_t time_ns;                /* predicted, one micro-batch */
+    int nholders;                   /* 1 (POOL_STAGE_HOLDERS) */
+    pool_holder holder[POOL_STAGE_HOLDERS];
+} pool_stage;
+
+/* A layout {"mb", "step_ns", "step_ns_shared", "stages"}; a committed
+ * section adds {"e": epoch, "h": plan hash, "m": base membership of the
+ * next epoch}. */
+typedef struct {
+    int64_t mb, step_ns, step_ns_shared;
+    bool has_shared;                /* step_ns_shared is present */
+    int nstages;
+    pool_stage stage[POOL_MAX_STAGES];
+    int64_t epoch;                  /* committed: >= 1; 0: a layout */
+    uint64_t hash;                  /* committed: the plan hash it claims */
+    pool_names members;             /* committed */
+} pool_plan;
+
+int pool_plan_from_json(json_t *j, bool committed, pool_plan *out, char *err, size_t errlen);
+/* A committed section when p->epoch > 0, else a layout. */
+json_t *pool_plan_to_json(const pool_plan *p);
+/* The plan hash: the first 8 bytes (big-endian) of the SHA-256 of the
+ * compact, key-sorted JSON of the layout (never 0). */
+uint64_t pool_plan_hash(const pool_plan *p);
+int pool_plan_copy(pool_plan *dst, const pool_plan *src);
+void pool_plan_free(pool_plan *p);
+/* The stage member holds, or -1. */
+int pool_plan_stage_of(const pool_plan *p, const char *member);
+
+/* ---- a vote (pool_plan.c) ---- */
+
+typedef struct {
+    elect_vote v;                   /* epoch 0: none */
+    pool_names members;             /* "m": the view members the voter saw */
+} pool_vote;
+
+/* {"e", "b", "bp", "v", "p", "n", "m"} (hashes as hex). */
+int pool_vote_from_json(json_t *j, pool_vote *out, char *err, size_t errlen);
+json_t *pool_vote_to_json(const pool_vote *v);
+int pool_vote_copy(pool_vote *dst, const pool_vote *src);
+void pool_vote_free(pool_vote *v);
+
+void pool_hex64(uint64_t v, char out[17]);
+/* 1 to 16 lowercase hex digits into *v; -1 otherwise. */
+int pool_hex64_parse(const char *s, uint64_t *v);
+
+/* ---- profile, links, run (pool_doc.c) ---- */
+
+typedef struct {
+    cost_profile prof;              /* "b", "f", "k", "o", "mem", "s" */
+    char device[128];               /* "d" */
+} pool_profile;
+
+/* The profile `shardnode profile --out` wrote for this shape (its
+ * device_name as the device). */
+int pool_profile_from_file(const char *path, const cost_shape *shape, pool_profile *out,
+                           char *err, size_t errlen);
+
+typedef struct {
+    char name[MESH_NAME_MAX];
+    int64_t latency_ns, bandwidth;  /* bytes per second */
+} pool_link;
+
+typedef struct {
+    int n;
+    pool_link *l;                   /* malloc'ed */
+} pool_links;
+
+/* {"NAME": [latency_ns, bytes_per_s], ...}: a document's "links", and the
+ * file `shardnode probe-links` writes. */
+int pool_links_from_json(json_t *j, pool_links *out, char *err, size_t errlen);
+json_t *pool_links_to_json(const pool_links *l);
+int pool_links_add(pool_links *l, const char *name, int64_t latency_ns, int64_t bandwidth);
+const pool_link *pool_links_find(const pool_links *l, const char *name);
+int pool_links_copy(pool_links *dst, const pool_links *src);
+void pool_links_free(pool_links *l);
+
+typedef enum {
+    POOL_RUN_NONE = 0,              /* no "state" (a run that holds only "gathered") */
+    POOL_RUN_RUNNING,
+    POOL_RUN_DONE,
+    POOL_RUN_FAILED,
+    POOL_RUN_STOPPED,
+} pool_run_state;
+
+const char *pool_run_state_name(pool_run_state s);
+
+/* {"state", "step", "steps", "loss", "tps", "step_ms", "error", "gathered"}. */
+typedef struct {
+    pool_run_state state;
+    bool has_step, has_steps, has_loss, has_tps, has_step_ms;
+    int64_t step, steps;
+    double loss, tps, step_ms;
+    char error[POOL_TEXT_MAX];      /* "" none */
+    int gathered;                   /* -1 absent, 0 failed, 1 done */
+} pool_run;
+
+int pool_run_from_json(json_t *j, pool_run *out, char *err, size_t errlen);
+/* A line of a stage's metrics.jsonl (docs/FORMATS.md, "Metrics"): its step,
+ * loss, tokens_per_s and step_ms. -1 when it holds no step. */
+int pool_run_progress_from_line(const char *line, int64_t *step, double *loss, double *tps,
+                                double *step_ms);
+json_t *pool_run_to_json(const pool_run *r);
+void pool_run_init(pool_run *r);
+
+/* ---- a member's job document (pool_doc.c) ---- */
+
+enum {
+    POOL_HAS_POOL = 1 << 0, POOL_HAS_STOP = 1 << 1, POOL_HAS_COMPUTE = 1 << 2,
+    POOL_HAS_HOST = 1 << 3, POOL_HAS_CORES = 1 << 4, POOL_HAS_THREADS = 1 << 5,
+    POOL_HAS_FIRST = 1 << 6, POOL_HAS_ANY = 1 << 7, POOL_HAS_READY = 1 << 8,
+    POOL_HAS_PROF = 1 << 9, POOL_HAS_LINKS = 1 << 10, POOL_HAS_VOTE = 1 << 11,
+    POOL_HAS_COMMITTED = 1 << 12, POOL_HAS_RUN = 1 << 13,
+};
+
+/* The `job` text of a member record: what that member knows and does about
+ * the mesh's current job (PROTOCOL.md, "The job document"). Every key but
+ * "id" is optional; `has` says which the document carries. */
+typedef struct {
+    char id[POOL_JOB_ID_LEN + 1];
+    pool_bundle *bundle;            /* NULL: not carried */
+    unsigned has;                   /* POOL_HAS_* */
+    pool_names pool;
+    bool stop, compute, first, any, ready;
+    char host[17];
+    int64_t cores, threads;
+    pool_lacks lacks;               /* "lack" (written when not empty) */
+    char error[POOL_TEXT_MAX];      /* "" none (so for prof_error and why) */
+    char prof_error[POOL_TEXT_MAX];
+    char why[POOL_TEXT_MAX];
+    pool_profile prof;
+    pool_links links;
+    pool_vote vote;
+    pool_plan committed;
+    pool_run run;
+} pool_doc;
+
+int pool_doc_from_json(json_t *j, pool_doc *out, char *err, size_t errlen);
+/* The record's text: "" is no document (*out zeroed, 0 returned). */
+int pool_doc_from_text(const char *text, pool_doc *out, char *err, size_t errlen);
+json_t *pool_doc_to_json(const pool_doc *d);
+/* The compact, key-sorted text that goes into the record (malloc'ed). */
+char *pool_doc_to_text(const pool_doc *d);
+void pool_doc_init(pool_doc *d);
+void pool_doc_free(pool_doc *d);
+/* What the view hash covers of member `name` with document d: the compact,
+ * key-sorted JSON of {"name", "host", "cores", "threads", "compute",
+ * "first", "any", "prof", "links"} (malloc'ed). */
+char *pool_doc_view_text(const char *name, const pool_doc *d);
+
+/* ---- what a node saves across restarts: STATE/jobs/ID/state.json ---- */
+
+typedef struct {
+    bool has_committed, has_run, has_vote;
+    pool_plan committed;
+    pool_run run;
+    bool stop;
+    pool_vote vote;
+} pool_saved;
+
+/* {"committed", "run", "stop", "vote"}, null for absent. */
+int pool_saved_from_json(json_t *j, pool_saved *out, char *err, size_t errlen);
+json_t *pool_saved_to_json(const pool_saved *s);
+void pool_saved_free(pool_saved *s);
+
+/* ---- the job section of `status` (docs/FORMATS.md, "Control socket") ---- */
+
+typedef struct {
+    char name[MESH_NAME_MAX];
+    char state[16];                 /* alive, suspect, dead, left */
+    char address[GOSSIP_ADDR_MAX];
+    pool_doc *doc;                  /* its document without bundle and pool */
+} pool_status_member;
+
+typedef struct {
+    char id[POOL_JOB_ID_LEN + 1];
+    char submitted_by[MESH_NAME_MAX];
+    char *out_dir, *job_file;       /* malloc'ed */
+    bool has_committed, has_run, stop;
+    pool_plan committed;            /* this node's */
+    pool_run run;                   /* this node's */
+    int nmembers;
+    pool_status_member *members;
+} pool_status;
+
+/* The "job" of a status reply; null gives 1 (no job) with *out zero. */
+int pool_status_from_json(json_t *j, pool_status *out, char *err, size_t errlen);
+json_t *pool_status_to_json(const pool_status *s);
+void pool_status_free(pool_status *s);
+/* The same from a whole status reply ({"self", "members", "job", ...}). */
+int pool_status_from_reply(json_t *reply, pool_status *out, char *err, size_t errlen);
+/* From a status reply's list of members: the gossip port of member `name`
+ * (GOSSIP_DEFAULT_PORT when not listed), this node's overlay address (NULL
+ * when not listed). */
+int pool_reply_gossip_port(json_t *reply, const char *name);
+const char *pool_reply_own_address(json_t *reply);
+/* The member's entry of a status, or NULL. */
+const pool_status_member *pool_status_member_of(const pool_status *s, const char *name);
+
+#endif
