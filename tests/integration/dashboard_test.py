@@ -37,6 +37,7 @@ Exits 77 (skipped) after the other checks when chromium is not installed
 """
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -52,22 +53,13 @@ import urllib.error
 import urllib.request
 import xml.etree.ElementTree as ET
 
-SKIP = 77
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import nslib  # noqa: E402
+from nslib import SKIP, Failure, check, log  # noqa: E402
+
 NAMES = ["a", "b", "c"]
 STEPS = 1000000   # never done: the job is running while the test looks
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-
-
-def log(msg):
-    print(msg, flush=True)
+run = functools.partial(nslib.run, timeout=120)
 
 
 def free_port(kind=socket.SOCK_STREAM):
@@ -75,14 +67,6 @@ def free_port(kind=socket.SOCK_STREAM):
     s.bind(("127.0.0.1", 0))
     p = s.getsockname()[1]
     s.close()
-    return p
-
-
-def run(cmd, timeout=120, ok=True):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       timeout=timeout)
-    if ok and p.returncode != 0:
-        raise Failure("%s exited %d:\n%s%s" % (" ".join(cmd), p.returncode, p.stdout, p.stderr))
     return p
 
 
