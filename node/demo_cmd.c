@@ -10,10 +10,15 @@
  *
  * Namespaces and WireGuard need root. A loopback mode (the nodes on
  * 127.0.0.x of the host namespace) may come later for unprivileged users;
- * until then the demo refuses to start without root. */
+ * until then the demo refuses to start without root.
+ *
+ * The network namespaces (building them, and taking them down with
+ * whatever was left in them) are demo_ns.c's; demo_internal.h is what the
+ * two files share. */
 #define _DEFAULT_SOURCE /* realpath */
 #include "keys.h"
 #include "node.h"
+#include "demo_internal.h"
 
 #include <jansson.h>
 
@@ -35,14 +40,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#define DEMO_NODES 3
-#define DEMO_PATH 4096
-#define DEMO_IFACES 8
-
-static const char *const demo_ns_hub = "sndemo-hub";
-static const char *const demo_names[DEMO_NODES] = {"a", "b", "c"};
-static const char *const demo_ns[DEMO_NODES] = {"sndemo-a", "sndemo-b", "sndemo-c"};
-static const char *const demo_ip[DEMO_NODES] = {"10.210.0.11", "10.210.0.12", "10.210.0.13"};
+const char *const demo_ns_hub = "sndemo-hub";
+const char *const demo_names[DEMO_NODES] = {"a", "b", "c"};
+const char *const demo_ns[DEMO_NODES] = {"sndemo-a", "sndemo-b", "sndemo-c"};
+const char *const demo_ip[DEMO_NODES] = {"10.210.0.11", "10.210.0.12", "10.210.0.13"};
 #define DEMO_PORT "51820"
 #define DEMO_PREFIX "10.79.0.0/16"
 /* Without root: the nodes are plain processes, their mesh prefix inside
@@ -60,26 +61,13 @@ static void demo_on_signal(int sig)
     demo_signal = sig;
 }
 
-typedef struct {
-    char exe[DEMO_PATH];                 /* this shardnode binary */
-    char dir[DEMO_PATH];                 /* absolute --dir */
-    char state[DEMO_NODES][DEMO_PATH];   /* DIR/a ... */
-    char log[DEMO_NODES][DEMO_PATH];     /* DIR/a.log ... */
-    pid_t node[DEMO_NODES];              /* node processes (each its own group); 0: none */
-    int node_status[DEMO_NODES];         /* exit status once reaped */
-    bool node_reaped[DEMO_NODES];
-    bool ns_made;                        /* the namespaces may exist */
-    char ifaces[DEMO_IFACES][32];        /* interface names seen in the namespaces */
-    int nifaces;
-} demo_t;
-
-static void sleep_ms(long ms)
+void demo_sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
 }
 
-static double now_s(void)
+double demo_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -124,17 +112,17 @@ static pid_t spawn(char *const argv[], int out_fd, int err_fd, bool new_group, c
  * for signal n) or -1 with err. */
 static int wait_child(pid_t pid, const char *what, double timeout_s, char *err, size_t errlen)
 {
-    double end = now_s() + timeout_s;
+    double end = demo_now_s() + timeout_s;
     for (;;) {
         int st;
         pid_t r = waitpid(pid, &st, WNOHANG);
         if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
         if (r < 0 && errno != EINTR)
             return node_errf(err, errlen, "%s: waitpid: %s", what, strerror(errno));
-        bool stop = demo_signal != 0, late = timeout_s > 0 && now_s() > end;
+        bool stop = demo_signal != 0, late = timeout_s > 0 && demo_now_s() > end;
         if (stop || late) {
             kill(pid, SIGTERM);
-            for (int i = 0; i < 50 && waitpid(pid, &st, WNOHANG) == 0; i++) sleep_ms(100);
+            for (int i = 0; i < 50 && waitpid(pid, &st, WNOHANG) == 0; i++) demo_sleep_ms(100);
             if (waitpid(pid, &st, WNOHANG) == 0) {
                 kill(pid, SIGKILL);
                 waitpid(pid, &st, 0);
@@ -143,7 +131,7 @@ static int wait_child(pid_t pid, const char *what, double timeout_s, char *err, 
                                        (int)demo_signal);
             return node_errf(err, errlen, "%s: still running after %.0f s", what, timeout_s);
         }
-        sleep_ms(50);
+        demo_sleep_ms(50);
     }
 }
 
@@ -157,7 +145,7 @@ static int run_cmd(char *const argv[], int out_fd, double timeout_s, char *err, 
 }
 
 /* Runs argv with ok==0 required; err names the command. */
-static int run_ok(char *const argv[], double timeout_s, char *err, size_t errlen)
+int demo_run_ok(char *const argv[], double timeout_s, char *err, size_t errlen)
 {
     char why[512];
     int rc = run_cmd(argv, -1, timeout_s, why, sizeof why);
@@ -172,8 +160,8 @@ static int run_ok(char *const argv[], double timeout_s, char *err, size_t errlen
 
 /* Runs argv and collects its stdout (NUL-terminated, truncated to len);
  * stderr goes to the terminal. Returns the exit code or -1. */
-static int run_capture(char *const argv[], char *out, size_t len, double timeout_s, char *err,
-                       size_t errlen)
+int demo_run_capture(char *const argv[], char *out, size_t len, double timeout_s, char *err,
+                     size_t errlen)
 {
     int fd[2];
     if (pipe(fd) != 0) return node_errf(err, errlen, "%s: pipe: %s", argv[0], strerror(errno));
@@ -184,7 +172,7 @@ static int run_capture(char *const argv[], char *out, size_t len, double timeout
         return -1;
     }
     size_t got = 0;
-    double end = now_s() + timeout_s;
+    double end = demo_now_s() + timeout_s;
     for (;;) {
         struct pollfd p = {fd[0], POLLIN, 0};
         int n = poll(&p, 1, 100);
@@ -199,11 +187,11 @@ static int run_capture(char *const argv[], char *out, size_t len, double timeout
                 got += take;
             }
         }
-        if (demo_signal || now_s() > end) break;
+        if (demo_signal || demo_now_s() > end) break;
     }
     close(fd[0]);
     if (len) out[got] = '\0';
-    return wait_child(pid, argv[0], timeout_s > 0 ? end - now_s() + 1 : 0, err, errlen);
+    return wait_child(pid, argv[0], timeout_s > 0 ? end - demo_now_s() + 1 : 0, err, errlen);
 }
 
 /* ---- files -------------------------------------------------------------- */
@@ -275,220 +263,6 @@ static void print_tail(const char *path, int n)
             got && buf[got - 1] != '\n' ? "\n" : "");
 }
 
-/* ---- namespaces ---------------------------------------------------------- */
-
-static void add_iface(demo_t *d, const char *name)
-{
-    if (strlen(name) >= sizeof d->ifaces[0]) return;
-    for (int i = 0; i < d->nifaces; i++)
-        if (strcmp(d->ifaces[i], name) == 0) return;
-    if (d->nifaces < DEMO_IFACES) snprintf(d->ifaces[d->nifaces++], sizeof d->ifaces[0], "%s", name);
-}
-
-/* The WireGuard interface a state directory's node uses (as daemon_state.c
- * names it: node.json "ifname", else "sn" + its public key's first bytes),
- * so the UAPI socket of a wireguard-go killed with SIGKILL (its interface
- * gone with it) can still be found. Best effort. */
-static void note_state_iface(demo_t *d, const char *state)
-{
-    char path[DEMO_PATH + 16], err[256];
-    snprintf(path, sizeof path, "%s/node.json", state);
-    json_t *node = access(path, F_OK) == 0 ? node_load_json(path, err, sizeof err) : NULL;
-    const char *ifname = node ? node_json_str(node, "ifname") : NULL;
-    if (ifname && *ifname) {
-        add_iface(d, ifname);
-    } else {
-        uint8_t priv[KEYS_LEN], pub[KEYS_LEN];
-        snprintf(path, sizeof path, "%s/wg.key", state);
-        if (access(path, F_OK) == 0 && keys_file_read(path, priv, err, sizeof err) == 0 &&
-            keys_x25519_public(priv, pub, err, sizeof err) == 0) {
-            char hex[9], name[16];
-            node_hex_encode(pub, 4, hex);
-            snprintf(name, sizeof name, "sn%s", hex);
-            add_iface(d, name);
-        }
-        memset(priv, 0, sizeof priv);
-    }
-    json_decref(node);
-}
-
-/* Interface names in ns other than ours (lo, eth0, br0, the veths): the
- * wireguard-go interfaces, whose UAPI sockets a SIGKILL leaves behind. */
-static void note_ifaces(demo_t *d, const char *ns)
-{
-    char *argv[] = {"ip", "-n", (char *)ns, "-o", "link", "show", NULL};
-    char out[16384], err[256];
-    if (run_capture(argv, out, sizeof out, 10, err, sizeof err) != 0) return;
-    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
-        char *p = strchr(line, ':');
-        if (!p) continue;
-        p += strspn(p + 1, " ") + 1;
-        size_t k = strcspn(p, ":@");
-        if (k == 0 || k >= sizeof d->ifaces[0]) continue;
-        char name[32];
-        memcpy(name, p, k);
-        name[k] = '\0';
-        if (strcmp(name, "lo") == 0 || strcmp(name, "eth0") == 0 || strcmp(name, "br0") == 0 ||
-            strncmp(name, "v-", 2) == 0)
-            continue;
-        add_iface(d, name);
-    }
-}
-
-/* Pids of the processes whose network namespace is ns (as `ip netns pids`). */
-static int ns_pids(const char *ns, pid_t *pids, int max)
-{
-    char path[128];
-    snprintf(path, sizeof path, "/run/netns/%s", ns);
-    struct stat nst;
-    if (stat(path, &nst) != 0) return 0;
-    DIR *proc = opendir("/proc");
-    if (!proc) return 0;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(proc)) != NULL && n < max) {
-        char *end;
-        long pid = strtol(e->d_name, &end, 10);
-        if (*end || pid <= 0 || pid == (long)getpid()) continue;
-        char link[300];
-        snprintf(link, sizeof link, "/proc/%ld/ns/net", pid);
-        struct stat st;
-        if (stat(link, &st) == 0 && st.st_ino == nst.st_ino && st.st_dev == nst.st_dev)
-            pids[n++] = (pid_t)pid;
-    }
-    closedir(proc);
-    return n;
-}
-
-/* Kills whatever runs in ns (SIGTERM, up to wait_s, then SIGKILL); returns
- * how many processes it found. */
-static int ns_kill_all(const char *ns, double wait_s)
-{
-    pid_t pids[256];
-    int n = ns_pids(ns, pids, 256), found = n;
-    if (!n) return 0;
-    for (int i = 0; i < n; i++) kill(pids[i], SIGTERM);
-    double end = now_s() + wait_s;
-    while ((n = ns_pids(ns, pids, 256)) > 0 && now_s() < end) {
-        while (waitpid(-1, NULL, WNOHANG) > 0) {}
-        sleep_ms(100);
-    }
-    for (int i = 0; i < n; i++) kill(pids[i], SIGKILL);
-    for (int i = 0; i < 20 && ns_pids(ns, pids, 256) > 0; i++) {
-        while (waitpid(-1, NULL, WNOHANG) > 0) {}
-        sleep_ms(100);
-    }
-    return found;
-}
-
-static bool ns_exists(const char *ns)
-{
-    char path[128];
-    snprintf(path, sizeof path, "/run/netns/%s", ns);
-    return access(path, F_OK) == 0;
-}
-
-/* A live UAPI socket answers connect(); a stale one (its wireguard-go
- * killed) refuses. */
-static bool socket_live(const char *path)
-{
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    if (fd < 0) return true;
-    struct sockaddr_un a;
-    memset(&a, 0, sizeof a);
-    a.sun_family = AF_UNIX;
-    if (strlen(path) >= sizeof a.sun_path) {
-        close(fd);
-        return true;
-    }
-    memcpy(a.sun_path, path, strlen(path) + 1);
-    bool live = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
-    close(fd);
-    return live;
-}
-
-/* Deletes the demo's namespaces (and kills what runs there); prints what it
- * did when loud. Returns the number of problems. */
-static int ns_destroy(demo_t *d, bool loud)
-{
-    const char *all[DEMO_NODES + 1] = {demo_ns[0], demo_ns[1], demo_ns[2], demo_ns_hub};
-    int problems = 0, killed = 0, deleted = 0;
-    for (int i = 0; i < DEMO_NODES; i++) note_state_iface(d, d->state[i]);
-    for (int i = 0; i <= DEMO_NODES; i++)
-        if (ns_exists(all[i])) note_ifaces(d, all[i]);
-    for (int i = 0; i <= DEMO_NODES; i++)
-        if (ns_exists(all[i])) killed += ns_kill_all(all[i], 5);
-    for (int i = 0; i <= DEMO_NODES; i++) {
-        if (!ns_exists(all[i])) continue;
-        pid_t left[4];
-        int n = ns_pids(all[i], left, 4);
-        if (n) {
-            fprintf(stderr, "shardnode demo: namespace %s: %d process(es) survive SIGKILL "
-                            "(pid %ld...)\n", all[i], n, (long)left[0]);
-            problems++;
-        }
-        char *argv[] = {"ip", "netns", "del", (char *)all[i], NULL};
-        char err[600];
-        if (run_ok(argv, 30, err, sizeof err) != 0) {
-            fprintf(stderr, "shardnode demo: %s\n", err);
-            problems++;
-        } else {
-            deleted++;
-        }
-    }
-    int sockets = 0;
-    for (int i = 0; i < d->nifaces; i++) {
-        char path[128];
-        snprintf(path, sizeof path, "/var/run/wireguard/%s.sock", d->ifaces[i]);
-        if (access(path, F_OK) == 0 && !socket_live(path) && unlink(path) == 0) sockets++;
-    }
-    if (loud || killed || deleted || sockets)
-        printf("%s%d namespace(s) deleted, %d leftover process(es) killed in them, "
-               "%d stale wireguard socket(s) removed\n", loud ? "cleanup: " : "leftovers: ",
-               deleted, killed, sockets);
-    d->nifaces = 0;
-    return problems;
-}
-
-static int ip_run(char *err, size_t errlen, ...)
-{
-    char *argv[24];
-    int n = 0;
-    argv[n++] = "ip";
-    va_list ap;
-    va_start(ap, errlen);
-    char *a;
-    while ((a = va_arg(ap, char *)) != NULL && n < 23) argv[n++] = a;
-    va_end(ap);
-    argv[n] = NULL;
-    return run_ok(argv, 30, err, errlen);
-}
-
-static int ns_build(demo_t *d, char *err, size_t errlen)
-{
-    char *hub = (char *)demo_ns_hub;
-    d->ns_made = true;
-    if (ip_run(err, errlen, "netns", "add", hub, NULL) ||
-        ip_run(err, errlen, "-n", hub, "link", "set", "lo", "up", NULL) ||
-        ip_run(err, errlen, "-n", hub, "link", "add", "br0", "type", "bridge", NULL) ||
-        ip_run(err, errlen, "-n", hub, "link", "set", "br0", "up", NULL))
-        return -1;
-    for (int i = 0; i < DEMO_NODES; i++) {
-        char *ns = (char *)demo_ns[i], veth[16], addr[32];
-        snprintf(veth, sizeof veth, "v-%s", demo_names[i]);
-        snprintf(addr, sizeof addr, "%s/24", demo_ip[i]);
-        if (ip_run(err, errlen, "netns", "add", ns, NULL) ||
-            ip_run(err, errlen, "-n", ns, "link", "set", "lo", "up", NULL) ||
-            ip_run(err, errlen, "-n", hub, "link", "add", veth, "type", "veth", "peer", "name",
-                   "eth0", "netns", ns, NULL) ||
-            ip_run(err, errlen, "-n", hub, "link", "set", veth, "master", "br0", "up", NULL) ||
-            ip_run(err, errlen, "-n", ns, "addr", "add", addr, "dev", "eth0", NULL) ||
-            ip_run(err, errlen, "-n", ns, "link", "set", "eth0", "up", NULL))
-            return -1;
-    }
-    return 0;
-}
-
 /* ---- the nodes ------------------------------------------------------------ */
 
 static int node_start(demo_t *d, int i, char *const args[], char *err, size_t errlen)
@@ -548,20 +322,20 @@ static int alive_members(json_t *st)
  * want members are alive (want 0: until it answers at all). */
 static int wait_status(demo_t *d, int i, int want, double timeout_s, char *err, size_t errlen)
 {
-    double end = now_s() + timeout_s;
+    double end = demo_now_s() + timeout_s;
     char why[1024] = "";
     int alive = 0;
-    while (now_s() < end) {
+    while (demo_now_s() < end) {
         if (nodes_check(d, err, errlen) != 0) return -1;
         json_t *st = node_control_request(d->state[i], "status", why, sizeof why);
         if (st) {
             alive = alive_members(st);
             const char *ifname = node_json_str(st, "interface");
-            if (ifname) add_iface(d, ifname);
+            if (ifname) demo_add_iface(d, ifname);
             json_decref(st);
             if (alive >= want) return 0;
         }
-        sleep_ms(500);
+        demo_sleep_ms(500);
     }
     if (want == 0)
         return node_errf(err, errlen, "node %s: no answer on %s/control.sock after %.0f s (%s)",
@@ -576,7 +350,7 @@ static int nodes_stop(demo_t *d)
     int stopped = 0;
     for (int i = 0; i < DEMO_NODES; i++)
         if (d->node[i]) kill(-d->node[i], SIGTERM);
-    double end = now_s() + 10;
+    double end = demo_now_s() + 10;
     for (;;) {
         bool any = false;
         for (int i = 0; i < DEMO_NODES; i++) {
@@ -589,8 +363,8 @@ static int nodes_stop(demo_t *d)
             /* the group may still hold wireguard-go after the node itself */
             if (!d->node_reaped[i] || kill(-d->node[i], 0) == 0) any = true;
         }
-        if (!any || now_s() > end) break;
-        sleep_ms(100);
+        if (!any || demo_now_s() > end) break;
+        demo_sleep_ms(100);
     }
     for (int i = 0; i < DEMO_NODES; i++) {
         if (!d->node[i]) continue;
@@ -617,10 +391,10 @@ static void cleanup(demo_t *d, bool keep)
     demo_signal = 0;
     printf("== cleanup\n");
     for (int i = 0; i < DEMO_NODES; i++)
-        if (ns_exists(demo_ns[i])) note_ifaces(d, demo_ns[i]);
+        if (demo_ns_exists(demo_ns[i])) demo_note_ifaces(d, demo_ns[i]);
     int stopped = nodes_stop(d);
     printf("cleanup: %d node process group(s) stopped\n", stopped);
-    if (d->ns_made) problems += ns_destroy(d, true);
+    if (d->ns_made) problems += demo_ns_destroy(d, true);
     if (!keep) {
         int removed = 0;
         for (int i = 0; i < DEMO_NODES; i++) {
@@ -712,7 +486,7 @@ static int make_kjv(demo_t *d, const job_spec *job, char *err, size_t errlen)
         printf("== tokenizer: byte-level BPE, 2048 tokens, into %s\n", job->tokenizer);
         char *argv[] = {d->exe, "tokenizer", "train", "--input", (char *)data, "--vocab-size",
                         "2048", "--out", job->tokenizer, NULL};
-        if (run_ok(argv, 0, err, errlen) != 0) return -1;
+        if (demo_run_ok(argv, 0, err, errlen) != 0) return -1;
     }
     return 0;
 }
@@ -744,7 +518,7 @@ static int check_inputs(demo_t *d, const char *job_path, bool is_default, char *
 
 static int demo_pool(demo_t *d, char *err, size_t errlen)
 {
-    double t0 = now_s();
+    double t0 = demo_now_s();
     const char *prefix = demo_loopback ? DEMO_LOOPBACK_PREFIX : DEMO_PREFIX;
     char endpoint[DEMO_NODES][40];
     if (demo_loopback) {
@@ -754,7 +528,7 @@ static int demo_pool(demo_t *d, char *err, size_t errlen)
             snprintf(endpoint[i], sizeof endpoint[i], "%s", demo_lo_endpoint[i]);
     } else {
         printf("== pool: %d nodes in network namespaces (wireguard-go)\n", DEMO_NODES);
-        if (ns_build(d, err, errlen) != 0) return -1;
+        if (demo_ns_build(d, err, errlen) != 0) return -1;
         printf("namespaces %s (bridge br0), %s %s %s at %s %s %s\n", demo_ns_hub, demo_ns[0],
                demo_ns[1], demo_ns[2], demo_ip[0], demo_ip[1], demo_ip[2]);
         for (int i = 0; i < DEMO_NODES; i++)
@@ -787,7 +561,7 @@ static int demo_pool(demo_t *d, char *err, size_t errlen)
                              "--state", d->state[i - 1], NULL};
         char **invite = demo_loopback ? invite_ns + 4 : invite_ns;
         char out[4096];
-        rc = run_capture(invite, out, sizeof out, 30, why, sizeof why);
+        rc = demo_run_capture(invite, out, sizeof out, 30, why, sizeof why);
         if (rc != 0) {
             if (rc > 0) snprintf(why, sizeof why, "exited %d", rc);
             return node_errf(err, errlen, "shardnode invite --state %s: %s", d->state[i - 1],
@@ -815,25 +589,26 @@ static int demo_pool(demo_t *d, char *err, size_t errlen)
                demo_names[i - 1], endpoint[i], d->log[i]);
     }
     /* every node must see every member alive, not only a */
-    double end = now_s() + 60;
+    double end = demo_now_s() + 60;
     for (int i = 0; i < DEMO_NODES; i++)
-        if (wait_status(d, i, DEMO_NODES, end - now_s() > 1 ? end - now_s() : 1, err, errlen))
+        if (wait_status(d, i, DEMO_NODES, end - demo_now_s() > 1 ? end - demo_now_s() : 1, err,
+                        errlen))
             return -1;
-    printf("pool: %d members alive after %.1f s\n", DEMO_NODES, now_s() - t0);
+    printf("pool: %d members alive after %.1f s\n", DEMO_NODES, demo_now_s() - t0);
     if (demo_loopback)
         printf("dashboard: http://%s/ (node a; b on %s, c on %s)\n", http[0], http[1], http[2]);
     else
         printf("dashboard: http://%s/ inside namespace %s (node a; e.g. `ip netns exec %s curl "
                "-s http://%s/metrics`)\n", http[0], demo_ns[0], demo_ns[0], http[0]);
     char *status[] = {d->exe, "status", "--state", d->state[0], NULL};
-    if (run_ok(status, 30, err, errlen) != 0) return -1;
+    if (demo_run_ok(status, 30, err, errlen) != 0) return -1;
     return 0;
 }
 
 static int demo_run(demo_t *d, const char *job_path, char *err, size_t errlen)
 {
     printf("== job: %s on the pool, submitted through node a\n", job_path);
-    double t0 = now_s();
+    double t0 = demo_now_s();
     char *train[] = {d->exe, "train", "--state", d->state[0], "--job", (char *)job_path,
                      "--wait", NULL};
     char why[512];
@@ -843,9 +618,9 @@ static int demo_run(demo_t *d, const char *job_path, char *err, size_t errlen)
         return node_errf(err, errlen, "shardnode train --state %s --job %s --wait: %s",
                          d->state[0], job_path, why);
     }
-    printf("job: finished in %.1f s\n", now_s() - t0);
+    printf("job: finished in %.1f s\n", demo_now_s() - t0);
     char *status[] = {d->exe, "status", "--state", d->state[0], NULL};
-    if (run_ok(status, 30, err, errlen) != 0) return -1;
+    if (demo_run_ok(status, 30, err, errlen) != 0) return -1;
 
     json_t *st = node_control_request(d->state[0], "status", why, sizeof why);
     if (!st) return node_errf(err, errlen, "status of node a: %s", why);
@@ -861,7 +636,7 @@ static int demo_run(demo_t *d, const char *job_path, char *err, size_t errlen)
     printf("== sample from the gathered model (%s)\n", out);
     char *gen[] = {d->exe, "generate", "--model", out, "--prompt", "And God said", "--tokens",
                    "80", "--temperature", "0.8", "--seed", "7", NULL};
-    return run_ok(gen, 300, err, errlen);
+    return demo_run_ok(gen, 300, err, errlen);
 }
 
 int cmd_demo(int argc, char **argv)
@@ -968,10 +743,10 @@ int cmd_demo(int argc, char **argv)
     sigemptyset(&ign.sa_mask);
     sigaction(SIGPIPE, &ign, &old_pipe);
 
-    double t0 = now_s();
+    double t0 = demo_now_s();
     int rc = 1;
     /* leftovers of an earlier demo that was killed before its cleanup */
-    if (!demo_loopback) ns_destroy(&d, false);
+    if (!demo_loopback) demo_ns_destroy(&d, false);
     for (int i = 0; i < DEMO_NODES; i++) {
         if (access(d.state[i], F_OK) == 0 && remove_tree(d.state[i]) != 0) {
             fprintf(stderr, "shardnode demo: cannot remove the earlier %s: %s\n", d.state[i],
@@ -1002,7 +777,7 @@ out:
         fprintf(stderr, "shardnode demo: stopped by signal %d\n", (int)demo_signal);
         rc = 128 + demo_signal;
     }
-    if (rc == 0) printf("demo: done in %.1f s\n", now_s() - t0);
+    if (rc == 0) printf("demo: done in %.1f s\n", demo_now_s() - t0);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGHUP, &old_hup, NULL);
