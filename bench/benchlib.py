@@ -1,10 +1,17 @@
-"""What the bench/ scripts share: running shardnode, and the KJV corpus with
-its tokenizer in a work dir (kept between runs). Standard library only."""
+"""What the bench/ scripts share: running shardnode, the KJV corpus with its
+tokenizer in a work dir (kept between runs), and free_ports, which is the
+integration tests' (tests/integration/nslib.py, standard library only, as
+bench already takes llama_ref from tests/reference). Standard library only."""
 
 import os
-import socket
 import subprocess
 import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+from nslib import free_ports  # noqa: E402
+
+__all__ = ["die", "run", "kjv_corpus_and_tokenizer", "free_ports"]
 
 
 def die(msg):
@@ -48,15 +55,3 @@ def kjv_corpus_and_tokenizer(wd, shardnode, vocab, env=None):
              "--out", tok], 600, wd, env)
     return corpus, tok
 
-
-def free_ports(n):
-    """n distinct free TCP ports on loopback (bound at once, then released)."""
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports

@@ -12,7 +12,8 @@ puts this folder on sys.path and imports it):
   adversary_pool_test): Pool, the job's files (pool_job_files), the pool grown
   by chained invites (grow_pool), the losses and the gathered model against
   the single process;
-- files: metrics, write_json, corpus_and_tokenizer, max_rel_diff.
+- files: metrics, write_json, corpus_and_tokenizer, max_rel_diff; and
+  free_ports (pipeline_test; bench/benchlib.py takes it from here too).
 """
 
 import json
@@ -147,6 +148,19 @@ def run_test(name, body, report, cleanup, t_start, summary=None, cleaned=None):
     log("%s: %s (%.1f s)" % (name, "all checks passed" if rc == 0 else "FAILED",
                              time.time() - t_start))
     return rc
+
+
+def free_ports(n):
+    """n distinct free TCP ports on loopback (bound at once, then released)."""
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
 
 
 def metrics(path):

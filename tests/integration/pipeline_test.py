@@ -24,57 +24,12 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "reference"))
-import llama_ref as ref  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nslib import (Failure, check, corpus_and_tokenizer, free_ports, max_rel_diff,  # noqa: E402
+                   metrics, run)
 
 STEPS = 50
 LOSS_RTOL = 1e-5
-PASSAGE = "Gen1:1-Gen20:18"
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-
-
-def free_ports(n):
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
-
-
-def run(cmd, **kw):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       timeout=600, **kw)
-    if p.returncode != 0:
-        raise Failure("%s exited %d:\n%s%s" % (" ".join(cmd), p.returncode, p.stdout, p.stderr))
-    return p
-
-
-def metrics(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def prepare(sn, wd):
-    corpus = os.path.join(wd, "corpus.txt")
-    with open(corpus, "w") as f:
-        f.write(subprocess.run(["bible", PASSAGE], stdout=subprocess.PIPE, text=True,
-                               check=True).stdout)
-    tok = os.path.join(wd, "tokenizer.json")
-    run([sn, "tokenizer", "train", "--input", corpus, "--vocab-size", "512", "--out", tok])
-    return corpus, tok
 
 
 def write_config(path, tied):
@@ -86,10 +41,10 @@ def write_config(path, tied):
         json.dump(cfg, f)
 
 
-def write_job(wd, name, corpus, tok, config, micro_batch, out, grad_clip=None):
+def write_job(wd, name, corpus, tok, config, micro_batch, out, grad_clip=None, steps=STEPS):
     job = {"config": config, "tokenizer": tok,
            "data": {"files": [corpus], "separator": "\n\n", "val_fraction": 0.05},
-           "seq_len": 32, "batch": 8, "micro_batch": micro_batch, "steps": STEPS,
+           "seq_len": 32, "batch": 8, "micro_batch": micro_batch, "steps": steps,
            "lr": 3e-3, "min_lr": 3e-4, "warmup_steps": 5, "seed": 3, "log_interval": 1000,
            "out_dir": out}
     if grad_clip is not None:
@@ -153,28 +108,24 @@ def check_equal_run(sn, wd, corpus, tok, name, tied, micro_batch, schedule, wire
             check(rel <= rtol, "%s: step %d loss %.9g on node n%d, single process %.9g"
                   % (name, b["step"], a["loss"], i, b["loss"]))
     run([sn, "export", "--job", jobp, "--cluster", cluster])
-    a = ref.read_safetensors(os.path.join(pipe_out, "model.safetensors"))
-    b = ref.read_safetensors(os.path.join(single_out, "model.safetensors"))
-    check(sorted(a) == sorted(b), "%s: exported tensors differ: %s" % (name, sorted(set(a) ^ set(b))))
-    wdiff = 0.0
-    for k in b:
-        scale = max(float(abs(b[k]).max()), 1e-30)
-        wdiff = max(wdiff, float(abs(a[k] - b[k]).max()) / scale)
+    wdiff = max_rel_diff(os.path.join(pipe_out, "model.safetensors"),
+                         os.path.join(single_out, "model.safetensors"), "%s: exported" % name)
     check(wtol is None or wdiff <= wtol, "%s: exported model differs by %.2e (max rel) from the single process"
           % (name, wdiff))
     print("ok   %-28s %d steps: worst loss rel diff %.1e, exported weights rel diff %.1e "
           "(single %.1f s, 3 processes %.1f s)" % (name, STEPS, worst, wdiff, t1 - t0, t2 - t1))
 
 
-def check_kill(sn, wd, corpus, tok):
-    config = os.path.join(wd, "kill-config.json")
+def short_job(wd, name, corpus, tok, steps):
+    """WD/NAME.json: a job of steps steps on the untied model, in micro-batches of 2."""
+    config = os.path.join(wd, name + "-config.json")
     write_config(config, False)
-    job = write_job(wd, "kill", corpus, tok, config, 2, os.path.join(wd, "kill-out"))
-    with open(job) as f:
-        j = json.load(f)
-    j["steps"] = 100000
-    with open(job, "w") as f:
-        json.dump(j, f)
+    return write_job(wd, name, corpus, tok, config, 2, os.path.join(wd, name + "-out"),
+                     steps=steps)
+
+
+def check_kill(sn, wd, corpus, tok):
+    job = short_job(wd, "kill", corpus, tok, 100000)
     timeout_ms = 5000
     cluster = write_cluster(wd, "kill", free_ports(3), timeout_ms=timeout_ms)
     procs = start_nodes(sn, job, cluster, wd, "kill")
@@ -227,14 +178,7 @@ def check_impostor(sn, wd, corpus, tok):
     address than n0's (127.0.0.2; the cluster says 127.0.0.1) is dropped by
     n1, and closing it does not end the run: n1 keeps waiting for the real
     n0, and the run trains to the end."""
-    config = os.path.join(wd, "impostor-config.json")
-    write_config(config, False)
-    job = write_job(wd, "impostor", corpus, tok, config, 2, os.path.join(wd, "impostor-out"))
-    with open(job) as f:
-        j = json.load(f)
-    j["steps"] = 5
-    with open(job, "w") as f:
-        json.dump(j, f)
+    job = short_job(wd, "impostor", corpus, tok, 5)
     ports = free_ports(3)
     cluster = write_cluster(wd, "impostor", ports)
     procs = start_nodes(sn, job, cluster, wd, "impostor", only=(1, 2))
@@ -301,7 +245,7 @@ def main():
     os.makedirs(wd, exist_ok=True)
     t0 = time.time()
     try:
-        corpus, tok = prepare(sn, wd)
+        corpus, tok = corpus_and_tokenizer(sn, wd)
         check_equal_run(sn, wd, corpus, tok, "untied-mb1", False, 8, "1f1b")
         check_equal_run(sn, wd, corpus, tok, "untied-mb8", False, 1, "1f1b")
         check_equal_run(sn, wd, corpus, tok, "untied-mb8-gpipe", False, 1, "gpipe")
