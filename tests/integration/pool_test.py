@@ -83,6 +83,16 @@ def run_job(t, job, name, out, ref_metrics):
     return jid, stages, c.get("step_ns_shared", c["step_ns"]) / 1e6, sorted(ms)[len(ms) // 2], elapsed
 
 
+def shown_on_a(t, jid, *needles):
+    """a's `status` text once a carries job jid and the text holds every one of
+    needles; None before."""
+    s = t.status("a")
+    if not s or (s.get("job") or {}).get("id") != jid:
+        return None
+    p = t.sn_in("a", ["status", "--state", t.state("a")], ok=False)
+    return p.stdout if all(n in p.stdout for n in needles) else None
+
+
 def body(t):
     wd, corpus, tok, config, job = pool_job_files(t, STEPS)
     # the reference: one process
@@ -178,13 +188,8 @@ def body(t):
     out = t.sn_in("d", ["train", "--state", t.state("d"), "--job", jl]).stdout
     jid = out.split("train: job ")[1].split()[0]
 
-    def lack_reported():
-        s = t.status("a")
-        if not s or (s.get("job") or {}).get("id") != jid:
-            return None
-        p = t.sn_in("a", ["status", "--state", t.state("a")], ok=False)
-        return p.stdout if "problem: b lacks the job's data" in p.stdout and "corpus.txt" in p.stdout else None
-    out = t.wait("the lacking file in status", lack_reported, 60)
+    out = t.wait("the lacking file in status", lambda: shown_on_a(
+        t, jid, "problem: b lacks the job's data", "corpus.txt"), 60)
     log("ok   lacking file reported: " + [ln for ln in out.splitlines() if "lacks" in ln][0])
     t.sn_in("d", ["train", "--state", t.state("d"), "--stop"])
 
@@ -205,13 +210,8 @@ def body(t):
     out = t.sn_in("d", ["train", "--state", t.state("d"), "--job", jb]).stdout
     bid = out.split("train: job ")[1].split()[0]
 
-    def big_reported():
-        s = t.status("a")
-        if not s or (s.get("job") or {}).get("id") != bid:
-            return None
-        p = t.sn_in("a", ["status", "--state", t.state("a")], ok=False)
-        return p.stdout if "problem: no plan fits" in p.stdout else None
-    out = t.wait("the memory shortfall in status", big_reported, 300)
+    out = t.wait("the memory shortfall in status", lambda: shown_on_a(
+        t, bid, "problem: no plan fits"), 300)
     log("ok   too big reported: " + [ln for ln in out.splitlines() if "no plan fits" in ln][0])
     t.sn_in("d", ["train", "--state", t.state("d"), "--stop"])
 
