@@ -3,6 +3,7 @@ tokenizer in a work dir (kept between runs), and free_ports, which is the
 integration tests' (tests/integration/nslib.py, standard library only, as
 bench already takes llama_ref from tests/reference). Standard library only."""
 
+import argparse
 import os
 import subprocess
 import sys
@@ -11,11 +12,22 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 from nslib import free_ports  # noqa: E402
 
-__all__ = ["die", "run", "kjv_corpus_and_tokenizer", "free_ports"]
+__all__ = ["die", "run", "kjv_corpus_and_tokenizer", "free_ports", "bench_parser"]
 
 
 def die(msg):
     sys.exit("%s: %s" % (os.path.splitext(os.path.basename(sys.argv[0]))[0], msg))
+
+
+def bench_parser(doc, rounds):
+    """The argument parser of a bench that interleaves rounds of its sides:
+    described by doc's first paragraph, with --shardnode (default
+    build/shardnode in the repo) and --rounds R (default rounds)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--shardnode", default=os.path.join(REPO, "build", "shardnode"),
+                    help="the shardnode binary (default: build/shardnode in the repo)")
+    ap.add_argument("--rounds", type=int, default=rounds, help="interleaved rounds (R)")
+    return ap
 
 
 def run(cmd, timeout, cwd, env=None):

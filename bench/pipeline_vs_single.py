@@ -29,7 +29,6 @@ single process. Not part of the pass/fail suite: it prints figures, it never
 fails on them (it exits non-zero only when a run fails).
 """
 
-import argparse
 import json
 import os
 import signal
@@ -37,7 +36,7 @@ import statistics
 import subprocess
 import time
 
-from benchlib import die, free_ports, kjv_corpus_and_tokenizer, run
+from benchlib import bench_parser, die, free_ports, kjv_corpus_and_tokenizer, run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(REPO, "configs", "kjv", "config.json")
@@ -188,10 +187,7 @@ def compare_losses(single, pipe):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shardnode", default=os.path.join(REPO, "build", "shardnode"),
-                    help="the shardnode binary (default: build/shardnode in the repo)")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (R)")
+    ap = bench_parser(__doc__, 3)
     ap.add_argument("--steps", type=int, default=40, help="steps per side per round (K)")
     ap.add_argument("--warmup", type=int, default=3,
                     help="first steps of each run not counted (W, < K)")

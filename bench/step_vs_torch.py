@@ -21,8 +21,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_env import child_env  # noqa: E402  (sets torch's environment first)
+from benchlib import bench_parser  # noqa: E402
 
-import argparse  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
@@ -120,10 +120,7 @@ def make_torch_trainer(cfg, B, T, seed=1):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shardnode", default=os.path.join(REPO, "build", "shardnode"),
-                    help="the shardnode binary (default: build/shardnode in the repo)")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (R)")
+    ap = bench_parser(__doc__, 3)
     ap.add_argument("--steps", type=int, default=3, help="measured steps per side per round (K)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch", type=int, default=4)

@@ -28,9 +28,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_env import child_env  # noqa: E402  (sets torch's environment first)
 import benchlib  # noqa: E402
-from benchlib import die, kjv_corpus_and_tokenizer  # noqa: E402
+from benchlib import bench_parser, die, kjv_corpus_and_tokenizer  # noqa: E402
 
-import argparse  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
@@ -173,10 +172,7 @@ def torch_round(cfg, job, init, ids, labels):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shardnode", default=os.path.join(REPO, "build", "shardnode"),
-                    help="the shardnode binary (default: build/shardnode in the repo)")
-    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (R)")
+    ap = bench_parser(__doc__, 5)
     ap.add_argument("--steps", type=int, default=30,
                     help="steps per side per round (K, >= 2; the first is a warm-up)")
     ap.add_argument("--workdir", default="/tmp/shardnode-bench-train",
