@@ -328,6 +328,33 @@ void stage_adamw_step(stage *s, const stage_adamw *opt, int t, float grad_scale)
 
 /* Pointer to the parameter `name` in the stage's buffer, or NULL. */
 float *stage_param_data(stage *s, const char *name);
+
+/* ---- a stage's tensors by HF name and layer range (stage_tensors.c) ----
+ * What moving a range of layers from one stage to another needs: each
+ * tensor's weights and both AdamW moments by HF name, and every tensor of
+ * a range of decoder layers in one file. */
+typedef enum { STAGE_WEIGHTS = 0, STAGE_MOMENT1 = 1, STAGE_MOMENT2 = 2 } stage_buffer;
+/* The decoder layer of an HF tensor name (model.layers.L....), or -1 (the
+ * embedding, the final norm, the head). */
+int stage_tensor_layer(const char *name);
+/* Copies the n floats of tensor `name` of buffer b out of the stage, or
+ * into it. -1 (err names the tensor) when the stage does not hold it or n
+ * is not its size. */
+int stage_tensor_read(stage *s, stage_buffer b, const char *name, float *out, size_t n,
+                      char *err, size_t errlen);
+int stage_tensor_write(stage *s, stage_buffer b, const char *name, const float *in, size_t n,
+                       char *err, size_t errlen);
+/* Every tensor of decoder layers [begin, end) — the stage must hold them
+ * all — with both moments, into a safetensors file (atomic_file; moments
+ * named as checkpoints name them, optim.exp_avg.NAME and
+ * optim.exp_avg_sq.NAME; metadata "layers": "BEGIN,END"); and back into a
+ * stage that holds those layers, refusing a file of another range, a
+ * missing tensor or another shape (err names it; the stage may then be
+ * partly written). */
+int stage_save_layers(stage *s, int begin, int end, const char *path, char *err,
+                      size_t errlen);
+int stage_load_layers(stage *s, int begin, int end, const char *path, char *err,
+                      size_t errlen);
 /* Per-token losses [B*T] of the last forward of a last stage (0 where the
  * label is ignored). */
 const float *stage_token_losses(const stage *s, int slot);
