@@ -8,9 +8,10 @@
  * on any failure and on SIGINT/SIGTERM/SIGHUP (the handlers only set a flag;
  * every wait below polls it).
  *
- * Namespaces and WireGuard need root. A loopback mode (the nodes on
- * 127.0.0.x of the host namespace) may come later for unprivileged users;
- * until then the demo refuses to start without root.
+ * Namespaces and WireGuard need root, /dev/net/tun, wireguard-go and ip.
+ * Without any of them the nodes run as plain processes on loopback
+ * addresses of the host namespace with the overlay disabled, and every
+ * line says INSECURE (nothing is encrypted there).
  *
  * The network namespaces (building them, and taking them down with
  * whatever was left in them) are demo_ns.c's; demo_internal.h is what the
