@@ -112,6 +112,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "batches") == 0) return cmd_batches(argc, argv);
     if (strcmp(argv[1], "export") == 0) return cmd_export(argc, argv);
     if (strcmp(argv[1], "probe-links") == 0) return cmd_probe_links(argc, argv);
+    if (strcmp(argv[1], "fetch") == 0) return cmd_fetch(argc, argv);
     if (strcmp(argv[1], "plan") == 0) return cmd_plan(argc, argv);
     if (strcmp(argv[1], "profile") == 0) return cmd_profile(argc, argv);
     if (strcmp(argv[1], "link") == 0) return cmd_link(argc, argv);

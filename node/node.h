@@ -33,6 +33,7 @@ int cmd_status(int argc, char **argv);      /* mesh_cmd.c */
 int cmd_leave(int argc, char **argv);       /* mesh_cmd.c */
 int cmd_demo(int argc, char **argv);        /* demo_cmd.c */
 int cmd_probe_links(int argc, char **argv); /* pool_fetch.c (run by the daemon) */
+int cmd_fetch(int argc, char **argv);       /* pool_fetch.c (run by the daemon) */
 
 /* ---- init_cmd.c: the state directory ---- */
 /* Makes a node's state directory: keys (0600), node.json and mesh.json.

@@ -11,9 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,6 +87,7 @@ static void kill_child(pid_t *pid)
 
 static void stop_children(pool *p)
 {
+    kill_child(&p->fetch_pid);
     kill_child(&p->prof_pid);
     kill_child(&p->probe_pid);
     kill_child(&p->run_pid);
@@ -270,7 +269,7 @@ static void setup(daemon_t *d)
     memset(&saved, 0, sizeof saved);
     s.ok = pool_bundle_check(b, d->state, pool_node_paths(d->node), &s.lacks, s.error,
                              sizeof s.error) == 0;
-    char path[DAEMON_PATH_MAX + 32];
+    char path[DAEMON_PATH_MAX + 128];
     snprintf(path, sizeof path, "%s/job.json", p->dir);
     job_spec js;
     llama_config cfg;
@@ -289,6 +288,18 @@ static void setup(daemon_t *d)
     } else if (s.ok) {
         s.ok = false;
         snprintf(s.error, sizeof s.error, "%s", err);
+    }
+    /* the job blob, served to the members that fetch it (its exact bytes:
+     * they check its SHA-256) */
+    char hash[65];
+    char *blob = s.ok ? pool_core_blob_text(p->core, hash) : NULL;
+    if (blob) {
+        atomic_file f;
+        snprintf(path, sizeof path, "%s/job-%s.json", p->dir, hash);
+        if (atomic_file_begin(&f, path, err, sizeof err) != 0 ||
+            (atomic_file_write(&f, blob, strlen(blob)), atomic_file_commit(&f, err, sizeof err)))
+            daemon_log(d, "pool: cannot keep the job blob: %s", err);
+        free(blob);
     }
     snprintf(path, sizeof path, "%s/state.json", p->dir);
     json_t *st = s.ok ? json_load_file(path, 0, NULL) : NULL;
@@ -361,101 +372,103 @@ static void start_probe(daemon_t *d, const pool_action *a)
     if (!p->probe_pid) pool_core_links_measured(p->core, NULL, &p->acts);
 }
 
-int pool_hello_key(const uint8_t own_priv[GOSSIP_KEY_LEN], const uint8_t own_pub[GOSSIP_KEY_LEN],
-                   const uint8_t peer_pub[GOSSIP_KEY_LEN], const char *run,
-                   uint8_t key[MESH_HELLO_KEY_LEN])
-{
-    EVP_PKEY *a = EVP_PKEY_new_raw_private_key(EVP_PKEY_X25519, NULL, own_priv, GOSSIP_KEY_LEN);
-    EVP_PKEY *b = EVP_PKEY_new_raw_public_key(EVP_PKEY_X25519, NULL, peer_pub, GOSSIP_KEY_LEN);
-    EVP_PKEY_CTX *ctx = a ? EVP_PKEY_CTX_new(a, NULL) : NULL;
-    uint8_t shared[32];
-    size_t slen = sizeof shared;
-    int ok = ctx && b && EVP_PKEY_derive_init(ctx) > 0 && EVP_PKEY_derive_set_peer(ctx, b) > 0 &&
-             EVP_PKEY_derive(ctx, shared, &slen) > 0 && slen == sizeof shared;
-    EVP_PKEY_CTX_free(ctx);
-    EVP_PKEY_free(a);
-    EVP_PKEY_free(b);
-    if (!ok) return -1;
-    /* "shardnode pipeline" NUL run NUL, then both public keys, lower first */
-    uint8_t msg[20 + MESH_TEXT_MAX + 2 * GOSSIP_KEY_LEN];
-    size_t k = 0, rl = strnlen(run, MESH_TEXT_MAX - 1);
-    memcpy(msg, "shardnode pipeline", 19);
-    k = 19;
-    memcpy(msg + k, run, rl);
-    k += rl;
-    msg[k++] = 0;
-    bool own_first = memcmp(own_pub, peer_pub, GOSSIP_KEY_LEN) < 0;
-    memcpy(msg + k, own_first ? own_pub : peer_pub, GOSSIP_KEY_LEN);
-    memcpy(msg + k + GOSSIP_KEY_LEN, own_first ? peer_pub : own_pub, GOSSIP_KEY_LEN);
-    k += 2 * GOSSIP_KEY_LEN;
-    unsigned int mdlen = 0;
-    ok = HMAC(EVP_sha256(), shared, sizeof shared, msg, k, key, &mdlen) && mdlen == 32;
-    OPENSSL_cleanse(shared, sizeof shared);
-    return ok ? 0 : -1;
-}
+static int read_blob(daemon_t *d, const char *path, const pool_job_ref *ref, pool_job_blob *blob);
 
-/* The HELLO keys of this node's stage with every other stage of the plan
- * (pool_hello_key with each one's WireGuard key from its own record), 0600. */
-static int write_hello_keys(daemon_t *d, const pool_plan *c, const char *run, const char *path,
-                            char *err, size_t errlen)
-{
-    const gossip_member *const *list;
-    size_t n = gossip_members(d->g, &list);
-    json_t *keys = json_object();
-    for (int s = 0; s < c->nstages; s++)
-        for (int h = 0; h < c->stage[s].nholders; h++) {
-            const char *name = c->stage[s].holder[h].name;
-            if (strcmp(name, d->name) == 0) continue;
-            for (size_t k = 0; k < n; k++) {
-                uint8_t key[MESH_HELLO_KEY_LEN];
-                char hex[2 * MESH_HELLO_KEY_LEN + 1];
-                if (strcmp(list[k]->rec.name, name) != 0 ||
-                    pool_hello_key(d->wg_priv, d->wg_pub, list[k]->rec.wg_pub, run, key) != 0)
-                    continue;
-                node_hex_encode(key, sizeof key, hex);
-                OPENSSL_cleanse(key, sizeof key);
-                json_object_set_new(keys, name, json_string(hex));
-            }
-        }
-    int rc = node_write_json(path, keys, 0600, err, errlen);
-    json_decref(keys);
-    return rc;
-}
-
-/* job-eE.json (the job at the plan's micro-batch), cluster-eE.json (the
- * stages at their overlay addresses) and hello-eE.json. */
-static int write_run_files(daemon_t *d, const pool_plan *c, char *job_path, char *cl_path,
-                           char *keys_path, size_t len, char *err, size_t errlen)
+/* The job blob a.job names: this node's own copy, else from the first of
+ * a.targets that serves it. */
+static void start_fetch(daemon_t *d, const pool_action *a)
 {
     pool *p = d->pool;
-    long long e = (long long)c->epoch;
-    char src[DAEMON_PATH_MAX + 32];
-    snprintf(src, sizeof src, "%s/job.json", p->dir);
-    snprintf(job_path, len, "%s/job-e%lld.json", p->dir, e);
-    snprintf(cl_path, len, "%s/cluster-e%lld.json", p->dir, e);
-    snprintf(keys_path, len, "%s/hello-e%lld.json", p->dir, e);
-    json_t *job = node_load_json(src, err, errlen);
-    if (!job) return -1;
-    json_object_set_new(job, "micro_batch", json_integer((json_int_t)c->mb));
-    json_t *nodes = json_array();
-    for (int s = 0; s < c->nstages; s++)
-        json_array_append_new(nodes, json_pack("{s:s,s:s,s:i,s:[i,i]}", "name",
-                                               c->stage[s].holder[0].name, "host",
-                                               c->stage[s].holder[0].address, "port",
-                                               POOL_DATA_PORT, "layers", c->stage[s].layer_begin,
-                                               c->stage[s].layer_end));
-    char run[64];
-    snprintf(run, sizeof run, "job-%s-e%lld", p->id, e);
-    json_t *cl = json_pack("{s:s,s:s,s:i,s:o}", "run", run, "schedule", "1f1b", "timeout_ms",
-                           60000, "nodes", nodes);
-    int rc = 0;
-    if (node_write_json(job_path, job, 0644, err, errlen) ||
-        node_write_json(cl_path, cl, 0644, err, errlen) ||
-        write_hello_keys(d, c, run, keys_path, err, errlen))
-        rc = -1;
-    json_decref(job);
-    json_decref(cl);
+    char **args = calloc((size_t)a->ntargets + 20, sizeof *args);
+    char (*targets)[GOSSIP_ADDR_MAX + MESH_NAME_MAX + 16] =
+        calloc((size_t)a->ntargets + 1, sizeof *targets);
+    char out[DAEMON_PATH_MAX + 64], log[DAEMON_PATH_MAX + 32], rel[200];
+    char mesh_hex[2 * GOSSIP_MESH_ID_LEN + 1];
+    /* this node's own copy first: it keeps the blob of every job it took
+     * up, so a restarted node takes its job up again at once */
+    pool_job_blob own;
+    char mine[DAEMON_PATH_MAX + 128];
+    snprintf(mine, sizeof mine, "%s/jobs/%s/job-%s.json", d->state, a->job.id, a->job.blob);
+    if (read_blob(d, mine, &a->job, &own) == 0) {
+        free(args);
+        free(targets);
+        pool_core_fetched(p->core, &a->job, &own, &p->acts);
+        pool_job_blob_free(&own);
+        return;
+    }
+    if (!args || !targets || !a->ntargets) {
+        free(args);
+        free(targets);
+        pool_core_fetched(p->core, &a->job, NULL, &p->acts);
+        return;
+    }
+    snprintf(out, sizeof out, "%s/jobs", d->state);
+    mkdir(out, 0700);
+    snprintf(out, sizeof out, "%s/jobs/fetch-%s.json", d->state, a->job.blob);
+    snprintf(log, sizeof log, "%s/jobs/fetch.log", d->state);
+    snprintf(rel, sizeof rel, "jobs/%s/job-%s.json", a->job.id, a->job.blob);
+    node_hex_encode(d->mesh_id, GOSSIP_MESH_ID_LEN, mesh_hex);
+    int k = 0;
+    char *fixed[] = {"shardnode", "fetch", "--out", out, "--mesh", mesh_hex, "--from",
+                     d->name, "--bind", d->overlay, "--path", rel};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) args[k++] = fixed[i];
+    for (int i = 0; i < a->ntargets; i++) {
+        snprintf(targets[i], sizeof targets[i], "%s=%s:%d", a->targets[i].name,
+                 a->targets[i].address, a->targets[i].port);
+        args[k++] = targets[i];
+    }
+    args[k] = NULL;
+    kill_child(&p->fetch_pid);
+    p->fetching = a->job;
+    p->fetch_pid = spawn(d, log, args, NULL);
+    free(args);
+    free(targets);
+    if (!p->fetch_pid) pool_core_fetched(p->core, &a->job, NULL, &p->acts);
+}
+
+/* A job blob read from path: its bytes must have the SHA-256 ref names.
+ * 0 with *blob filled (pool_job_blob_free it), -1 otherwise. */
+static int read_blob(daemon_t *d, const char *path, const pool_job_ref *ref, pool_job_blob *blob)
+{
+    char err[POOL_TEXT_MAX];
+    json_t *j = NULL;
+    int rc = -1;
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n <= (long)GOSSIP_FETCH_CHUNK &&
+        fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) &&
+        fread(buf, 1, (size_t)n, f) == (size_t)n) {
+        unsigned char md[EVP_MAX_MD_SIZE];
+        unsigned int mdlen = 0;
+        char hex[65];
+        buf[n] = 0;
+        if (EVP_Digest(buf, (size_t)n, md, &mdlen, EVP_sha256(), NULL) && mdlen == 32) {
+            for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
+            if (strcmp(hex, ref->blob) == 0 && (j = json_loads(buf, 0, NULL)) &&
+                pool_job_blob_from_json(j, blob, err, sizeof err) == 0)
+                rc = 0;
+            else if (j)
+                daemon_log(d, "pool: the blob of job %s does not read: %s", ref->id, err);
+        }
+    }
+    if (f) fclose(f);
+    free(buf);
+    json_decref(j);
     return rc;
+}
+
+/* A fetched job blob (the child ended with status st). */
+static void fetched(daemon_t *d, int st)
+{
+    pool *p = d->pool;
+    char path[DAEMON_PATH_MAX + 64];
+    pool_job_blob blob;
+    snprintf(path, sizeof path, "%s/jobs/fetch-%s.json", d->state, p->fetching.blob);
+    bool ok = st == 0 && read_blob(d, path, &p->fetching, &blob) == 0;
+    unlink(path);
+    pool_core_fetched(p->core, &p->fetching, ok ? &blob : NULL, &p->acts);
+    if (ok) pool_job_blob_free(&blob);
 }
 
 static void start_run(daemon_t *d)
@@ -464,7 +477,7 @@ static void start_run(daemon_t *d)
     const pool_plan *c = pool_core_committed(p->core);
     char job_path[DAEMON_PATH_MAX + 64], cl_path[DAEMON_PATH_MAX + 64],
         keys_path[DAEMON_PATH_MAX + 64], err[1024];
-    if (!c || write_run_files(d, c, job_path, cl_path, keys_path, sizeof job_path, err,
+    if (!c || pool_write_run_files(d, c, job_path, cl_path, keys_path, sizeof job_path, err,
                               sizeof err) != 0) {
         pool_core_run_ended(p->core, false, c ? err : "no committed plan", &p->acts);
         return;
@@ -512,6 +525,7 @@ static void execute(daemon_t *d, int64_t now)
         }
         case POOL_ACT_RUN: start_run(d); break;
         case POOL_ACT_GATHER: start_gather(d); break;
+        case POOL_ACT_FETCH: start_fetch(d, &a); break;
         }
     }
     pool_actions_clear(&p->acts);
@@ -561,6 +575,7 @@ static void reap(daemon_t *d)
         }
     }
     if (reaped(&p->export_pid, &st)) pool_core_gathered(p->core, st == 0, &p->acts);
+    if (reaped(&p->fetch_pid, &st)) fetched(d, st);
 }
 
 /* ---- the daemon's entry points ---- */
@@ -616,6 +631,11 @@ void pool_tick(daemon_t *d, int64_t now)
     int n = build_view(d);
     pool_core_step(p->core, p->view, n, now, (int64_t)time(NULL), &p->acts);
     execute(d, now);
+    if (pool_core_due(p->core)) {   /* a job's blob came: take it up now */
+        n = build_view(d);
+        pool_core_step(p->core, p->view, n, now, (int64_t)time(NULL), &p->acts);
+        execute(d, now);
+    }
 }
 
 json_t *pool_submit(daemon_t *d, json_t *bundle)

@@ -78,6 +78,7 @@ static void core_clear(pool_core *c)
     pool_vote_free(&c->pending);
     pool_plan_free(&c->pending_layout);
     pool_plan_free(&c->vote_layout);
+    if (c->has_fetched) pool_job_blob_free(&c->fetched);
     char name[MESH_NAME_MAX], host[17];
     memcpy(name, c->name, sizeof name);
     memcpy(host, c->host, sizeof host);
@@ -124,8 +125,16 @@ int core_scratch(pool_core *c, int n)
 }
 
 const pool_doc *pool_core_doc(const pool_core *c) { return &c->doc; }
+
+char *pool_core_blob_text(const pool_core *c, char hash[65])
+{
+    if (!c->doc.bundle) return NULL;
+    pool_job_blob b = {.bundle = *c->doc.bundle, .pool = c->doc.pool};   /* borrowed */
+    return pool_job_blob_text(&b, hash);
+}
 const pool_bundle *pool_core_bundle(const pool_core *c) { return c->doc.bundle; }
 bool pool_core_stopped(const pool_core *c) { return c->doc.stop; }
+bool pool_core_due(const pool_core *c) { return c->has_fetched; }
 
 const pool_plan *pool_core_committed(const pool_core *c)
 {
@@ -180,24 +189,27 @@ static void publish_now(pool_core *c, int64_t now, pool_actions *out)
     c->next_doc_ms = now + POOL_DOC_MS;
 }
 
-/* Takes up a job: the driver checks its files (SETUP). */
-static void adopt(pool_core *c, const pool_bundle *b, const pool_names *names,
+/* Takes up a job (its blob: the bundle and the first epoch's members): the
+ * driver checks its files (SETUP). */
+static void adopt(pool_core *c, const pool_job_blob *b, const pool_job_ref *ref,
                   pool_actions *out)
 {
     kill_children(c, out);
     core_clear(c);
     pool_doc *d = &c->doc;
     d->bundle = calloc(1, sizeof *d->bundle);
-    if (!d->bundle || pool_bundle_copy(d->bundle, b) != 0) {
+    if (!d->bundle || pool_bundle_copy(d->bundle, &b->bundle) != 0 ||
+        pool_names_copy(&d->pool, &b->pool) != 0) {
         free(d->bundle);
         d->bundle = NULL;
-        core_log(out, "pool: out of memory taking job %s up", b->id);
+        pool_names_free(&d->pool);
+        core_log(out, "pool: out of memory taking job %s up", b->bundle.id);
         return;
     }
-    snprintf(d->id, sizeof d->id, "%s", b->id);
-    if (names && pool_names_copy(&d->pool, names) == 0) d->has |= POOL_HAS_POOL;
-    d->has |= POOL_HAS_COMPUTE | POOL_HAS_HOST | POOL_HAS_CORES | POOL_HAS_THREADS |
-              POOL_HAS_FIRST | POOL_HAS_ANY | POOL_HAS_READY;
+    d->job = *ref;
+    snprintf(d->id, sizeof d->id, "%s", ref->id);
+    d->has |= POOL_HAS_POOL | POOL_HAS_COMPUTE | POOL_HAS_HOST | POOL_HAS_CORES |
+              POOL_HAS_THREADS | POOL_HAS_FIRST | POOL_HAS_ANY | POOL_HAS_READY;
     d->compute = !c->no_compute;
     snprintf(d->host, sizeof d->host, "%s", c->host);
     d->cores = c->cores;
@@ -341,7 +353,11 @@ void pool_core_links_measured(pool_core *c, const pool_links *links, pool_action
     if (!c->probe_pending) return;
     c->probe_pending = false;
     pool_links_free(&c->doc.links);
-    if (links) pool_links_copy(&c->doc.links, links);
+    pool_links none = {0, NULL};
+    /* the record carries a summary: every link of a small pool, the
+     * unusual ones and the typical link of a large one */
+    if (pool_links_summary(links ? links : &none, &c->doc.links, &c->doc.typical) != 0)
+        memset(&c->doc.typical, 0, sizeof c->doc.typical);
     c->doc.has |= POOL_HAS_LINKS;
     c->links_done = true;
     c->dirty = true;
@@ -469,9 +485,61 @@ static void stop_job(pool_core *c, pool_actions *out)
     set_run(c, POOL_RUN_STOPPED, NULL);
 }
 
-/* A job someone else submitted or stopped. */
-static void follow(pool_core *c, const pool_member *m, int n, int64_t wall_s, pool_actions *out)
+void pool_core_fetched(pool_core *c, const pool_job_ref *ref, const pool_job_blob *blob,
+                       pool_actions *out)
 {
+    if (!c->fetch_pending || strcmp(ref->blob, c->fetching.blob) != 0) return;
+    c->fetch_pending = false;
+    const pool_bundle *b = blob ? &blob->bundle : NULL;
+    /* the blob is the one its hash names (the driver checked it); it must
+     * also be the job the record names */
+    if (!b || strcmp(b->id, ref->id) != 0 || strcmp(b->submitted_by, ref->by) != 0 ||
+        b->submitted_at != ref->at) {
+        core_log(out, "pool: job %s could not be fetched from the members that carry it; "
+                 "trying again", ref->id);
+        c->fetch_retry_ms = -1;   /* the next step sets the time */
+        return;
+    }
+    if (c->has_fetched) pool_job_blob_free(&c->fetched);
+    c->has_fetched = pool_bundle_copy(&c->fetched.bundle, b) == 0 &&
+                     pool_names_copy(&c->fetched.pool, &blob->pool) == 0;
+    if (!c->has_fetched) pool_job_blob_free(&c->fetched);
+}
+
+/* Asks for the blob of job r from the live members that carry it, its
+ * submitter first. */
+static void fetch(pool_core *c, const pool_job_ref *r, const pool_member *m, int n,
+                  pool_actions *out)
+{
+    pool_action *a = core_act(out, POOL_ACT_FETCH);
+    if (!a) return;
+    a->targets = calloc((size_t)(n > 0 ? n : 1), sizeof *a->targets);
+    if (!a->targets) {
+        out->n--;
+        return;
+    }
+    a->job = *r;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++) {
+            const pool_doc *d = m[i].doc;
+            bool by = strcmp(m[i].name, r->by) == 0;
+            if (m[i].self || !m[i].live || !d || (pass == 0) != by ||
+                strcmp(d->job.id, r->id) != 0 || strcmp(d->job.blob, r->blob) != 0)
+                continue;
+            pool_target *t = &a->targets[a->ntargets++];
+            snprintf(t->name, sizeof t->name, "%s", m[i].name);
+            snprintf(t->address, sizeof t->address, "%s", m[i].address ? m[i].address : "");
+            t->port = m[i].port;
+        }
+    c->fetch_pending = true;
+    c->fetching = *r;
+}
+
+/* A job someone else submitted or stopped. */
+static void follow(pool_core *c, const pool_member *m, int n, int64_t now, int64_t wall_s,
+                   pool_actions *out)
+{
+    if (c->fetch_retry_ms < 0) c->fetch_retry_ms = now + 2 * POOL_TICK_MS;
     for (int i = 0; i < n; i++) {
         const pool_doc *d = m[i].doc;
         if (m[i].self || !d || !d->id[0]) continue;
@@ -483,30 +551,39 @@ static void follow(pool_core *c, const pool_member *m, int n, int64_t wall_s, po
             continue;
         }
         if (!m[i].live) continue;
+        /* the job as its submitter's own record names it, when it carries it */
+        const pool_job_ref *r = &d->job;
+        for (int k = 0; k < n; k++)
+            if (strcmp(m[k].name, r->by) == 0 && core_doc_job(&m[k], r->id)) r = &m[k].doc->job;
         /* later jobs replace earlier ones, in an order every member sees
          * the same, with no job from the far future */
-        if (!pool_bundle_later(d->bundle, c->doc.bundle, wall_s)) continue;
-        if (!pool_bundle_from_carrier(d->bundle, m[i].name, m, n)) {
+        if (!pool_job_ref_later(r, c->doc.bundle ? &c->doc.job : NULL, wall_s)) continue;
+        if (!pool_job_from_carrier(r, m[i].name, m, n)) {
             char why[256];
             snprintf(why, sizeof why, "it says %.64s submitted it, and %.64s's own record does "
-                     "not carry it", d->bundle->submitted_by, d->bundle->submitted_by);
+                     "not carry it", r->by, r->by);
             refuse_job(c, m[i].name, d->id, why, out);
             continue;
         }
-        /* the first epoch's members as the submitter said */
-        const pool_doc *sdoc = NULL;
-        for (int k = 0; k < n; k++)
-            if (strcmp(m[k].name, d->bundle->submitted_by) == 0 && core_doc_job(&m[k], d->id))
-                sdoc = m[k].doc;
-        const pool_doc *from = sdoc ? sdoc : d;
-        bool stopped = d->stop;
-        /* a stopped job is taken up too, as stopped: status then shows it */
-        adopt(c, d->bundle, from->has & POOL_HAS_POOL ? &from->pool : NULL, out);
-        if (stopped && !c->doc.stop) {
-            c->doc.stop = true;
-            c->doc.has |= POOL_HAS_STOP;
-            set_run(c, POOL_RUN_STOPPED, NULL);
+        if (c->has_fetched && strcmp(c->fetched.bundle.id, r->id) == 0 &&
+            strcmp(c->fetching.blob, r->blob) == 0) {
+            pool_job_blob b = c->fetched;   /* adopt clears the core: keep it */
+            pool_job_ref ref = *r;
+            bool stopped = d->stop;
+            c->has_fetched = false;
+            memset(&c->fetched, 0, sizeof c->fetched);
+            /* a stopped job is taken up too, as stopped: status then shows it */
+            adopt(c, &b, &ref, out);
+            pool_job_blob_free(&b);
+            if (stopped && !c->doc.stop) {
+                c->doc.stop = true;
+                c->doc.has |= POOL_HAS_STOP;
+                set_run(c, POOL_RUN_STOPPED, NULL);
+            }
+            continue;
         }
+        if (c->fetch_pending || now < c->fetch_retry_ms) continue;
+        fetch(c, r, m, n, out);
     }
 }
 
@@ -518,7 +595,7 @@ void pool_core_step(pool_core *c, const pool_member *m, int n, int64_t now_ms, i
         core_log(out, "pool: out of memory for a view of %d members", n);
         return;
     }
-    follow(c, m, n, wall_s, out);
+    follow(c, m, n, now_ms, wall_s, out);
     if (c->doc.bundle && !c->doc.stop) {
         measure(c, m, n, out);
         bool committed = pool_core_committed(c) != NULL;
@@ -543,15 +620,27 @@ int pool_core_submit(pool_core *c, const pool_bundle *b, const pool_member *m, i
     if (pool_core_run_active(c, m, n))
         return node_errf(err, errlen, "a job is running in this mesh; stop it first with "
                          "shardnode train --state DIR --stop");
-    /* the members it goes to: the base membership of its first epoch */
-    pool_names names = {0, NULL};
+    /* the members it goes to: the base membership of its first epoch; with
+     * the bundle, the job blob the others fetch */
+    pool_job_blob blob;
+    memset(&blob, 0, sizeof blob);
     for (int i = 0; i < n; i++)
-        if (m[i].live && pool_names_add(&names, m[i].name) != 0) {
-            pool_names_free(&names);
+        if (m[i].live && pool_names_add(&blob.pool, m[i].name) != 0) {
+            pool_names_free(&blob.pool);
             return node_errf(err, errlen, "out of memory");
         }
-    adopt(c, b, &names, out);
-    pool_names_free(&names);
+    blob.bundle = *b;   /* borrowed */
+    char hash[65];
+    char *text = pool_job_blob_text(&blob, hash);
+    if (!text) {
+        pool_names_free(&blob.pool);
+        return node_errf(err, errlen, "out of memory");
+    }
+    free(text);
+    pool_job_ref ref;
+    pool_job_blob_ref(&blob, hash, &ref);
+    adopt(c, &blob, &ref, out);
+    pool_names_free(&blob.pool);
     publish_now(c, now_ms, out);
     return 0;
 }

@@ -50,6 +50,9 @@ typedef enum {
                              pool_core_run_ended when it ends or cannot start */
     POOL_ACT_GATHER,      /* gather the model (every stage is done); answer
                              pool_core_gathered */
+    POOL_ACT_FETCH,       /* fetch the job blob `job` names from one of targets (FETCH of
+                             jobs/ID/job-HASH.json; check its SHA-256); answer
+                             pool_core_fetched */
 } pool_act_type;
 
 typedef struct {
@@ -63,8 +66,9 @@ typedef struct {
     char text[POOL_TEXT_MAX];     /* LOG */
     int64_t epoch;                /* SAVE_VOTE, RUN */
     int64_t micro_batch, seq_len; /* PROFILE */
-    int ntargets;                 /* PROBE */
-    pool_target *targets;         /* PROBE: owned by the list */
+    int ntargets;                 /* PROBE, FETCH */
+    pool_target *targets;         /* PROBE, FETCH (in the order to try): owned by the list */
+    pool_job_ref job;             /* FETCH */
 } pool_action;
 
 typedef struct {
@@ -104,7 +108,13 @@ void pool_core_destroy(pool_core *c);
 void pool_core_step(pool_core *c, const pool_member *members, int n, int64_t now_ms,
                     int64_t wall_s, pool_actions *out);
 
-/* A job this member submits (its own: submitted_by is this member). Refused
+/* Whether an answer left the core something to do at once (a job's blob
+ * came: it is taken up at the next step): the driver steps it again in the
+ * same tick, so a fetched job is taken up as soon as it arrives. */
+bool pool_core_due(const pool_core *c);
+
+/* A job this member submits (its own: submitted_by is this member), going
+ * to the live members of the view (its first epoch's members). Refused
  * (-1, err) for another submitter, a submitted_at ahead of wall_s, or while
  * a committed run is active. */
 int pool_core_submit(pool_core *c, const pool_bundle *b, const pool_member *members, int n,
@@ -125,10 +135,16 @@ void pool_core_vote_saved(pool_core *c, int64_t epoch, bool ok, const char *erro
 void pool_core_run_progress(pool_core *c, int64_t step, double loss, double tps, double step_ms);
 void pool_core_run_ended(pool_core *c, bool ok, const char *error, pool_actions *out);
 void pool_core_gathered(pool_core *c, bool ok, pool_actions *out);
+/* The blob of job `ref` (NULL: it could not be fetched, tried again later). */
+void pool_core_fetched(pool_core *c, const pool_job_ref *ref, const pool_job_blob *blob,
+                       pool_actions *out);
 
 /* What the core holds. */
 const pool_doc *pool_core_doc(const pool_core *c);          /* what this member says */
 const pool_bundle *pool_core_bundle(const pool_core *c);    /* NULL: no job */
+/* The job blob's text (malloc'ed) and its SHA-256: what this member serves
+ * to the others (NULL: no job). */
+char *pool_core_blob_text(const pool_core *c, char hash[65]);
 const pool_plan *pool_core_committed(const pool_core *c);   /* NULL: none */
 bool pool_core_stopped(const pool_core *c);
 /* What to save across restarts (with a vote waiting for SAVE_VOTE). */
@@ -138,12 +154,13 @@ bool pool_core_run_active(const pool_core *c, const pool_member *members, int n)
 
 /* ---- checks on what other members gossip (pool_verify.c) ---- */
 
-/* Whether the bundle that member `carrier` gossips may be taken up as its
- * submitter's: the submitter of a job is the member whose own signed record
- * carried it first, so either the carrier is the submitter it names, or
- * the member it names carries the same job (id) in its own document. */
-bool pool_bundle_from_carrier(const pool_bundle *b, const char *carrier,
-                              const pool_member *members, int n);
+/* Whether the job that member `carrier` gossips (its record's reference)
+ * may be taken up as its submitter's: the submitter of a job is the member
+ * whose own signed record carried it first, so either the carrier is the
+ * submitter it names, or the member it names carries the same job (id and
+ * job blob) in its own document. */
+bool pool_job_from_carrier(const pool_job_ref *r, const char *carrier,
+                           const pool_member *members, int n);
 /* Where the gathered model of a job goes on node `self`: the job's out_dir
  * when self submitted it, else JOB_DIR/model. */
 void pool_bundle_gather_dir(const pool_bundle *b, const char *self, const char *job_dir,
@@ -154,8 +171,8 @@ void pool_bundle_gather_dir(const pool_bundle *b, const char *self, const char *
  * members' own documents commit exactly (epoch, hash) on the base
  * (base_e, base_plan) with base membership `base`: a strict majority of it
  * and every named node voted for it (elect_decide, from the votes of that
- * epoch themselves, not a later base); its members are those votes' view
- * members. Returns 0, or -1 with the reason in why. */
+ * epoch themselves, not a later base); its members' hash is that of those
+ * votes' view members. Returns 0, or -1 with the reason in why. */
 int pool_plan_verify(const pool_plan *c, const char *id, const pool_names *base, int64_t base_e,
                      uint64_t base_plan, const pool_member *members, int n, char *why,
                      size_t whylen);

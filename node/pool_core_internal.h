@@ -42,6 +42,12 @@ struct pool_core {
     char refused[160];            /* the last gossiped commit refused (logged once) */
     char job_refused[160];        /* the last gossiped job refused (logged once) */
 
+    /* a later job another member gossips: its blob is fetched first */
+    bool fetch_pending, has_fetched;
+    pool_job_ref fetching;
+    int64_t fetch_retry_ms;
+    pool_job_blob fetched;        /* has_fetched: the blob of fetching */
+
     /* the run and gathering */
     bool run_pending, export_pending, exported;
     int64_t next_doc_ms;

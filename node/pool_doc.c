@@ -1,11 +1,12 @@
 /* pool_doc.c — a member's job document as a C type (pool_doc.h): its
- * profile, links and run, the document itself (the `job` text of a member
- * record), what a node saves across restarts, and the job section of
- * status. One reader and one writer each. */
+ * profile, links and run, the job's reference and blob, and the document
+ * itself (the `job` text of a member record). One reader and one writer
+ * each (what a node saves and shows of them: pool_status.c). */
 #include "pool_doc.h"
 
 #include "node.h"
 
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -179,6 +180,138 @@ json_t *pool_links_to_json(const pool_links *l)
     return o;
 }
 
+static int by_value(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int64_t median(int64_t *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, by_value);
+    return v[(n - 1) / 2];
+}
+
+/* How far x is from m, as a factor in thousandths (>= 1000). */
+static int64_t factor(int64_t x, int64_t m)
+{
+    if (x < 1) x = 1;
+    if (m < 1) m = 1;
+    return x >= m ? cost_muldiv(x, 1000, m) : cost_muldiv(m, 1000, x);
+}
+
+typedef struct {
+    int64_t score;
+    int i;
+} link_score;
+
+static const pool_links *score_links;
+
+static int by_score(const void *a, const void *b)
+{
+    const link_score *x = a, *y = b;
+    if (x->score != y->score) return x->score > y->score ? -1 : 1;
+    return strcmp(score_links->l[x->i].name, score_links->l[y->i].name);
+}
+
+int pool_links_summary(const pool_links *all, pool_links *exact, pool_link *typical)
+{
+    memset(exact, 0, sizeof *exact);
+    memset(typical, 0, sizeof *typical);
+    if (all->n == 0) return 0;
+    int64_t *v = malloc((size_t)all->n * sizeof *v);
+    link_score *sc = malloc((size_t)all->n * sizeof *sc);
+    int rc = -1, k = 0;
+    if (!v || !sc) goto out;
+    for (int i = 0; i < all->n; i++) v[i] = all->l[i].latency_ns;
+    typical->latency_ns = median(v, all->n);
+    for (int i = 0; i < all->n; i++) v[i] = all->l[i].bandwidth;
+    typical->bandwidth = median(v, all->n);
+    for (int i = 0; i < all->n; i++) {
+        int64_t f = factor(all->l[i].latency_ns, typical->latency_ns);
+        int64_t g = factor(all->l[i].bandwidth, typical->bandwidth);
+        /* every link when they fit; else those off by more than a factor of 2 */
+        if (all->n <= POOL_LINKS_MAX || f > 2000 || g > 2000)
+            sc[k++] = (link_score){f > g ? f : g, i};
+    }
+    score_links = all;
+    qsort(sc, (size_t)k, sizeof *sc, by_score);
+    if (k > POOL_LINKS_MAX) k = POOL_LINKS_MAX;
+    rc = 0;
+    for (int i = 0; i < k && rc == 0; i++)
+        rc = pool_links_add(exact, all->l[sc[i].i].name, all->l[sc[i].i].latency_ns,
+                            all->l[sc[i].i].bandwidth);
+out:
+    free(v);
+    free(sc);
+    if (rc) pool_links_free(exact);
+    return rc;
+}
+
+/* ---- the job: a record's reference and the blob ---- */
+
+bool pool_job_ref_later(const pool_job_ref *a, const pool_job_ref *b, int64_t now_s)
+{
+    if (!a || !a->id[0] || a->at > now_s + POOL_JOB_SKEW_S) return false;
+    if (!b || !b->id[0]) return true;
+    if (a->at != b->at) return a->at > b->at;
+    return strcmp(a->id, b->id) > 0;
+}
+
+int pool_job_blob_from_json(json_t *j, pool_job_blob *out, char *err, size_t errlen)
+{
+    static const char *const keys[] = {"bundle", "pool", NULL};
+    memset(out, 0, sizeof *out);
+    if (!json_is_object(j)) return node_errf(err, errlen, "job blob: not a JSON object");
+    const char *bad = unknown_key(j, keys);
+    if (bad) return node_errf(err, errlen, "job blob: \"%s\" is not a known key", bad);
+    if (!json_is_array(json_object_get(j, "pool")))
+        return node_errf(err, errlen, "job blob: \"pool\" must be a list of names");
+    if (pool_bundle_from_json(json_object_get(j, "bundle"), &out->bundle, err, errlen) != 0)
+        return -1;
+    if (pool_names_from_json(json_object_get(j, "pool"), &out->pool, "pool", err, errlen) != 0) {
+        pool_bundle_free(&out->bundle);
+        return -1;
+    }
+    return 0;
+}
+
+json_t *pool_job_blob_to_json(const pool_job_blob *b)
+{
+    return json_pack("{s:o,s:o}", "bundle", pool_bundle_to_json(&b->bundle), "pool",
+                     pool_names_to_json(&b->pool));
+}
+
+char *pool_job_blob_text(const pool_job_blob *b, char hash[65])
+{
+    json_t *j = pool_job_blob_to_json(b);
+    char *text = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(j);
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    if (!text || !EVP_Digest(text, strlen(text), md, &mdlen, EVP_sha256(), NULL) || mdlen != 32) {
+        free(text);
+        return NULL;
+    }
+    for (int i = 0; i < 32; i++) snprintf(hash + 2 * i, 3, "%02x", md[i]);
+    return text;
+}
+
+void pool_job_blob_free(pool_job_blob *b)
+{
+    pool_bundle_free(&b->bundle);
+    pool_names_free(&b->pool);
+}
+
+void pool_job_blob_ref(const pool_job_blob *b, const char hash[65], pool_job_ref *out)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->id, sizeof out->id, "%s", b->bundle.id);
+    snprintf(out->by, sizeof out->by, "%s", b->bundle.submitted_by);
+    out->at = b->bundle.submitted_at;
+    snprintf(out->blob, sizeof out->blob, "%s", hash);
+}
+
 /* ---- run ---- */
 
 static const char *const run_states[] = {"", "running", "done", "failed", "stopped"};
@@ -308,7 +441,8 @@ static int count_at(json_t *j, const char *key, unsigned flag, int64_t *out, uns
 static int lacks_read(json_t *j, pool_lacks *out, char *err, size_t errlen)
 {
     static const char *const keys[] = {"role", "path", "local", "why", NULL};
-    if (!json_is_array(j)) return node_errf(err, errlen, "\"lack\" must be a list");
+    if (!json_is_array(j) || json_array_size(j) > POOL_LACKS_MAX)
+        return node_errf(err, errlen, "\"lack\" must be a list of at most %d", POOL_LACKS_MAX);
     size_t i;
     json_t *l;
     json_array_foreach(j, i, l) {
@@ -326,39 +460,54 @@ static int lacks_read(json_t *j, pool_lacks *out, char *err, size_t errlen)
     return 0;
 }
 
-static int doc_read(json_t *j, pool_doc *d, char *err, size_t errlen)
+static int ref_read(json_t *j, pool_job_ref *r, char *err, size_t errlen)
 {
-    static const char *const keys[] = {"id", "bundle", "pool", "stop", "compute", "host",
-                                       "cores", "threads", "first", "any", "lack", "error",
-                                       "prof_error", "prof", "links", "ready", "vote", "why",
-                                       "committed", "run", NULL};
-    if (!json_is_object(j)) return node_errf(err, errlen, "not a JSON object");
-    const char *bad = unknown_key(j, keys);
-    if (bad) return node_errf(err, errlen, "\"%s\" is not a known key", bad);
     const char *id = json_string_value(json_object_get(j, "id"));
+    const char *by = json_string_value(json_object_get(j, "by"));
+    const char *jb = json_string_value(json_object_get(j, "jb"));
+    json_t *at = json_object_get(j, "at");
     if (!id || strlen(id) != POOL_JOB_ID_LEN || strspn(id, "0123456789abcdef") != POOL_JOB_ID_LEN)
         return node_errf(err, errlen, "\"id\" must be %d lowercase hex digits", POOL_JOB_ID_LEN);
-    snprintf(d->id, sizeof d->id, "%s", id);
-    json_t *b = json_object_get(j, "bundle");
-    if (b) {
-        char berr[600];
-        if (!(d->bundle = calloc(1, sizeof *d->bundle)))
-            return node_errf(err, errlen, "out of memory");
-        if (pool_bundle_from_json(b, d->bundle, berr, sizeof berr) != 0) {
-            free(d->bundle);
-            d->bundle = NULL;
-            return node_errf(err, errlen, "\"bundle\": %s", berr);
-        }
-        if (strcmp(d->bundle->id, d->id) != 0)
-            return node_errf(err, errlen, "\"bundle\" is job %s, not the document's %s",
-                             d->bundle->id, d->id);
-    }
+    if (!by || !node_name_valid(by))
+        return node_errf(err, errlen, "\"by\" must be the submitter's node name");
+    if (!json_is_integer(at) || json_integer_value(at) < 0)
+        return node_errf(err, errlen, "\"at\" must be unix seconds");
+    if (!jb || strlen(jb) != 64 || strspn(jb, "0123456789abcdef") != 64)
+        return node_errf(err, errlen, "\"jb\" must be 64 lowercase hex digits");
+    snprintf(r->id, sizeof r->id, "%s", id);
+    snprintf(r->by, sizeof r->by, "%s", by);
+    r->at = (int64_t)json_integer_value(at);
+    snprintf(r->blob, sizeof r->blob, "%s", jb);
+    return 0;
+}
+
+static int link_read(json_t *l, pool_link *out, char *err, size_t errlen)
+{
+    json_t *lat = json_array_get(l, 0), *bw = json_array_get(l, 1);
+    if (!json_is_array(l) || json_array_size(l) != 2 || !json_is_integer(lat) ||
+        !json_is_integer(bw) || json_integer_value(lat) < 0 || json_integer_value(bw) < 0)
+        return node_errf(err, errlen, "\"link\" must be [latency_ns, bytes_per_s]");
+    out->latency_ns = (int64_t)json_integer_value(lat);
+    out->bandwidth = (int64_t)json_integer_value(bw);
+    return 0;
+}
+
+static int doc_read(json_t *j, pool_doc *d, char *err, size_t errlen)
+{
+    static const char *const keys[] = {"v", "id", "by", "at", "jb", "stop", "compute", "host",
+                                       "cores", "threads", "first", "any", "lack", "lack_more",
+                                       "error", "prof_error", "prof", "links", "link", "ready",
+                                       "vote", "why", "committed", "run", NULL};
+    if (!json_is_object(j)) return node_errf(err, errlen, "not a JSON object");
+    json_t *ver = json_object_get(j, "v");
+    if (!json_is_integer(ver) || json_integer_value(ver) != POOL_DOC_VERSION)
+        return node_errf(err, errlen, "\"v\" must be %d (a job document of another version)",
+                         POOL_DOC_VERSION);
+    const char *bad = unknown_key(j, keys);
+    if (bad) return node_errf(err, errlen, "\"%s\" is not a known key", bad);
+    if (ref_read(j, &d->job, err, errlen) != 0) return -1;
+    snprintf(d->id, sizeof d->id, "%s", d->job.id);
     json_t *v;
-    if ((v = json_object_get(j, "pool"))) {
-        if (!json_is_array(v) || pool_names_from_json(v, &d->pool, "pool", err, errlen))
-            return node_errf(err, errlen, "\"pool\" must be a list of node names");
-        d->has |= POOL_HAS_POOL;
-    }
     if (bool_at(j, "stop", POOL_HAS_STOP, &d->stop, &d->has, err, errlen) ||
         bool_at(j, "compute", POOL_HAS_COMPUTE, &d->compute, &d->has, err, errlen) ||
         bool_at(j, "first", POOL_HAS_FIRST, &d->first, &d->has, err, errlen) ||
@@ -375,6 +524,10 @@ static int doc_read(json_t *j, pool_doc *d, char *err, size_t errlen)
         d->has |= POOL_HAS_HOST;
     }
     if ((v = json_object_get(j, "lack")) && lacks_read(v, &d->lacks, err, errlen)) return -1;
+    if ((v = json_object_get(j, "lack_more")) &&
+        (!json_is_integer(v) || json_integer_value(v) < 1))
+        return node_errf(err, errlen, "\"lack_more\" must count lacks beyond those listed");
+    d->lack_more = v ? (int64_t)json_integer_value(v) : 0;
     if (text_at(j, "error", d->error, sizeof d->error, err, errlen) ||
         text_at(j, "prof_error", d->prof_error, sizeof d->prof_error, err, errlen) ||
         text_at(j, "why", d->why, sizeof d->why, err, errlen))
@@ -385,7 +538,15 @@ static int doc_read(json_t *j, pool_doc *d, char *err, size_t errlen)
     }
     if ((v = json_object_get(j, "links"))) {
         if (pool_links_from_json(v, &d->links, err, errlen)) return -1;
+        if (d->links.n > POOL_LINKS_MAX)
+            return node_errf(err, errlen, "\"links\" lists %d links, at most %d", d->links.n,
+                             POOL_LINKS_MAX);
+        if (!json_object_get(j, "link"))
+            return node_errf(err, errlen, "\"link\" must come with \"links\"");
+        if (link_read(json_object_get(j, "link"), &d->typical, err, errlen)) return -1;
         d->has |= POOL_HAS_LINKS;
+    } else if (json_object_get(j, "link")) {
+        return node_errf(err, errlen, "\"link\" without \"links\"");
     }
     if ((v = json_object_get(j, "vote"))) {
         if (pool_vote_from_json(v, &d->vote, err, errlen)) return -1;
@@ -429,9 +590,11 @@ json_t *pool_doc_to_json(const pool_doc *d)
     json_t *o = json_object();
     if (!o || !d->id[0]) return o;
     unsigned h = d->has;
+    json_object_set_new(o, "v", json_integer(POOL_DOC_VERSION));
     json_object_set_new(o, "id", json_string(d->id));
-    if (d->bundle) json_object_set_new(o, "bundle", pool_bundle_to_json(d->bundle));
-    if (h & POOL_HAS_POOL) json_object_set_new(o, "pool", pool_names_to_json(&d->pool));
+    json_object_set_new(o, "by", json_string(d->job.by));
+    json_object_set_new(o, "at", json_integer((json_int_t)d->job.at));
+    json_object_set_new(o, "jb", json_string(d->job.blob));
     if (h & POOL_HAS_STOP) json_object_set_new(o, "stop", json_boolean(d->stop));
     if (h & POOL_HAS_COMPUTE) json_object_set_new(o, "compute", json_boolean(d->compute));
     if (h & POOL_HAS_HOST) json_object_set_new(o, "host", json_string(d->host));
@@ -440,18 +603,32 @@ json_t *pool_doc_to_json(const pool_doc *d)
         json_object_set_new(o, "threads", json_integer((json_int_t)d->threads));
     if (h & POOL_HAS_FIRST) json_object_set_new(o, "first", json_boolean(d->first));
     if (h & POOL_HAS_ANY) json_object_set_new(o, "any", json_boolean(d->any));
-    if (d->lacks.n) {
+    if (d->lacks.n || d->lack_more) {
+        /* the first lacks, within POOL_LACKS_MAX and POOL_LACKS_TEXT_MAX bytes */
         json_t *a = json_array();
-        for (int i = 0; a && i < d->lacks.n; i++)
-            json_array_append_new(a, json_pack("{s:s,s:s,s:s,s:s}", "role", d->lacks.l[i].role,
-                                               "path", d->lacks.l[i].path, "why",
-                                               d->lacks.l[i].why, "local", d->lacks.l[i].local));
-        json_object_set_new(o, "lack", a);
+        int n = 0;
+        size_t bytes = 2;
+        for (; a && n < d->lacks.n && n < POOL_LACKS_MAX; n++) {
+            const pool_lack *l = &d->lacks.l[n];
+            size_t sz = strlen(l->role) + strlen(l->path) + strlen(l->why) + strlen(l->local) + 40;
+            if (bytes + sz > POOL_LACKS_TEXT_MAX) break;
+            bytes += sz;
+            json_array_append_new(a, json_pack("{s:s,s:s,s:s,s:s}", "role", l->role, "path",
+                                               l->path, "why", l->why, "local", l->local));
+        }
+        int64_t more = d->lack_more + d->lacks.n - n;
+        if (n) json_object_set_new(o, "lack", a);
+        else json_decref(a);
+        if (more > 0) json_object_set_new(o, "lack_more", json_integer((json_int_t)more));
     }
     if (d->error[0]) json_object_set_new(o, "error", json_string(d->error));
     if (h & POOL_HAS_PROF) json_object_set_new(o, "prof", profile_json(&d->prof));
     if (d->prof_error[0]) json_object_set_new(o, "prof_error", json_string(d->prof_error));
-    if (h & POOL_HAS_LINKS) json_object_set_new(o, "links", pool_links_to_json(&d->links));
+    if (h & POOL_HAS_LINKS) {
+        json_object_set_new(o, "links", pool_links_to_json(&d->links));
+        json_object_set_new(o, "link", json_pack("[I,I]", (json_int_t)d->typical.latency_ns,
+                                                 (json_int_t)d->typical.bandwidth));
+    }
     if (h & POOL_HAS_READY) json_object_set_new(o, "ready", json_boolean(d->ready));
     if (h & POOL_HAS_VOTE) json_object_set_new(o, "vote", pool_vote_to_json(&d->vote));
     if (d->why[0]) json_object_set_new(o, "why", json_string(d->why));
@@ -482,225 +659,11 @@ char *pool_doc_view_text(const char *name, const pool_doc *d)
     json_object_set_new(o, "prof", d->has & POOL_HAS_PROF ? profile_json(&d->prof) : json_null());
     json_object_set_new(o, "links",
                         d->has & POOL_HAS_LINKS ? pool_links_to_json(&d->links) : json_null());
+    json_object_set_new(o, "link", d->has & POOL_HAS_LINKS
+                                       ? json_pack("[I,I]", (json_int_t)d->typical.latency_ns,
+                                                   (json_int_t)d->typical.bandwidth)
+                                       : json_null());
     char *text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(o);
     return text;
-}
-
-/* ---- saved state ---- */
-
-void pool_saved_free(pool_saved *s)
-{
-    pool_plan_free(&s->committed);
-    pool_vote_free(&s->vote);
-    memset(s, 0, sizeof *s);
-    pool_run_init(&s->run);
-}
-
-int pool_saved_from_json(json_t *j, pool_saved *out, char *err, size_t errlen)
-{
-    static const char *const keys[] = {"committed", "run", "stop", "vote", NULL};
-    memset(out, 0, sizeof *out);
-    pool_run_init(&out->run);
-    if (!json_is_object(j)) return node_errf(err, errlen, "not a JSON object");
-    const char *bad = unknown_key(j, keys);
-    if (bad) return node_errf(err, errlen, "\"%s\" is not a known key", bad);
-    json_t *c = json_object_get(j, "committed"), *r = json_object_get(j, "run");
-    json_t *st = json_object_get(j, "stop"), *v = json_object_get(j, "vote");
-    char perr[400];
-    int rc = 0;
-    if (st && !json_is_boolean(st)) rc = node_errf(err, errlen, "\"stop\" must be true or false");
-    out->stop = json_is_true(st);
-    if (!rc && c && !json_is_null(c)) {
-        rc = pool_plan_from_json(c, true, &out->committed, perr, sizeof perr)
-                 ? node_errf(err, errlen, "\"committed\": %s", perr) : 0;
-        out->has_committed = rc == 0;
-    }
-    if (!rc && r && !json_is_null(r)) {
-        rc = pool_run_from_json(r, &out->run, err, errlen);
-        out->has_run = rc == 0;
-    }
-    if (!rc && v && !json_is_null(v)) {
-        rc = pool_vote_from_json(v, &out->vote, err, errlen);
-        out->has_vote = rc == 0;
-    }
-    if (rc) pool_saved_free(out);
-    return rc;
-}
-
-json_t *pool_saved_to_json(const pool_saved *s)
-{
-    return json_pack("{s:o,s:o,s:b,s:o}", "committed",
-                     s->has_committed ? pool_plan_to_json(&s->committed) : json_null(), "run",
-                     s->has_run ? pool_run_to_json(&s->run) : json_null(), "stop", s->stop,
-                     "vote", s->has_vote ? pool_vote_to_json(&s->vote) : json_null());
-}
-
-/* ---- the job section of status ---- */
-
-void pool_status_free(pool_status *s)
-{
-    for (int i = 0; i < s->nmembers; i++) {
-        if (!s->members[i].doc) continue;
-        pool_doc_free(s->members[i].doc);
-        free(s->members[i].doc);
-    }
-    free(s->members);
-    free(s->out_dir);
-    free(s->job_file);
-    pool_plan_free(&s->committed);
-    memset(s, 0, sizeof *s);
-    pool_run_init(&s->run);
-}
-
-static int status_member(const char *name, json_t *m, pool_status_member *out, char *err,
-                         size_t errlen)
-{
-    memset(out, 0, sizeof *out);
-    json_t *doc = json_copy(m);   /* the document is the entry without state and address */
-    char derr[700];
-    if (!doc) return node_errf(err, errlen, "out of memory");
-    int rc = text_at(doc, "state", out->state, sizeof out->state, err, errlen) ||
-             text_at(doc, "address", out->address, sizeof out->address, err, errlen) ? -1 : 0;
-    json_object_del(doc, "state");
-    json_object_del(doc, "address");
-    snprintf(out->name, sizeof out->name, "%s", name);
-    if (!rc && (strlen(name) >= sizeof out->name || !(out->doc = calloc(1, sizeof *out->doc))))
-        rc = node_errf(err, errlen, "\"members\".\"%.63s\": not a member name", name);
-    if (!rc && pool_doc_from_json(doc, out->doc, derr, sizeof derr) != 0)
-        rc = node_errf(err, errlen, "\"members\".\"%.63s\": %s", name, derr);
-    json_decref(doc);
-    if (rc) {
-        free(out->doc);
-        out->doc = NULL;
-    }
-    return rc;
-}
-
-static int status_read(json_t *j, pool_status *s, char *err, size_t errlen)
-{
-    static const char *const keys[] = {"id", "submitted_by", "out_dir", "job_file", "committed",
-                                       "run", "stop", "members", NULL};
-    const char *bad = unknown_key(j, keys);
-    if (bad) return node_errf(err, errlen, "job: \"%s\" is not a known key", bad);
-    const char *id = json_string_value(json_object_get(j, "id"));
-    const char *by = json_string_value(json_object_get(j, "submitted_by"));
-    const char *out = json_string_value(json_object_get(j, "out_dir"));
-    const char *jf = json_string_value(json_object_get(j, "job_file"));
-    json_t *c = json_object_get(j, "committed"), *r = json_object_get(j, "run");
-    json_t *members = json_object_get(j, "members");
-    if (!id || strlen(id) != POOL_JOB_ID_LEN || !by || strlen(by) >= sizeof s->submitted_by ||
-        !out || !jf || !json_is_boolean(json_object_get(j, "stop")) || !json_is_object(members))
-        return node_errf(err, errlen, "job: id, submitted_by, out_dir, job_file, stop and "
-                         "members are required");
-    snprintf(s->id, sizeof s->id, "%s", id);
-    snprintf(s->submitted_by, sizeof s->submitted_by, "%s", by);
-    s->out_dir = strdup(out);
-    s->job_file = strdup(jf);
-    s->stop = json_is_true(json_object_get(j, "stop"));
-    s->members = calloc(json_object_size(members) + 1, sizeof *s->members);
-    if (!s->out_dir || !s->job_file || !s->members) return node_errf(err, errlen, "out of memory");
-    char perr[400];
-    if (c && !json_is_null(c)) {
-        if (pool_plan_from_json(c, true, &s->committed, perr, sizeof perr))
-            return node_errf(err, errlen, "job: \"committed\": %s", perr);
-        s->has_committed = true;
-    }
-    if (r && !json_is_null(r)) {
-        if (pool_run_from_json(r, &s->run, err, errlen)) return -1;
-        s->has_run = true;
-    }
-    const char *name;
-    json_t *m;
-    json_object_foreach(members, name, m) {
-        if (status_member(name, m, &s->members[s->nmembers], err, errlen)) return -1;
-        s->nmembers++;
-    }
-    return 0;
-}
-
-int pool_status_from_json(json_t *j, pool_status *out, char *err, size_t errlen)
-{
-    memset(out, 0, sizeof *out);
-    pool_run_init(&out->run);
-    if (!j || json_is_null(j)) return 1;
-    if (!json_is_object(j)) return node_errf(err, errlen, "job: not an object");
-    if (status_read(j, out, err, errlen) == 0) return 0;
-    pool_status_free(out);
-    return -1;
-}
-
-json_t *pool_status_to_json(const pool_status *s)
-{
-    json_t *members = json_object();
-    for (int i = 0; members && i < s->nmembers; i++) {
-        const pool_status_member *m = &s->members[i];
-        json_t *doc = pool_doc_to_json(m->doc);
-        json_object_del(doc, "bundle");
-        json_object_del(doc, "pool");
-        json_object_set_new(doc, "state", json_string(m->state));
-        json_object_set_new(doc, "address", json_string(m->address));
-        json_object_set_new(members, m->name, doc);
-    }
-    return json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:b,s:o}", "id", s->id, "submitted_by",
-                     s->submitted_by, "out_dir", s->out_dir ? s->out_dir : "", "job_file",
-                     s->job_file ? s->job_file : "", "committed",
-                     s->has_committed ? pool_plan_to_json(&s->committed) : json_null(), "run",
-                     s->has_run ? pool_run_to_json(&s->run) : json_null(), "stop", s->stop,
-                     "members", members);
-}
-
-int pool_status_from_reply(json_t *reply, pool_status *out, char *err, size_t errlen)
-{
-    return pool_status_from_json(json_object_get(reply, "job"), out, err, errlen);
-}
-
-int pool_reply_gossip_port(json_t *reply, const char *name)
-{
-    int port = GOSSIP_DEFAULT_PORT;
-    size_t k;
-    json_t *m;
-    json_array_foreach(json_object_get(reply, "members"), k, m) {
-        const char *n = json_string_value(json_object_get(m, "name"));
-        json_t *gp = json_object_get(m, "gossip_port");
-        if (n && name && strcmp(n, name) == 0 && json_is_integer(gp))
-            port = (int)json_integer_value(gp);
-    }
-    return port;
-}
-
-const char *pool_reply_own_address(json_t *reply)
-{
-    const char *own = NULL;
-    size_t k;
-    json_t *m;
-    json_array_foreach(json_object_get(reply, "members"), k, m)
-        if (json_is_true(json_object_get(m, "self")))
-            own = json_string_value(json_object_get(m, "address"));
-    return own;
-}
-
-const pool_status_member *pool_status_member_of(const pool_status *s, const char *name)
-{
-    for (int i = 0; name && i < s->nmembers; i++)
-        if (strcmp(s->members[i].name, name) == 0) return &s->members[i];
-    return NULL;
-}
-
-/* ---- a stage's progress: the last line of its metrics.jsonl ---- */
-
-int pool_run_progress_from_line(const char *line, int64_t *step, double *loss, double *tps,
-                                double *step_ms)
-{
-    json_t *m = line && line[0] ? json_loads(line, 0, NULL) : NULL;
-    json_t *s = json_object_get(m, "step");
-    int rc = json_is_integer(s) ? 0 : -1;
-    if (rc == 0) {
-        *step = (int64_t)json_integer_value(s);
-        *loss = json_number_value(json_object_get(m, "loss"));
-        *tps = json_number_value(json_object_get(m, "tokens_per_s"));
-        *step_ms = json_number_value(json_object_get(m, "step_ms"));
-    }
-    json_decref(m);
-    return rc;
 }

@@ -7,7 +7,8 @@
  * typed and bounded, a refusal naming the field) and one writer (_to_json:
  * the same keys, the same bytes once dumped compact and key-sorted). Nothing
  * else in node/ reads these documents' keys. pool_plan.c: names, plans,
- * votes; pool_doc.c: the rest. */
+ * votes; pool_doc.c: profiles, links, runs, the job blob, the document;
+ * pool_status.c: the saved state, the status section, progress lines. */
 #ifndef SHARDNODE_POOL_DOC_H
 #define SHARDNODE_POOL_DOC_H
 
@@ -19,7 +20,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define POOL_TEXT_MAX 1024          /* an error or a reason in a document, with the NUL */
+#define POOL_TEXT_MAX 1024          /* a log line or an error, with the NUL */
+#define POOL_DOC_TEXT_MAX 512       /* an error or a reason in a document, with the NUL */
 
 /* ---- names (pool_plan.c) ---- */
 
@@ -35,6 +37,9 @@ json_t *pool_names_to_json(const pool_names *n);
 int pool_names_add(pool_names *n, const char *name);
 int pool_names_copy(pool_names *dst, const pool_names *src);
 bool pool_names_equal(const pool_names *a, const pool_names *b);
+/* What a record carries of a list of names: the first 8 bytes of the
+ * SHA-256 of its compact JSON (never 0). */
+uint64_t pool_names_hash(const pool_names *n);
 void pool_names_free(pool_names *n);
 
 /* ---- the plan (pool_plan.c) ----
@@ -57,8 +62,10 @@ typedef struct {
 } pool_stage;
 
 /* A layout {"mb", "step_ns", "step_ns_shared", "stages"}; a committed
- * section adds {"e": epoch, "h": plan hash, "m": base membership of the
- * next epoch}. */
+ * section adds {"e": epoch, "h": plan hash, "mh": the hash of the base
+ * membership of the next epoch (pool_names_hash)}. The list itself is known
+ * to the members that voted for the plan (their vote's view members), not
+ * carried: it grows with the pool. */
 typedef struct {
     int64_t mb, step_ns, step_ns_shared;
     bool has_shared;                /* step_ns_shared is present */
@@ -66,7 +73,9 @@ typedef struct {
     pool_stage stage[POOL_MAX_STAGES];
     int64_t epoch;                  /* committed: >= 1; 0: a layout */
     uint64_t hash;                  /* committed: the plan hash it claims */
-    pool_names members;             /* committed */
+    uint64_t members_hash;          /* committed: "mh" */
+    pool_names members;             /* committed: the list, when this member knows it
+                                       (never read from or written to a record) */
 } pool_plan;
 
 int pool_plan_from_json(json_t *j, bool committed, pool_plan *out, char *err, size_t errlen);
@@ -84,10 +93,11 @@ int pool_plan_stage_of(const pool_plan *p, const char *member);
 
 typedef struct {
     elect_vote v;                   /* epoch 0: none */
-    pool_names members;             /* "m": the view members the voter saw */
+    uint64_t members_hash;          /* "mh": pool_names_hash of the view members the voter saw */
+    pool_names members;             /* that list, on the voter only (not in the record) */
 } pool_vote;
 
-/* {"e", "b", "bp", "v", "p", "n", "m"} (hashes as hex). */
+/* {"e", "b", "bp", "v", "p", "n", "mh"} (hashes as hex). */
 int pool_vote_from_json(json_t *j, pool_vote *out, char *err, size_t errlen);
 json_t *pool_vote_to_json(const pool_vote *v);
 int pool_vote_copy(pool_vote *dst, const pool_vote *src);
@@ -119,6 +129,10 @@ typedef struct {
     pool_link *l;                   /* malloc'ed */
 } pool_links;
 
+/* A record carries at most this many links exactly; with more members it
+ * carries the most unusual ones and the typical link (docs/PROTOCOL.md). */
+#define POOL_LINKS_MAX 16
+
 /* {"NAME": [latency_ns, bytes_per_s], ...}: a document's "links", and the
  * file `shardnode probe-links` writes. */
 int pool_links_from_json(json_t *j, pool_links *out, char *err, size_t errlen);
@@ -127,6 +141,12 @@ int pool_links_add(pool_links *l, const char *name, int64_t latency_ns, int64_t 
 const pool_link *pool_links_find(const pool_links *l, const char *name);
 int pool_links_copy(pool_links *dst, const pool_links *src);
 void pool_links_free(pool_links *l);
+/* What a record says of the links measured: every one when there are at
+ * most POOL_LINKS_MAX, else the POOL_LINKS_MAX that differ most from the
+ * typical link (in latency or bandwidth by more than a factor of 2, the
+ * largest factor first, ties by name); and the typical link: the median
+ * latency and the median bandwidth (0, 0 when none was measured). */
+int pool_links_summary(const pool_links *all, pool_links *exact, pool_link *typical);
 
 typedef enum {
     POOL_RUN_NONE = 0,              /* no "state" (a run that holds only "gathered") */
@@ -144,7 +164,7 @@ typedef struct {
     bool has_step, has_steps, has_loss, has_tps, has_step_ms;
     int64_t step, steps;
     double loss, tps, step_ms;
-    char error[POOL_TEXT_MAX];      /* "" none */
+    char error[POOL_DOC_TEXT_MAX];  /* "" none */
     int gathered;                   /* -1 absent, 0 failed, 1 done */
 } pool_run;
 
@@ -158,6 +178,45 @@ void pool_run_init(pool_run *r);
 
 /* ---- a member's job document (pool_doc.c) ---- */
 
+#define POOL_DOC_VERSION 2        /* "v" of the job document (1: before issue 14) */
+#define POOL_LACKS_MAX 4          /* lacks listed in a record (in at most POOL_LACKS_TEXT_MAX
+                                     bytes); "lack_more" counts the rest */
+#define POOL_LACKS_TEXT_MAX 1024
+/* What a record gives a plan: its committed section and the names in a vote
+ * for it, as JSON, at most this many bytes (a plan that needs more is not
+ * voted for: why says so). */
+#define POOL_PLAN_TEXT_MAX 2560
+
+/* A job as a record names it: its id, submitter and submission time, and
+ * the SHA-256 of its job blob (the bundle and the first epoch's members),
+ * which members fetch from each other (pool_job_blob). */
+typedef struct {
+    char id[POOL_JOB_ID_LEN + 1];
+    char by[MESH_NAME_MAX];
+    int64_t at;
+    char blob[65];                  /* 64 lowercase hex digits */
+} pool_job_ref;
+
+/* Whether job a (a record's) comes after b (NULL: none), as
+ * pool_bundle_later orders bundles. */
+bool pool_job_ref_later(const pool_job_ref *a, const pool_job_ref *b, int64_t now_s);
+
+/* The job blob: {"bundle": the bundle, "pool": [the members alive when it
+ * was submitted: the base membership of its first epoch]}, served by
+ * FETCH as jobs/ID/job-SHA256.json. */
+typedef struct {
+    pool_bundle bundle;
+    pool_names pool;
+} pool_job_blob;
+
+int pool_job_blob_from_json(json_t *j, pool_job_blob *out, char *err, size_t errlen);
+json_t *pool_job_blob_to_json(const pool_job_blob *b);
+/* Its text (compact, key-sorted; malloc'ed) and that text's SHA-256 in hex. */
+char *pool_job_blob_text(const pool_job_blob *b, char hash[65]);
+void pool_job_blob_free(pool_job_blob *b);
+/* The reference a record carries of blob b (hash: of its text). */
+void pool_job_blob_ref(const pool_job_blob *b, const char hash[65], pool_job_ref *out);
+
 enum {
     POOL_HAS_POOL = 1 << 0, POOL_HAS_STOP = 1 << 1, POOL_HAS_COMPUTE = 1 << 2,
     POOL_HAS_HOST = 1 << 3, POOL_HAS_CORES = 1 << 4, POOL_HAS_THREADS = 1 << 5,
@@ -167,22 +226,29 @@ enum {
 };
 
 /* The `job` text of a member record: what that member knows and does about
- * the mesh's current job (PROTOCOL.md, "The job document"). Every key but
- * "id" is optional; `has` says which the document carries. */
+ * the mesh's current job (PROTOCOL.md, "The job document"). "v", "id",
+ * "by", "at" and "jb" are required, every other key optional; `has` says
+ * which the document carries. Nothing in it grows with the pool or the job:
+ * the bundle and the member lists are fetched or hashed, links and lacks
+ * are capped. */
 typedef struct {
-    char id[POOL_JOB_ID_LEN + 1];
-    pool_bundle *bundle;            /* NULL: not carried */
+    pool_job_ref job;               /* "id", "by", "at", "jb" */
+    char id[POOL_JOB_ID_LEN + 1];   /* = job.id ("" no document) */
+    pool_bundle *bundle;            /* the job, on the member only (not in the record) */
     unsigned has;                   /* POOL_HAS_* */
-    pool_names pool;
+    pool_names pool;                /* the job blob's, on the member only */
     bool stop, compute, first, any, ready;
     char host[17];
     int64_t cores, threads;
-    pool_lacks lacks;               /* "lack" (written when not empty) */
-    char error[POOL_TEXT_MAX];      /* "" none (so for prof_error and why) */
-    char prof_error[POOL_TEXT_MAX];
-    char why[POOL_TEXT_MAX];
+    pool_lacks lacks;               /* "lack" (written when not empty, at most
+                                       POOL_LACKS_MAX; the rest counted in lack_more) */
+    int64_t lack_more;
+    char error[POOL_DOC_TEXT_MAX];  /* "" none (so for prof_error and why) */
+    char prof_error[POOL_DOC_TEXT_MAX];
+    char why[POOL_DOC_TEXT_MAX];
     pool_profile prof;
-    pool_links links;
+    pool_links links;               /* "links": the exact ones (pool_links_summary) */
+    pool_link typical;              /* "link": [latency_ns, bytes_per_s] (with links) */
     pool_vote vote;
     pool_plan committed;
     pool_run run;
@@ -198,10 +264,10 @@ void pool_doc_init(pool_doc *d);
 void pool_doc_free(pool_doc *d);
 /* What the view hash covers of member `name` with document d: the compact,
  * key-sorted JSON of {"name", "host", "cores", "threads", "compute",
- * "first", "any", "prof", "links"} (malloc'ed). */
+ * "first", "any", "prof", "links", "link"} (malloc'ed). */
 char *pool_doc_view_text(const char *name, const pool_doc *d);
 
-/* ---- what a node saves across restarts: STATE/jobs/ID/state.json ---- */
+/* ---- what a node saves across restarts: STATE/jobs/ID/state.json (pool_status.c) ---- */
 
 typedef struct {
     bool has_committed, has_run, has_vote;
@@ -216,7 +282,7 @@ int pool_saved_from_json(json_t *j, pool_saved *out, char *err, size_t errlen);
 json_t *pool_saved_to_json(const pool_saved *s);
 void pool_saved_free(pool_saved *s);
 
-/* ---- the job section of `status` (docs/FORMATS.md, "Control socket") ---- */
+/* ---- the job section of `status` (docs/FORMATS.md, "Control socket"; pool_status.c) ---- */
 
 typedef struct {
     char name[MESH_NAME_MAX];

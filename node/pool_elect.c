@@ -144,12 +144,22 @@ static void compute_plan(pool_core *c, const pool_member *m, int n, const int *i
             own[i * f + j] = true;
         }
     }
+    /* a link neither end lists exactly: the slower of their typical links */
     for (int i = 0; i < f; i++)
         for (int j = 0; j < f; j++) {
             cost_link *l = &links[i * f + j];
-            if (!own[i * f + j]) {
-                if (own[j * f + i]) *l = links[j * f + i];
-                else *l = (cost_link){POOL_DEFAULT_LAT_NS, POOL_DEFAULT_BW};
+            if (own[i * f + j]) continue;
+            const pool_doc *a = docs[i], *b = docs[j];
+            bool ta = (a->has & POOL_HAS_LINKS) && a->typical.bandwidth > 0;
+            bool tb = (b->has & POOL_HAS_LINKS) && b->typical.bandwidth > 0;
+            if (own[j * f + i]) {
+                *l = links[j * f + i];
+            } else if (ta || tb) {
+                const pool_link *x = ta ? &a->typical : &b->typical, *y = tb ? &b->typical : x;
+                *l = (cost_link){x->latency_ns > y->latency_ns ? x->latency_ns : y->latency_ns,
+                                 x->bandwidth < y->bandwidth ? x->bandwidth : y->bandwidth};
+            } else {
+                *l = (cost_link){POOL_DEFAULT_LAT_NS, POOL_DEFAULT_BW};
             }
         }
     for (int i = 0; i < f * f; i++) {
@@ -166,7 +176,7 @@ static void compute_plan(pool_core *c, const pool_member *m, int n, const int *i
     char err[700];
     if (plan_fleet_check(&fleet, err, sizeof err) != 0 ||
         plan_compute(pl, &fleet, &pj, PLAN_AUTO, NULL, err, sizeof err) != 0) {
-        snprintf(c->doc.why, sizeof c->doc.why, "%s", err);
+        snprintf(c->doc.why, sizeof c->doc.why, "%.500s", err);
         goto out;
     }
     if (pl->nstages > POOL_MAX_STAGES) {
@@ -191,6 +201,20 @@ static void compute_plan(pool_core *c, const pool_member *m, int n, const int *i
         st->nholders = 1;
         snprintf(st->holder[0].name, sizeof st->holder[0].name, "%s", nodes[nd].name);
         snprintf(st->holder[0].address, sizeof st->holder[0].address, "%s", addr[nd]);
+    }
+    /* what a record must carry of it: its committed section and a vote's names */
+    json_t *cj = pool_plan_to_json(lay);
+    char *ct = cj ? json_dumps(cj, JSON_COMPACT) : NULL;
+    size_t need = ct ? strlen(ct) + 40 : SIZE_MAX;
+    for (int s2 = 0; s2 < lay->nstages; s2++) need += strlen(lay->stage[s2].holder[0].name) + 3;
+    free(ct);
+    json_decref(cj);
+    if (need > POOL_PLAN_TEXT_MAX) {
+        snprintf(c->doc.why, sizeof c->doc.why, "the plan of %d stages takes %zu bytes of a "
+                 "record, more than the %d it keeps for a plan", lay->nstages, need,
+                 POOL_PLAN_TEXT_MAX);
+        pool_plan_free(lay);
+        goto out;
     }
     c->plan = pool_plan_hash(lay);
 out:
@@ -297,6 +321,7 @@ static void cast(pool_core *c, int64_t epoch, pool_actions *out)
             snprintf(v->v.named[v->v.nnamed++], PLAN_NAME_MAX, "%s",
                      c->layout.stage[s].holder[k].name);
     pool_plan_free(&c->pending_layout);
+    v->members_hash = pool_names_hash(&c->view_members);
     if (pool_names_copy(&v->members, &c->view_members) != 0 ||
         (c->plan && pool_plan_copy(&c->pending_layout, &c->layout) != 0)) {
         pool_vote_free(v);
@@ -338,8 +363,11 @@ void core_vote_saved(pool_core *c, int64_t epoch, bool ok, const char *error, po
              c->doc.vote.v.plan ? "" : c->doc.why);
 }
 
+/* Commits (epoch, plan) with layout; members: the list of the base
+ * membership of the next epoch when this member knows it (its own vote
+ * won), else NULL (its hash is known). */
 static void commit(pool_core *c, int64_t epoch, uint64_t plan, const pool_names *members,
-                   const pool_plan *layout, pool_actions *out)
+                   uint64_t members_hash, const pool_plan *layout, pool_actions *out)
 {
     pool_plan *p = &c->doc.committed;
     pool_plan_free(p);
@@ -347,7 +375,8 @@ static void commit(pool_core *c, int64_t epoch, uint64_t plan, const pool_names 
     memset(&p->members, 0, sizeof p->members);
     p->epoch = epoch;
     p->hash = plan;
-    pool_names_copy(&p->members, members);
+    p->members_hash = members_hash;
+    if (members) pool_names_copy(&p->members, members);
     c->doc.has |= POOL_HAS_COMMITTED;
     c->dirty = true;
     char h[17];
@@ -424,7 +453,7 @@ void core_elect(pool_core *c, const pool_member *m, int n, int64_t now, pool_act
             refuse(c, m[k].name, p->hash, why, out);
             continue;
         }
-        commit(c, p->epoch, p->hash, &p->members, p, out);
+        commit(c, p->epoch, p->hash, NULL, p->members_hash, p, out);
         return;
     }
     if (open) {
@@ -436,11 +465,12 @@ void core_elect(pool_core *c, const pool_member *m, int n, int64_t now, pool_act
             if (r.winner && plan == c->doc.vote.v.plan && c->vote_layout.nstages &&
                 pool_plan_hash(&c->vote_layout) == plan) {
                 /* my vote won: its plan is the layout I voted for */
-                commit(c, ep, plan, &c->doc.vote.members, &c->vote_layout, out);
+                commit(c, ep, plan, &c->doc.vote.members, c->doc.vote.members_hash,
+                       &c->vote_layout, out);
             } else {
                 const pool_plan *p = committed_from(c, m, n, ep, plan);
                 if (!p) return; /* wait until a member that ran the numbers says it */
-                commit(c, ep, plan, &p->members, p, out);
+                commit(c, ep, plan, NULL, p->members_hash, p, out);
             }
             /* The vote stays in the record: members that decide later
              * still need to see it. */
@@ -464,7 +494,7 @@ void core_elect(pool_core *c, const pool_member *m, int n, int64_t now, pool_act
         if (r.outcome == ELECT_COMMITTED && r.from_later && r.base > ce) {
             const pool_plan *p = committed_from(c, m, n, r.base, r.base_plan);
             if (!p) return;
-            commit(c, r.base, r.base_plan, &p->members, p, out);
+            commit(c, r.base, r.base_plan, NULL, p->members_hash, p, out);
             return;
         }
         epoch = later;

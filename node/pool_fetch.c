@@ -200,6 +200,53 @@ int cmd_probe_links(int argc, char **argv)
     return rc;
 }
 
+/* ---- shardnode fetch --out FILE --mesh HEX --from NAME [--bind OVERLAY] --path PATH
+ *      NAME=ADDR:PORT ...: the file PATH from the first member that serves it
+ *      (run by the daemon for a job's blob) ---- */
+
+static int fetch_file(const char *addr, int port, const uint8_t mesh_id[GOSSIP_MESH_ID_LEN],
+                      const char *from, const char *bind_addr, const char *path,
+                      const char *dest, char *err, size_t errlen);
+
+int cmd_fetch(int argc, char **argv)
+{
+    const char *out = NULL, *mesh = NULL, *from = NULL, *bind_addr = NULL, *path = NULL;
+    uint8_t mesh_id[GOSSIP_MESH_ID_LEN];
+    int first = 2;
+    for (; first + 1 < argc && strncmp(argv[first], "--", 2) == 0; first += 2) {
+        if (strcmp(argv[first], "--out") == 0) out = argv[first + 1];
+        else if (strcmp(argv[first], "--mesh") == 0) mesh = argv[first + 1];
+        else if (strcmp(argv[first], "--from") == 0) from = argv[first + 1];
+        else if (strcmp(argv[first], "--bind") == 0) bind_addr = argv[first + 1];
+        else if (strcmp(argv[first], "--path") == 0) path = argv[first + 1];
+        else break;
+    }
+    if (!out || !mesh || !from || !path || first >= argc ||
+        node_hex_decode(mesh, mesh_id, sizeof mesh_id) != 0) {
+        fprintf(stderr, "usage: shardnode fetch --out FILE --mesh HEX --from NAME "
+                        "[--bind OVERLAY] --path PATH NAME=ADDR:PORT ...\n");
+        return 2;
+    }
+    for (int i = first; i < argc; i++) {
+        char name[MESH_NAME_MAX], addr[GOSSIP_ADDR_MAX], err[512] = "";
+        char *eq = strchr(argv[i], '='), *colon = strrchr(argv[i], ':');
+        if (!eq || !colon || colon < eq || (size_t)(eq - argv[i]) >= sizeof name ||
+            (size_t)(colon - eq - 1) >= sizeof addr) {
+            fprintf(stderr, "shardnode fetch: %s is not NAME=ADDR:PORT\n", argv[i]);
+            continue;
+        }
+        snprintf(name, sizeof name, "%.*s", (int)(eq - argv[i]), argv[i]);
+        snprintf(addr, sizeof addr, "%.*s", (int)(colon - eq - 1), eq + 1);
+        if (fetch_file(addr, atoi(colon + 1), mesh_id, from, bind_addr, path, out, err,
+                       sizeof err) == 0) {
+            printf("fetch: %s from %s\n", path, name);
+            return 0;
+        }
+        fprintf(stderr, "shardnode fetch: %s from %s (%s): %s\n", path, name, addr, err);
+    }
+    return 1;
+}
+
 /* ---- FETCH's files: no symbolic link is followed ---- */
 
 int pool_fetch_open(const char *state, const char *rel)

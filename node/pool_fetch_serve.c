@@ -1,8 +1,10 @@
 /* pool_fetch_serve.c — the serving side of FETCH (docs/PROTOCOL.md, "FETCH
  * paths served"), beside its client in pool_fetch.c: a member answers
- * another member's FETCH for "probe/N" (link measurement) and for the stage
- * files of a finished run under jobs/ID/out/ (export gathers them), never
- * through a symbolic link (pool_fetch_open). Nothing else is served. */
+ * another member's FETCH for "probe/N" (link measurement), for a job's blob
+ * jobs/ID/job-SHA256.json (members fetch it before they take the job up)
+ * and for the stage files of a finished run under jobs/ID/out/ (export
+ * gathers them), never through a symbolic link (pool_fetch_open). Nothing
+ * else is served. */
 #include "daemon_internal.h"
 #include "pool_job.h"
 
@@ -13,8 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* FETCH: "probe/N" (N zero bytes, for link measurement) and the stage files
- * under jobs/ID/out/ (export gathers them). Nothing else is served. */
+/* FETCH: "probe/N" (N zero bytes, for link measurement), a job's blob and
+ * the stage files under jobs/ID/out/. Nothing else is served. */
 int pool_fetch(daemon_t *d, const gossip_msg *m, gossip_msg *r, uint8_t **data)
 {
     *data = NULL;
@@ -38,15 +40,19 @@ int pool_fetch(daemon_t *d, const gossip_msg *m, gossip_msg *r, uint8_t **data)
         r->data_len = (size_t)nbytes;
         return 0;
     }
-    /* jobs/<16 hex>/out/stage-<name>.safetensors */
+    /* jobs/<16 hex>/out/stage-<name>.safetensors, jobs/<16 hex>/job-<64 hex>.json */
     const char *s = m->path;
     bool ok = strncmp(s, "jobs/", 5) == 0 && strlen(s) > 5 + POOL_JOB_ID_LEN + 11;
     for (int i = 0; ok && i < POOL_JOB_ID_LEN; i++)
         ok = strchr("0123456789abcdef", s[5 + i]) != NULL;
     const char *rest = s + 5 + POOL_JOB_ID_LEN;
-    ok = ok && strncmp(rest, "/out/stage-", 11) == 0;
-    const char *name = rest + 11, *dot = ok ? strstr(name, ".safetensors") : NULL;
-    if (ok && dot && strcmp(dot, ".safetensors") == 0) {
+    bool blob = ok && strncmp(rest, "/job-", 5) == 0 && strlen(rest) == 5 + 64 + 5 &&
+                strspn(rest + 5, "0123456789abcdef") == 64 && strcmp(rest + 69, ".json") == 0;
+    ok = ok && (blob || strncmp(rest, "/out/stage-", 11) == 0);
+    const char *name = rest + 11, *dot = ok && !blob ? strstr(name, ".safetensors") : NULL;
+    if (blob) {
+        /* the job blob (issue 14): any member that took the job up serves it */
+    } else if (ok && dot && strcmp(dot, ".safetensors") == 0) {
         char nm[MESH_NAME_MAX];
         size_t nl = (size_t)(dot - name);
         ok = nl > 0 && nl < sizeof nm;

@@ -1,5 +1,6 @@
 /* pool_internal.h — the pool's driver in the daemon (pool.c: the core's
- * actions as processes, files and records; pool_fetch_serve.c: FETCH), and
+ * actions as processes, files and records; pool_run.c: a stage's run
+ * files; pool_fetch_serve.c: FETCH), and
  * the pool's checks on JSON documents for tests and fuzz targets
  * (pool_verify.c). Private to node/. */
 #ifndef SHARDNODE_POOL_INTERNAL_H
@@ -27,7 +28,8 @@ struct pool {
     pool_core *core;
     char id[POOL_JOB_ID_LEN + 1]; /* the job the driver set up ("" none) */
     char dir[DAEMON_PATH_MAX];   /* STATE/jobs/ID */
-    pid_t prof_pid, probe_pid, run_pid, export_pid;
+    pid_t prof_pid, probe_pid, run_pid, export_pid, fetch_pid;
+    pool_job_ref fetching;       /* the job blob fetch_pid fetches */
     cost_shape shape;            /* the job's model, to check its profile */
     int64_t next_ms;
     pool_cached **cache;          /* each allocated on its own: its doc does not move */
@@ -77,5 +79,9 @@ void pool_gather_dir(json_t *bundle, const char *self, const char *job_dir, char
 int pool_hello_key(const uint8_t own_priv[GOSSIP_KEY_LEN], const uint8_t own_pub[GOSSIP_KEY_LEN],
                    const uint8_t peer_pub[GOSSIP_KEY_LEN], const char *run,
                    uint8_t key[MESH_HELLO_KEY_LEN]);
+/* pool_run.c: this node's run files of committed plan c under the job's
+ * folder (their paths in job_path, cl_path, keys_path). 0, or -1 with err. */
+int pool_write_run_files(daemon_t *d, const pool_plan *c, char *job_path, char *cl_path,
+                         char *keys_path, size_t len, char *err, size_t errlen);
 
 #endif

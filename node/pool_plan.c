@@ -98,6 +98,26 @@ int pool_names_from_json(json_t *j, pool_names *out, const char *what, char *err
     return 0;
 }
 
+static uint64_t sha64(const char *text)
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    uint64_t h = 0;
+    if (text && EVP_Digest(text, strlen(text), md, &mdlen, EVP_sha256(), NULL) && mdlen >= 8)
+        for (int i = 0; i < 8; i++) h = h << 8 | md[i];
+    return h ? h : 1;
+}
+
+uint64_t pool_names_hash(const pool_names *n)
+{
+    json_t *a = pool_names_to_json(n);
+    char *text = a ? json_dumps(a, JSON_COMPACT) : NULL;
+    uint64_t h = sha64(text);
+    free(text);
+    json_decref(a);
+    return h;
+}
+
 json_t *pool_names_to_json(const pool_names *n)
 {
     json_t *a = json_array();
@@ -143,7 +163,7 @@ static int plan_read(json_t *j, bool committed, pool_plan *out, char *err, size_
 {
     static const char *const layout_keys[] = {"mb", "step_ns", "step_ns_shared", "stages", NULL};
     static const char *const committed_keys[] = {"mb", "step_ns", "step_ns_shared", "stages",
-                                                 "e", "h", "m", NULL};
+                                                 "e", "h", "mh", NULL};
     if (!json_is_object(j)) return node_errf(err, errlen, "not an object");
     const char *bad = unknown_key(j, committed ? committed_keys : layout_keys);
     if (bad) return node_errf(err, errlen, "\"%s\" is not a known key", bad);
@@ -177,9 +197,10 @@ static int plan_read(json_t *j, bool committed, pool_plan *out, char *err, size_
     if (!h || strlen(h) != 16 || pool_hex64_parse(h, &out->hash) != 0)
         return node_errf(err, errlen, "\"h\" must be 16 lowercase hex digits");
     out->epoch = (int64_t)json_integer_value(e);
-    if (!json_is_array(json_object_get(j, "m")))
-        return node_errf(err, errlen, "\"m\" must be a list of names");
-    return pool_names_from_json(json_object_get(j, "m"), &out->members, "m", err, errlen);
+    const char *mh = json_string_value(json_object_get(j, "mh"));
+    if (!mh || strlen(mh) != 16 || pool_hex64_parse(mh, &out->members_hash) != 0)
+        return node_errf(err, errlen, "\"mh\" must be 16 lowercase hex digits");
+    return 0;
 }
 
 int pool_plan_from_json(json_t *j, bool committed, pool_plan *out, char *err, size_t errlen)
@@ -215,11 +236,12 @@ json_t *pool_plan_to_json(const pool_plan *p)
 {
     json_t *l = layout_json(p);
     if (!l || p->epoch <= 0) return l;
-    char h[17];
+    char h[17], mh[17];
     pool_hex64(p->hash, h);
+    pool_hex64(p->members_hash, mh);
     json_object_set_new(l, "e", json_integer((json_int_t)p->epoch));
     json_object_set_new(l, "h", json_string(h));
-    json_object_set_new(l, "m", pool_names_to_json(&p->members));
+    json_object_set_new(l, "mh", json_string(mh));
     return l;
 }
 
@@ -228,13 +250,9 @@ uint64_t pool_plan_hash(const pool_plan *p)
     json_t *l = layout_json(p);
     char *text = l ? json_dumps(l, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(l);
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int mdlen = 0;
-    uint64_t h = 0;
-    if (text && EVP_Digest(text, strlen(text), md, &mdlen, EVP_sha256(), NULL) && mdlen >= 8)
-        for (int i = 0; i < 8; i++) h = h << 8 | md[i];
+    uint64_t h = sha64(text);
     free(text);
-    return h ? h : 1;
+    return h;
 }
 
 int pool_plan_copy(pool_plan *dst, const pool_plan *src)
@@ -261,7 +279,7 @@ int pool_plan_stage_of(const pool_plan *p, const char *member)
 
 static int vote_read(json_t *j, pool_vote *out, char *err, size_t errlen)
 {
-    static const char *const keys[] = {"e", "b", "bp", "v", "p", "n", "m", NULL};
+    static const char *const keys[] = {"e", "b", "bp", "v", "p", "n", "mh", NULL};
     elect_vote *v = &out->v;
     if (!json_is_object(j)) return node_errf(err, errlen, "\"vote\" must be an object");
     const char *bad = unknown_key(j, keys);
@@ -292,8 +310,10 @@ static int vote_read(json_t *j, pool_vote *out, char *err, size_t errlen)
             return node_errf(err, errlen, "\"vote\".\"n\" entry %zu is not a node name", i);
         snprintf(v->named[v->nnamed++], PLAN_NAME_MAX, "%s", s);
     }
-    return pool_names_from_json(json_object_get(j, "m"), &out->members, "vote\".\"m", err,
-                                errlen);
+    const char *mh = json_string_value(json_object_get(j, "mh"));
+    if (!mh || strlen(mh) != 16 || pool_hex64_parse(mh, &out->members_hash) != 0)
+        return node_errf(err, errlen, "\"vote\".\"mh\" must be 16 lowercase hex digits");
+    return 0;
 }
 
 int pool_vote_from_json(json_t *j, pool_vote *out, char *err, size_t errlen)
@@ -306,21 +326,22 @@ int pool_vote_from_json(json_t *j, pool_vote *out, char *err, size_t errlen)
 
 json_t *pool_vote_to_json(const pool_vote *v)
 {
-    char b[17], view[17], plan[17];
+    char b[17], view[17], plan[17], mh[17];
     pool_hex64(v->v.base_plan, b);
     pool_hex64(v->v.view, view);
     pool_hex64(v->v.plan, plan);
+    pool_hex64(v->members_hash, mh);
     json_t *named = json_array();
     for (int i = 0; named && i < v->v.nnamed; i++)
         json_array_append_new(named, json_string(v->v.named[i]));
-    return json_pack("{s:I,s:I,s:s,s:s,s:s,s:o,s:o}", "e", (json_int_t)v->v.epoch, "b",
-                     (json_int_t)v->v.base, "bp", b, "v", view, "p", plan, "n", named, "m",
-                     pool_names_to_json(&v->members));
+    return json_pack("{s:I,s:I,s:s,s:s,s:s,s:o,s:s}", "e", (json_int_t)v->v.epoch, "b",
+                     (json_int_t)v->v.base, "bp", b, "v", view, "p", plan, "n", named, "mh", mh);
 }
 
 int pool_vote_copy(pool_vote *dst, const pool_vote *src)
 {
     dst->v = src->v;
+    dst->members_hash = src->members_hash;
     return pool_names_copy(&dst->members, &src->members);
 }
 

@@ -23,14 +23,13 @@ static bool doc_of_job(const pool_doc *d, const char *id)
     return d && id && strcmp(d->id, id) == 0;
 }
 
-bool pool_bundle_from_carrier(const pool_bundle *b, const char *carrier,
-                              const pool_member *members, int n)
+bool pool_job_from_carrier(const pool_job_ref *r, const char *carrier,
+                           const pool_member *members, int n)
 {
-    if (!b || !carrier || !b->submitted_by[0] || !b->id[0]) return false;
-    if (strcmp(b->submitted_by, carrier) == 0) return true;
-    const pool_member *s = member_named(members, n, b->submitted_by);
-    return s && doc_of_job(s->doc, b->id) && s->doc->bundle &&
-           strcmp(s->doc->bundle->id, b->id) == 0;
+    if (!r || !carrier || !r->by[0] || !r->id[0]) return false;
+    if (strcmp(r->by, carrier) == 0) return true;
+    const pool_member *s = member_named(members, n, r->by);
+    return s && doc_of_job(s->doc, r->id) && strcmp(s->doc->job.blob, r->blob) == 0;
 }
 
 void pool_bundle_gather_dir(const pool_bundle *b, const char *self, const char *job_dir,
@@ -105,7 +104,7 @@ int pool_plan_verify(const pool_plan *c, const char *id, const pool_names *base,
     bool members_ok = false;
     for (int k = 0; k < n && !members_ok; k++)
         if (voters[k].vote && voters[k].vote->epoch == e && voters[k].vote->plan == c->hash)
-            members_ok = pool_names_equal(&members[k].doc->vote.members, &c->members);
+            members_ok = members[k].doc->vote.members_hash == c->members_hash;
     if (!members_ok) {
         node_errf(why, whylen, "epoch %lld plan %s: its members are not those its votes saw",
                   (long long)e, h);
@@ -129,10 +128,13 @@ uint64_t pool_unhex64(const char *s)
 json_t *pool_vote_json(const elect_vote *v, json_t *members)
 {
     pool_vote pv;
+    char err[256];
     memset(&pv, 0, sizeof pv);
     pv.v = *v;
+    if (pool_names_from_json(members, &pv.members, "m", err, sizeof err) != 0) return NULL;
+    pv.members_hash = pool_names_hash(&pv.members);
     json_t *j = pool_vote_to_json(&pv);
-    if (j) json_object_set(j, "m", members ? members : json_null());
+    pool_vote_free(&pv);
     return j;
 }
 
@@ -155,7 +157,7 @@ uint64_t pool_layout_hash(json_t *layout)
     char err[256];
     json_object_del(l, "e");
     json_object_del(l, "h");
-    json_object_del(l, "m");
+    json_object_del(l, "mh");
     int rc = pool_plan_from_json(l, false, &p, err, sizeof err);
     json_decref(l);
     if (rc != 0) return 1;
@@ -223,7 +225,16 @@ bool pool_job_from(json_t *bundle, const char *carrier, const pool_peer *peers, 
     if (pool_bundle_from_json(bundle, &b, err, sizeof err) != 0) return false;
     pool_doc *docs;
     pool_member *m = members_of(peers, n, &docs);
-    bool ok = m && pool_bundle_from_carrier(&b, carrier, m, n);
+    /* the job as the carrier's own document names it (its blob), else as
+     * the bundle says with no blob */
+    pool_job_ref r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.id, sizeof r.id, "%s", b.id);
+    snprintf(r.by, sizeof r.by, "%s", b.submitted_by);
+    r.at = b.submitted_at;
+    const pool_member *cm = m ? member_named(m, n, carrier) : NULL;
+    if (cm && doc_of_job(cm->doc, b.id)) r = cm->doc->job;
+    bool ok = m && strcmp(r.by, b.submitted_by) == 0 && pool_job_from_carrier(&r, carrier, m, n);
     members_free(m, docs, n);
     pool_bundle_free(&b);
     return ok;

@@ -3,6 +3,7 @@
  * "Plan election"). */
 #include "scheduler.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 uint64_t elect_hash(uint64_t h, const void *bytes, size_t n)
@@ -15,16 +16,55 @@ uint64_t elect_hash(uint64_t h, const void *bytes, size_t n)
     return h;
 }
 
-static const elect_voter *voter_of(const char *name, const elect_voter *v, int n)
+/* The voters by name, for lookups in O(log n): a pool of hundreds decides
+ * each epoch from hundreds of votes, each naming its plan's nodes. Sorted
+ * by name, then by position, so a lookup finds the first voter of a name,
+ * as a scan in order would. NULL (no memory): lookups scan. */
+typedef struct {
+    const elect_voter *v;
+    int n;
+    const elect_voter **by_name;
+} voter_index;
+
+static int by_name(const void *a, const void *b)
 {
-    for (int i = 0; i < n; i++)
-        if (v[i].name && strcmp(v[i].name, name) == 0) return &v[i];
-    return NULL;
+    const elect_voter *x = *(const elect_voter *const *)a, *y = *(const elect_voter *const *)b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x < y ? -1 : x > y);
 }
 
-static const elect_vote *vote_of(const char *name, const elect_voter *v, int n)
+static void index_build(voter_index *ix, const elect_voter *v, int n)
 {
-    const elect_voter *e = voter_of(name, v, n);
+    ix->v = v;
+    ix->n = n;
+    ix->by_name = n > 0 ? malloc((size_t)n * sizeof *ix->by_name) : NULL;
+    if (!ix->by_name) return;
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (v[i].name) ix->by_name[k++] = &v[i];
+    qsort(ix->by_name, (size_t)k, sizeof *ix->by_name, by_name);
+    ix->n = k;
+}
+
+static const elect_voter *voter_of(const char *name, const voter_index *ix)
+{
+    if (!ix->by_name) {
+        for (int i = 0; i < ix->n; i++)
+            if (ix->v[i].name && strcmp(ix->v[i].name, name) == 0) return &ix->v[i];
+        return NULL;
+    }
+    int lo = 0, hi = ix->n;   /* the first of the name */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (strcmp(ix->by_name[mid]->name, name) < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < ix->n && strcmp(ix->by_name[lo]->name, name) == 0 ? ix->by_name[lo] : NULL;
+}
+
+static const elect_vote *vote_of(const char *name, const voter_index *ix)
+{
+    const elect_voter *e = voter_of(name, ix);
     return e ? e->vote : NULL;
 }
 
@@ -42,12 +82,11 @@ static bool in_epoch(const elect_vote *v, int64_t epoch)
 /* Whether the plan of vote c (plan != 0) can still commit, and whether it
  * has. */
 static void plan_state(const elect_vote *c, int64_t epoch, const char *const *members,
-                       int nmembers, const elect_voter *voters, int nvoters, bool *possible,
-                       bool *done)
+                       int nmembers, const voter_index *ix, bool *possible, bool *done)
 {
     bool all_named = true, blocked = false;
     for (int k = 0; k < c->nnamed; k++) {
-        const elect_voter *w = voter_of(c->named[k], voters, nvoters);
+        const elect_voter *w = voter_of(c->named[k], ix);
         const elect_vote *v = w ? w->vote : NULL;
         if (in_epoch(v, epoch)) {
             if (!same_choice(v, c)) blocked = true;
@@ -58,12 +97,28 @@ static void plan_state(const elect_vote *c, int64_t epoch, const char *const *me
     }
     int yes = 0, open = 0;
     for (int i = 0; i < nmembers; i++) {
-        const elect_vote *v = vote_of(members[i], voters, nvoters);
+        const elect_vote *v = vote_of(members[i], ix);
         if (!in_epoch(v, epoch)) open++;
         else if (same_choice(v, c)) yes++;
     }
     *done = !blocked && all_named && 2 * yes > nmembers;
     *possible = !blocked && 2 * (yes + open) > nmembers;
+}
+
+/* Whether an earlier voter cast the same vote (choice and named nodes):
+ * its plan's state is the same, so it is weighed once. */
+static bool seen_before(const elect_voter *voters, int i, int64_t epoch)
+{
+    const elect_vote *c = voters[i].vote;
+    for (int j = 0; j < i; j++) {
+        const elect_vote *p = voters[j].vote;
+        if (!in_epoch(p, epoch) || p->plan == 0 || !same_choice(p, c) || p->nnamed != c->nnamed)
+            continue;
+        bool same = true;
+        for (int k = 0; k < c->nnamed && same; k++) same = strcmp(p->named[k], c->named[k]) == 0;
+        if (same) return true;
+    }
+    return false;
 }
 
 void elect_decide(int64_t epoch, const char *const *members, int nmembers,
@@ -80,24 +135,28 @@ void elect_decide(int64_t epoch, const char *const *members, int nmembers,
         out->outcome = v->base >= epoch ? ELECT_COMMITTED : ELECT_FAILED;
         return;
     }
+    voter_index ix;
+    index_build(&ix, voters, nvoters);
     for (int i = 0; i < nmembers; i++) {
-        const elect_vote *v = vote_of(members[i], voters, nvoters);
+        const elect_vote *v = vote_of(members[i], &ix);
         if (in_epoch(v, epoch)) out->votes++;
         else out->unvoted++;
     }
     bool any_possible = false;
     for (int i = 0; i < nvoters; i++) {
         const elect_vote *c = voters[i].vote;
-        if (!in_epoch(c, epoch) || c->plan == 0) continue;
+        if (!in_epoch(c, epoch) || c->plan == 0 || seen_before(voters, i, epoch)) continue;
         bool possible, done;
-        plan_state(c, epoch, members, nmembers, voters, nvoters, &possible, &done);
+        plan_state(c, epoch, members, nmembers, &ix, &possible, &done);
         if (done) {
             out->outcome = ELECT_COMMITTED;
             out->winner = c;
+            free(ix.by_name);
             return;
         }
         any_possible |= possible;
     }
+    free(ix.by_name);
     /* A plan nobody has voted for yet needs a majority of M among those
      * that have not voted. */
     if (!any_possible && !(2 * out->unvoted > nmembers)) out->outcome = ELECT_FAILED;

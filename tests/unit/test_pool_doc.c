@@ -17,31 +17,33 @@
 
 #define ID "0123456789abcdef"
 
+#define JB "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+
 /* A full document as a member gossips it (compact, key-sorted). */
 static json_t *full_doc(void)
 {
     return json_pack(
-        "{s:s,s:[s,s,s],s:b,s:s,s:i,s:i,s:b,s:b,"
-        "s:[{s:s,s:s,s:s,s:s}],s:s,"
+        "{s:i,s:s,s:s,s:i,s:s,s:b,s:s,s:i,s:i,s:b,s:b,"
+        "s:[{s:s,s:s,s:s,s:s}],s:i,s:s,"
         "s:{s:i,s:[i,i,i],s:[i,i,i],s:[i,i,i],s:I,s:i,s:s},"
-        "s:{s:[i,i],s:[i,i]},s:b,"
-        "s:{s:i,s:i,s:s,s:s,s:s,s:[s,s],s:[s,s,s]},"
+        "s:{s:[i,i],s:[i,i]},s:[i,i],s:b,"
+        "s:{s:i,s:i,s:s,s:s,s:s,s:[s,s],s:s},"
         "s:s,"
-        "s:{s:i,s:I,s:I,s:[[s,i,i,s,i],[s,i,i,s,i]],s:i,s:s,s:[s,s,s]},"
+        "s:{s:i,s:I,s:I,s:[[s,i,i,s,i],[s,i,i,s,i]],s:i,s:s,s:s},"
         "s:{s:s,s:i,s:i,s:f,s:f,s:f}}",
-        "id", ID, "pool", "a", "b", "c", "compute", 1, "host", "00000000deadbeef", "cores", 2,
-        "threads", 2, "first", 0, "any", 1,
+        "v", 2, "id", ID, "by", "c", "at", 1700000000, "jb", JB, "compute", 1, "host",
+        "00000000deadbeef", "cores", 2, "threads", 2, "first", 0, "any", 1,
         "lack", "role", "data", "path", "/data/kjv.txt", "local", "/data/kjv.txt", "why",
-        "missing", "prof_error", "profiling failed: no",
+        "missing", "lack_more", 3, "prof_error", "profiling failed: no",
         "prof", "b", 2, "f", 10, 20, 30, "k", 40, 50, 60, "o", 7, 8, 9, "mem",
         (json_int_t)8589934592, "s", 2, "d", "AMD EPYC",
-        "links", "a", 1000, 2000, "c", 3000, 4000, "ready", 1,
+        "links", "a", 1000, 2000, "c", 3000, 4000, "link", 2000, 3000, "ready", 1,
         "vote", "e", 2, "b", 1, "bp", "00000000000000aa", "v", "00000000000000bb", "p",
-        "00000000000000cc", "n", "a", "b", "m", "a", "b", "c",
+        "00000000000000cc", "n", "a", "b", "mh", "00000000000000dd",
         "why", "the model needs at least more",
         "committed", "mb", 2, "step_ns", (json_int_t)5000000, "step_ns_shared",
         (json_int_t)6000000, "stages", "a", 0, 2, "10.77.0.1", 2000000, "b", 2, 4, "10.77.0.2",
-        3000000, "e", 1, "h", "1111111111111111", "m", "a", "b", "c",
+        3000000, "e", 1, "h", "1111111111111111", "mh", "00000000000000ee",
         "run", "state", "running", "step", 3, "steps", 30, "loss", 5.25, "tps", 1234.5,
         "step_ms", 250.0);
 }
@@ -57,19 +59,22 @@ static void test_round_trip(void)
     CHECK(pool_doc_from_text(want, &d, err, sizeof err) == 0, "full document refused: %s", err);
     char *got = pool_doc_to_text(&d);
     CHECK(got && strcmp(got, want) == 0, "the document writes back otherwise:\n%s\n%s", want, got);
-    CHECK(d.vote.v.epoch == 2 && d.vote.v.nnamed == 2 && d.vote.members.n == 3 &&
+    CHECK(d.vote.v.epoch == 2 && d.vote.v.nnamed == 2 && d.vote.members_hash == 0xdd &&
+              d.committed.members_hash == 0xee && d.job.at == 1700000000 &&
+              strcmp(d.job.by, "c") == 0 && d.lack_more == 3 && d.typical.bandwidth == 3000 &&
               d.committed.nstages == 2 && d.committed.stage[1].layer_end == 4 &&
               strcmp(d.committed.stage[1].holder[0].address, "10.77.0.2") == 0 &&
               d.links.n == 2 && d.prof.prof.fwd_ns[1] == 20 && d.run.state == POOL_RUN_RUNNING &&
               d.lacks.n == 1 && !d.first && d.any,
           "the fields read");
     /* the view text: the canonical JSON of PROTOCOL.md, "The view and the plan" */
-    json_t *canon = json_pack("{s:s,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O}", "name", "x", "host",
+    json_t *canon = json_pack("{s:s,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O}", "name", "x", "host",
                               json_object_get(j, "host"), "cores", json_object_get(j, "cores"),
                               "threads", json_object_get(j, "threads"), "compute",
                               json_object_get(j, "compute"), "first", json_object_get(j, "first"),
                               "any", json_object_get(j, "any"), "prof",
-                              json_object_get(j, "prof"), "links", json_object_get(j, "links"));
+                              json_object_get(j, "prof"), "links", json_object_get(j, "links"),
+                              "link", json_object_get(j, "link"));
     char *cv = text_of(canon), *vt = pool_doc_view_text("x", &d);
     CHECK(vt && strcmp(cv, vt) == 0, "the view text differs:\n%s\n%s", cv, vt);
     free(cv);
@@ -78,13 +83,18 @@ static void test_round_trip(void)
     /* the saved state and the status section round-trip too */
     pool_saved sv = {.has_committed = true, .committed = d.committed, .has_run = true,
                      .run = d.run, .stop = true, .has_vote = true, .vote = d.vote};
+    pool_names_add(&sv.vote.members, "a");   /* kept in state.json, not in the record */
+    pool_names_add(&sv.committed.members, "b");
     json_t *sj = pool_saved_to_json(&sv);
     char *st = text_of(sj);
     pool_saved back;
     CHECK(pool_saved_from_json(sj, &back, err, sizeof err) == 0, "saved state refused: %s", err);
     json_t *sj2 = pool_saved_to_json(&back);
     char *st2 = text_of(sj2);
-    CHECK(strcmp(st, st2) == 0, "the saved state writes back otherwise");
+    CHECK(strcmp(st, st2) == 0 && back.vote.members.n == 1 && back.committed.members.n == 1,
+          "the saved state writes back otherwise");
+    pool_names_free(&sv.vote.members);
+    pool_names_free(&sv.committed.members);
     free(st);
     free(st2);
     json_decref(sj);
@@ -145,7 +155,16 @@ static void test_refusals(void)
         {"id", json_string("../etc"), "\"id\""},
         {"id", NULL, "\"id\""},
         {"extra", json_true(), "\"extra\""},
-        {"pool", json_string("a"), "\"pool\""},
+        {"pool", json_pack("[s]", "a"), "\"pool\""},
+        {"bundle", json_object(), "\"bundle\""},
+        {"v", json_integer(1), "\"v\""},
+        {"v", NULL, "\"v\""},
+        {"by", json_string("no/slash"), "\"by\""},
+        {"at", json_integer(-1), "\"at\""},
+        {"jb", json_string("00"), "\"jb\""},
+        {"lack_more", json_integer(0), "\"lack_more\""},
+        {"link", NULL, "\"link\""},
+        {"link", json_pack("[i]", 1), "\"link\""},
         {"stop", json_integer(1), "\"stop\""},
         {"compute", json_string("yes"), "\"compute\""},
         {"host", json_string("zz"), "\"host\""},
@@ -177,7 +196,8 @@ static void test_refusals(void)
         {"vote.v", json_integer(5), "\"vote\".\"v\""},
         {"vote.p", NULL, "\"vote\".\"p\""},
         {"vote.n", json_pack("[s]", "no/slash"), "\"vote\".\"n\""},
-        {"vote.m", json_pack("[i]", 1), "\"vote\".\"m\""},
+        {"vote.mh", json_pack("[s]", "a"), "\"vote\".\"mh\""},
+        {"vote.m", json_pack("[s]", "a"), "\"vote\".\"m\""},
         {"vote.q", json_integer(1), "\"vote\".\"q\""},
         {"committed", json_integer(1), "\"committed\""},
         {"committed.mb", json_integer(0), "\"mb\""},
@@ -188,7 +208,7 @@ static void test_refusals(void)
         {"committed.stages", json_pack("[[s,i,i,s,i]]", "a", 3, 2, "x", 1), "\"stages\" entry 0"},
         {"committed.e", json_integer(0), "\"e\""},
         {"committed.h", json_string("11"), "\"h\""},
-        {"committed.m", NULL, "\"m\""},
+        {"committed.mh", NULL, "\"mh\""},
         {"committed.zz", json_integer(1), "\"zz\""},
         {"run", json_string("done"), "\"run\""},
         {"run.state", json_string("sleeping"), "\"run\".\"state\""},
@@ -215,15 +235,20 @@ static void test_refusals(void)
         if (rc == 0) pool_doc_free(&d);
         json_decref(j);
     }
-    /* a bundle that is not one is refused naming "bundle" */
+    /* more links than a record carries */
     json_t *j = full_doc();
-    json_object_set_new(j, "bundle", json_pack("{s:i}", "v", 2));
+    json_t *links = json_object_get(j, "links");
+    for (int i = 0; i < POOL_LINKS_MAX; i++) {
+        char n[16];
+        snprintf(n, sizeof n, "n%02d", i);
+        json_object_set_new(links, n, json_pack("[i,i]", 1, 1));
+    }
     pool_doc d;
     char err[512];
-    CHECK(pool_doc_from_json(j, &d, err, sizeof err) != 0 && strstr(err, "\"bundle\""),
-          "a bad bundle: %s", err);
+    CHECK(pool_doc_from_json(j, &d, err, sizeof err) != 0 && strstr(err, "\"links\""),
+          "too many links: %s", err);
     json_decref(j);
-    CHECK(pool_doc_from_text("{\"id\": \"" ID "\", \"id\": \"" ID "\"}", &d, err, sizeof err) != 0,
+    CHECK(pool_doc_from_text("{\"v\": 2, \"v\": 2}", &d, err, sizeof err) != 0,
           "a document with a key twice was taken");
 }
 
@@ -248,11 +273,14 @@ static void test_plan_hash(void)
     p.epoch = 3;
     p.hash = want;
     pool_names_add(&p.members, "a");
+    p.members_hash = pool_names_hash(&p.members);
     CHECK(pool_plan_hash(&p) == want, "the committed section's hash covers more than its layout");
     json_t *c = pool_plan_to_json(&p);
     pool_plan q;
+    /* the members travel as their hash, not as a list that grows with the pool */
     CHECK(pool_plan_from_json(c, true, &q, err, sizeof err) == 0 && q.epoch == 3 &&
-              q.hash == want && q.members.n == 1 && pool_plan_hash(&q) == want,
+              q.hash == want && q.members.n == 0 && q.members_hash == p.members_hash &&
+              pool_plan_hash(&q) == want,
           "committed section: %s", err);
     pool_plan_free(&q);
     CHECK(pool_plan_from_json(c, false, &q, err, sizeof err) != 0 && strstr(err, "\"e\""),
@@ -262,8 +290,41 @@ static void test_plan_hash(void)
     json_decref(j);
 }
 
+/* A record carries every link of a small pool, and of a large one the
+ * typical link and the most unusual ones. */
+static void test_links_summary(void)
+{
+    pool_links all = {0, NULL}, exact;
+    pool_link typical;
+    for (int i = 0; i < 10; i++) {
+        char n[16];
+        snprintf(n, sizeof n, "m%02d", i);
+        pool_links_add(&all, n, 1000000 + i, 100000000);
+    }
+    CHECK(pool_links_summary(&all, &exact, &typical) == 0 && exact.n == 10 &&
+              typical.latency_ns == 1000004 && typical.bandwidth == 100000000,
+          "small pool: %d exact, typical %lld", exact.n, (long long)typical.latency_ns);
+    pool_links_free(&exact);
+    for (int i = 10; i < 300; i++) {
+        char n[16];
+        snprintf(n, sizeof n, "m%03d", i);
+        /* every 10th is slow: 20 of them, more than a record lists */
+        pool_links_add(&all, n, i % 10 ? 1000000 : 1000000 * (int64_t)(1 + i / 10),
+                       100000000);
+    }
+    CHECK(pool_links_summary(&all, &exact, &typical) == 0 && exact.n == POOL_LINKS_MAX &&
+              typical.latency_ns == 1000000,
+          "large pool: %d exact, typical %lld", exact.n, (long long)typical.latency_ns);
+    /* the slowest first */
+    CHECK(exact.n && strcmp(exact.l[0].name, "m290") == 0, "the most unusual link first: %s",
+          exact.n ? exact.l[0].name : "-");
+    pool_links_free(&exact);
+    pool_links_free(&all);
+}
+
 int main(void)
 {
+    test_links_summary();
     test_round_trip();
     test_refusals();
     test_plan_hash();

@@ -5,7 +5,8 @@
  * job text, which must fit a record (GOSSIP_JOB_MAX) and read back through
  * pool_doc_from_text to the same text; each other member sees it after a
  * seeded delay of 0 to 2 ticks, unless a partition lies between them or
- * the publisher is down. Liveness is what a failure detector says: a
+ * the publisher is down; a job's blob is fetched from the first member
+ * that is reachable and holds it. Liveness is what a failure detector says: a
  * member crashed or cut off is live for DETECT_MS more, then dead. The
  * children (profile, link probes, the stage, gathering) finish after
  * seeded times with synthetic figures; a member's "disk" holds what its
@@ -22,8 +23,8 @@
  * named member dying while votes are cast; a partition during the election
  * (the minority never commits, then takes the majority's commit); a member
  * restarted after its vote that must not vote again in that epoch; a
- * member whose disk cannot save its vote (it votes once it can); 64
- * members electing. Every random choice is seeded. POOL_SIM_VERBOSE=1
+ * member whose disk cannot save its vote (it votes once it can); 64 and
+ * 256 members electing (every document within a record's 8 KiB). Every random choice is seeded. POOL_SIM_VERBOSE=1
  * prints every log line. */
 #include "pool_core.h"
 
@@ -96,7 +97,7 @@ typedef struct {
     int nprobe;
     seen_vote votes[32];         /* every vote it gossiped, one per epoch */
     int nvotes;
-    int published, too_big;
+    int published, too_big, fetches;
 } sim_member;
 
 static struct {
@@ -266,6 +267,31 @@ static pool_profile profile_of(const sim_member *m)
 }
 
 static void crash(int i);
+static bool hears(int o, int i);
+
+/* FETCH of a job blob: from the first target this member reaches that
+ * holds it, read back through the codec as the driver reads it. */
+static void fetch_blob(int i, const pool_action *a)
+{
+    pool_job_blob blob;
+    bool ok = false;
+    for (int k = 0; k < a->ntargets && !ok; k++) {
+        int j = -1;
+        for (int q = 0; q < S.n; q++)
+            if (strcmp(S.m[q].name, a->targets[k].name) == 0) j = q;
+        if (j < 0 || !S.m[j].up || !hears(i, j)) continue;
+        char hash[65], err[512];
+        char *text = pool_core_blob_text(S.m[j].core, hash);
+        json_t *js = text ? json_loads(text, 0, NULL) : NULL;
+        ok = text && strcmp(hash, a->job.blob) == 0 && js &&
+             pool_job_blob_from_json(js, &blob, err, sizeof err) == 0;
+        json_decref(js);
+        free(text);
+    }
+    S.m[i].fetches++;
+    pool_core_fetched(S.m[i].core, &a->job, ok ? &blob : NULL, &S.acts);
+    if (ok) pool_job_blob_free(&blob);
+}
 
 static void execute(int i)
 {
@@ -333,6 +359,7 @@ static void execute(int i)
             }
             break;
         case POOL_ACT_RUN: m->run_at = S.now + 2000; break;
+        case POOL_ACT_FETCH: fetch_blob(i, &a); break;
         case POOL_ACT_GATHER: m->gather_at = S.now + 1000; break;
         }
     }
@@ -425,6 +452,10 @@ static void step(void)
         int n = view_of(i);
         pool_core_step(m->core, S.view, n, S.now, WALL0 + (S.now - T0) / 1000, &S.acts);
         execute(i);
+        if (pool_core_due(m->core)) {   /* as the driver: a blob came, step again */
+            pool_core_step(m->core, S.view, n, S.now, WALL0 + (S.now - T0) / 1000, &S.acts);
+            execute(i);
+        }
         check_commit(m);
     }
     S.now += TICK;
@@ -724,6 +755,7 @@ int main(void)
     const char *only = getenv("POOL_SIM_ONLY");
     if (only) {
         if (strcmp(only, "restart") == 0) scenario_restart();
+        if (strcmp(only, "256") == 0) scenario_many(256, 8);
         world_free();
         pool_bundle_free(&S.bundle);
         return failures != 0;
@@ -735,6 +767,7 @@ int main(void)
     scenario_restart();
     scenario_disk_full();
     scenario_many(64, 7);
+    scenario_many(256, 8);
     world_free();
     pool_bundle_free(&S.bundle);
     char cmd[700];

@@ -15,6 +15,7 @@
 #include "check.h"
 
 #define JOB "0123456789abcdef"
+#define JB "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
 
 /* A plan naming a then b at their overlay addresses. */
 static json_t *layout(const char *addr_a, const char *addr_b, const char *name_b)
@@ -24,6 +25,17 @@ static json_t *layout(const char *addr_a, const char *addr_b, const char *name_b
                      2, addr_a, (json_int_t)2000000, name_b, 2, 4, addr_b, (json_int_t)3000000);
 }
 
+/* A record carries a list of members as its hash. */
+static json_t *members_hash(json_t *members)
+{
+    pool_names n;
+    char err[256], h[17];
+    if (pool_names_from_json(members, &n, "m", err, sizeof err) != 0) return NULL;
+    pool_hex64(pool_names_hash(&n), h);
+    pool_names_free(&n);
+    return json_string(h);
+}
+
 static json_t *committed_of(json_t *lay, int64_t e, json_t *members)
 {
     char h[17];
@@ -31,7 +43,7 @@ static json_t *committed_of(json_t *lay, int64_t e, json_t *members)
     json_t *c = json_deep_copy(lay);
     json_object_set_new(c, "e", json_integer(e));
     json_object_set_new(c, "h", json_string(h));
-    json_object_set(c, "m", members);
+    json_object_set_new(c, "mh", members_hash(members));
     return c;
 }
 
@@ -46,7 +58,8 @@ static json_t *doc_voting(int64_t e, uint64_t plan, json_t *members, const char 
     v.nnamed = 2;
     snprintf(v.named[0], PLAN_NAME_MAX, "a");
     snprintf(v.named[1], PLAN_NAME_MAX, "%s", name_b);
-    return json_pack("{s:s,s:o}", "id", JOB, "vote", pool_vote_json(&v, members));
+    return json_pack("{s:i,s:s,s:s,s:i,s:s,s:o}", "v", POOL_DOC_VERSION, "id", JOB, "by", "a",
+                     "at", 1700000000, "jb", JB, "vote", pool_vote_json(&v, members));
 }
 
 typedef struct {
@@ -145,7 +158,9 @@ static void test_commit_verify(void)
     world_vote(&w, 1, 1, h);
     world_vote(&w, 2, 1, h);
     json_t *cm = json_deep_copy(c);
-    json_object_set_new(cm, "m", json_pack("[s]", "a"));
+    json_t *only_a = json_pack("[s]", "a");
+    json_object_set_new(cm, "mh", members_hash(only_a));
+    json_decref(only_a);
     CHECK(verify(&w, cm, why, sizeof why) != 0, "a commit with other members was taken");
     json_decref(cm);
 
@@ -169,33 +184,40 @@ static void test_submitter(void)
     snprintf(bundle.id, sizeof bundle.id, "%s", JOB);
     snprintf(bundle.submitted_by, sizeof bundle.submitted_by, "a");
     bundle.out_dir = "/etc/cron.d";
+    /* the job as records name it (its blob: the bundle and the first
+     * epoch's members) */
+    pool_job_ref job = {.id = JOB, .by = "a", .at = 1700000000, .blob = JB};
     pool_doc carrying, other;
     pool_doc_init(&carrying);
     pool_doc_init(&other);
+    carrying.job = job;
     snprintf(carrying.id, sizeof carrying.id, "%s", JOB);
-    carrying.bundle = &bundle;
     snprintf(other.id, sizeof other.id, "fedcba9876543210");
+    snprintf(other.job.id, sizeof other.job.id, "fedcba9876543210");
     pool_member peers[3] = {{.name = "a", .address = addr[0], .live = true},
                             {.name = "b", .address = addr[1], .live = true},
                             {.name = "evil", .address = addr[2], .live = true, .doc = &carrying}};
     /* evil gossips a job it says a submitted; a carries nothing: ignored */
-    CHECK(!pool_bundle_from_carrier(&bundle, "evil", peers, 3),
-          "a job pinned on a member was taken up");
+    CHECK(!pool_job_from_carrier(&job, "evil", peers, 3), "a job pinned on a member was taken up");
     /* a carries another job: still ignored */
     peers[0].doc = &other;
-    CHECK(!pool_bundle_from_carrier(&bundle, "evil", peers, 3),
-          "a job pinned on a member was taken up");
+    CHECK(!pool_job_from_carrier(&job, "evil", peers, 3), "a job pinned on a member was taken up");
     /* a submitter no longer in the view: ignored */
-    CHECK(!pool_bundle_from_carrier(&bundle, "evil", peers + 1, 2),
-          "a job of an unknown submitter");
+    CHECK(!pool_job_from_carrier(&job, "evil", peers + 1, 2), "a job of an unknown submitter");
+    /* a carries the job with another blob (other first-epoch members): ignored */
+    pool_doc reblobbed = carrying;
+    reblobbed.job.blob[0] = 'f';
+    peers[0].doc = &reblobbed;
+    CHECK(!pool_job_from_carrier(&job, "evil", peers, 3), "a job relayed with another blob "
+          "than its submitter's was taken up");
     /* a's own record carries it: anyone may relay it */
     peers[0].doc = &carrying;
-    CHECK(pool_bundle_from_carrier(&bundle, "evil", peers, 3) &&
-              pool_bundle_from_carrier(&bundle, "b", peers, 3),
+    CHECK(pool_job_from_carrier(&job, "evil", peers, 3) &&
+              pool_job_from_carrier(&job, "b", peers, 3),
           "a relayed job of its submitter was refused");
     /* the submitter itself */
     peers[0].doc = NULL;
-    CHECK(pool_bundle_from_carrier(&bundle, "a", peers, 3), "a submitter's own job was refused");
+    CHECK(pool_job_from_carrier(&job, "a", peers, 3), "a submitter's own job was refused");
 
     /* out_dir is the submitter's only */
     char out[512];
@@ -232,9 +254,9 @@ static void test_vote_names(void)
     memset(longname, 'a', 100);
     longname[100] = 0;
     elect_vote v;
-    json_t *ok = json_pack("{s:I,s:I,s:s,s:s,s:s,s:[s,s]}", "e", (json_int_t)1, "b",
+    json_t *ok = json_pack("{s:I,s:I,s:s,s:s,s:s,s:[s,s],s:s}", "e", (json_int_t)1, "b",
                            (json_int_t)0, "bp", "0", "v", "00000000000000aa", "p",
-                           "00000000000000bb", "n", "a", "b");
+                           "00000000000000bb", "n", "a", "b", "mh", "00000000000000cc");
     json_t *bad = json_deep_copy(ok);
     json_array_append_new(json_object_get(bad, "n"), json_string(longname));
     CHECK(pool_vote_parse(ok, &v) == 0 && v.nnamed == 2, "a vote naming a and b was refused");
