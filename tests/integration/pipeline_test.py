@@ -18,6 +18,7 @@
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -242,7 +243,10 @@ def main():
     args = ap.parse_args()
     sn = os.path.abspath(args.shardnode)
     wd = os.path.abspath(args.workdir)
-    os.makedirs(wd, exist_ok=True)
+    # Every run starts from an empty workdir: a second ctest run in the same
+    # tree found the first run's profile cache and profiled nothing.
+    shutil.rmtree(wd, ignore_errors=True)
+    os.makedirs(wd)
     t0 = time.time()
     try:
         corpus, tok = corpus_and_tokenizer(sn, wd)
