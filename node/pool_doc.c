@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *unknown_key(json_t *obj, const char *const *known)
+const char *pool_json_unknown_key(json_t *obj, const char *const *known)
 {
     const char *key;
     json_t *v;
@@ -24,7 +24,7 @@ static const char *unknown_key(json_t *obj, const char *const *known)
 }
 
 /* A string of at most len - 1 bytes into out ("" when absent). */
-static int text_at(json_t *obj, const char *key, char *out, size_t len, char *err, size_t errlen)
+int pool_json_text(json_t *obj, const char *key, char *out, size_t len, char *err, size_t errlen)
 {
     json_t *v = json_object_get(obj, key);
     out[0] = 0;
@@ -44,7 +44,7 @@ static int profile_read(json_t *j, pool_profile *out, char *err, size_t errlen)
     static const char *const keys[] = {"b", "f", "k", "o", "mem", "s", "d", NULL};
     memset(out, 0, sizeof *out);
     if (!json_is_object(j)) return node_errf(err, errlen, "\"prof\" must be an object");
-    const char *bad = unknown_key(j, keys);
+    const char *bad = pool_json_unknown_key(j, keys);
     if (bad) return node_errf(err, errlen, "\"prof\".\"%s\" is not a known key", bad);
     json_t *b = json_object_get(j, "b"), *mem = json_object_get(j, "mem");
     json_t *s = json_object_get(j, "s"), *d = json_object_get(j, "d");
@@ -263,7 +263,7 @@ int pool_job_blob_from_json(json_t *j, pool_job_blob *out, char *err, size_t err
     static const char *const keys[] = {"bundle", "pool", NULL};
     memset(out, 0, sizeof *out);
     if (!json_is_object(j)) return node_errf(err, errlen, "job blob: not a JSON object");
-    const char *bad = unknown_key(j, keys);
+    const char *bad = pool_json_unknown_key(j, keys);
     if (bad) return node_errf(err, errlen, "job blob: \"%s\" is not a known key", bad);
     if (!json_is_array(json_object_get(j, "pool")))
         return node_errf(err, errlen, "job blob: \"pool\" must be a list of names");
@@ -347,7 +347,7 @@ int pool_run_from_json(json_t *j, pool_run *out, char *err, size_t errlen)
                                        "error", "gathered", NULL};
     pool_run_init(out);
     if (!json_is_object(j)) return node_errf(err, errlen, "\"run\" must be an object");
-    const char *bad = unknown_key(j, keys);
+    const char *bad = pool_json_unknown_key(j, keys);
     if (bad) return node_errf(err, errlen, "\"run\".\"%s\" is not a known key", bad);
     json_t *st = json_object_get(j, "state"), *g = json_object_get(j, "gathered");
     if (st) {
@@ -450,8 +450,8 @@ static int lacks_read(json_t *j, pool_lacks *out, char *err, size_t errlen)
         const char *path = json_string_value(json_object_get(l, "path"));
         const char *local = json_string_value(json_object_get(l, "local"));
         const char *why = json_string_value(json_object_get(l, "why"));
-        if (!json_is_object(l) || unknown_key(l, keys) || !role || !path || !local || !why ||
-            (strcmp(role, "tokenizer") && strcmp(role, "weights") && strcmp(role, "data")))
+        if (!json_is_object(l) || pool_json_unknown_key(l, keys) || !role || !path || !local ||
+            !why || (strcmp(role, "tokenizer") && strcmp(role, "weights") && strcmp(role, "data")))
             return node_errf(err, errlen, "\"lack\" entry %zu must be {role, path, local, why}",
                              i);
         if (pool_lacks_add(out, role, path, local, why) != 0)
@@ -503,7 +503,7 @@ static int doc_read(json_t *j, pool_doc *d, char *err, size_t errlen)
     if (!json_is_integer(ver) || json_integer_value(ver) != POOL_DOC_VERSION)
         return node_errf(err, errlen, "\"v\" must be %d (a job document of another version)",
                          POOL_DOC_VERSION);
-    const char *bad = unknown_key(j, keys);
+    const char *bad = pool_json_unknown_key(j, keys);
     if (bad) return node_errf(err, errlen, "\"%s\" is not a known key", bad);
     if (ref_read(j, &d->job, err, errlen) != 0) return -1;
     snprintf(d->id, sizeof d->id, "%s", d->job.id);
@@ -528,9 +528,9 @@ static int doc_read(json_t *j, pool_doc *d, char *err, size_t errlen)
         (!json_is_integer(v) || json_integer_value(v) < 1))
         return node_errf(err, errlen, "\"lack_more\" must count lacks beyond those listed");
     d->lack_more = v ? (int64_t)json_integer_value(v) : 0;
-    if (text_at(j, "error", d->error, sizeof d->error, err, errlen) ||
-        text_at(j, "prof_error", d->prof_error, sizeof d->prof_error, err, errlen) ||
-        text_at(j, "why", d->why, sizeof d->why, err, errlen))
+    if (pool_json_text(j, "error", d->error, sizeof d->error, err, errlen) ||
+        pool_json_text(j, "prof_error", d->prof_error, sizeof d->prof_error, err, errlen) ||
+        pool_json_text(j, "why", d->why, sizeof d->why, err, errlen))
         return -1;
     if ((v = json_object_get(j, "prof"))) {
         if (profile_read(v, &d->prof, err, errlen)) return -1;

@@ -23,6 +23,13 @@
 #define POOL_TEXT_MAX 1024          /* a log line or an error, with the NUL */
 #define POOL_DOC_TEXT_MAX 512       /* an error or a reason in a document, with the NUL */
 
+/* ---- the readers' shared checks (pool_doc.c) ---- */
+/* The first key of obj outside the NULL-ended list known, or NULL. */
+const char *pool_json_unknown_key(json_t *obj, const char *const *known);
+/* obj's string `key` (at most len - 1 bytes) into out, "" when absent;
+ * -1 with err naming the key when it is no string or too long. */
+int pool_json_text(json_t *obj, const char *key, char *out, size_t len, char *err, size_t errlen);
+
 /* ---- names (pool_plan.c) ---- */
 
 typedef struct {

@@ -22,19 +22,6 @@ int pool_hex64_parse(const char *s, uint64_t *v)
     return 0;
 }
 
-/* Keys of obj outside known: the first one, or NULL. */
-static const char *unknown_key(json_t *obj, const char *const *known)
-{
-    const char *key;
-    json_t *v;
-    json_object_foreach(obj, key, v) {
-        const char *const *k = known;
-        while (*k && strcmp(*k, key) != 0) k++;
-        if (!*k) return key;
-    }
-    return NULL;
-}
-
 /* ---- names ---- */
 
 int pool_names_add(pool_names *n, const char *name)
@@ -165,7 +152,7 @@ static int plan_read(json_t *j, bool committed, pool_plan *out, char *err, size_
     static const char *const committed_keys[] = {"mb", "step_ns", "step_ns_shared", "stages",
                                                  "e", "h", "mh", NULL};
     if (!json_is_object(j)) return node_errf(err, errlen, "not an object");
-    const char *bad = unknown_key(j, committed ? committed_keys : layout_keys);
+    const char *bad = pool_json_unknown_key(j, committed ? committed_keys : layout_keys);
     if (bad) return node_errf(err, errlen, "\"%s\" is not a known key", bad);
     json_t *mb = json_object_get(j, "mb"), *step = json_object_get(j, "step_ns");
     json_t *shared = json_object_get(j, "step_ns_shared"), *stages = json_object_get(j, "stages");
@@ -282,7 +269,7 @@ static int vote_read(json_t *j, pool_vote *out, char *err, size_t errlen)
     static const char *const keys[] = {"e", "b", "bp", "v", "p", "n", "mh", NULL};
     elect_vote *v = &out->v;
     if (!json_is_object(j)) return node_errf(err, errlen, "\"vote\" must be an object");
-    const char *bad = unknown_key(j, keys);
+    const char *bad = pool_json_unknown_key(j, keys);
     if (bad) return node_errf(err, errlen, "\"vote\".\"%s\" is not a known key", bad);
     json_t *e = json_object_get(j, "e"), *b = json_object_get(j, "b");
     if (!json_is_integer(e) || json_integer_value(e) < 1)

@@ -10,30 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *unknown_key(json_t *obj, const char *const *known)
-{
-    const char *key;
-    json_t *v;
-    json_object_foreach(obj, key, v) {
-        const char *const *k = known;
-        while (*k && strcmp(*k, key) != 0) k++;
-        if (!*k) return key;
-    }
-    return NULL;
-}
-
-/* A string of at most len - 1 bytes into out ("" when absent). */
-static int text_at(json_t *obj, const char *key, char *out, size_t len, char *err, size_t errlen)
-{
-    json_t *v = json_object_get(obj, key);
-    out[0] = 0;
-    if (!v) return 0;
-    if (!json_is_string(v) || strlen(json_string_value(v)) >= len)
-        return node_errf(err, errlen, "\"%s\" must be a text of at most %zu bytes", key, len - 1);
-    snprintf(out, len, "%s", json_string_value(v));
-    return 0;
-}
-
 /* ---- saved state ---- */
 
 void pool_saved_free(pool_saved *s)
@@ -51,7 +27,7 @@ int pool_saved_from_json(json_t *j, pool_saved *out, char *err, size_t errlen)
     memset(out, 0, sizeof *out);
     pool_run_init(&out->run);
     if (!json_is_object(j)) return node_errf(err, errlen, "not a JSON object");
-    const char *bad = unknown_key(j, keys);
+    const char *bad = pool_json_unknown_key(j, keys);
     if (bad) return node_errf(err, errlen, "\"%s\" is not a known key", bad);
     json_t *c = json_object_get(j, "committed"), *r = json_object_get(j, "run");
     json_t *st = json_object_get(j, "stop"), *v = json_object_get(j, "vote");
@@ -118,8 +94,8 @@ static int status_member(const char *name, json_t *m, pool_status_member *out, c
     json_t *doc = json_copy(m);   /* the document is the entry without state and address */
     char derr[700];
     if (!doc) return node_errf(err, errlen, "out of memory");
-    int rc = text_at(doc, "state", out->state, sizeof out->state, err, errlen) ||
-             text_at(doc, "address", out->address, sizeof out->address, err, errlen) ? -1 : 0;
+    int rc = pool_json_text(doc, "state", out->state, sizeof out->state, err, errlen) ||
+             pool_json_text(doc, "address", out->address, sizeof out->address, err, errlen) ? -1 : 0;
     json_object_del(doc, "state");
     json_object_del(doc, "address");
     snprintf(out->name, sizeof out->name, "%s", name);
@@ -139,7 +115,7 @@ static int status_read(json_t *j, pool_status *s, char *err, size_t errlen)
 {
     static const char *const keys[] = {"id", "submitted_by", "out_dir", "job_file", "committed",
                                        "run", "stop", "members", NULL};
-    const char *bad = unknown_key(j, keys);
+    const char *bad = pool_json_unknown_key(j, keys);
     if (bad) return node_errf(err, errlen, "job: \"%s\" is not a known key", bad);
     const char *id = json_string_value(json_object_get(j, "id"));
     const char *by = json_string_value(json_object_get(j, "submitted_by"));
