@@ -110,6 +110,18 @@ static void displace(gossip *g, gossip_member *o, const gossip_record *winner,
     gossip_notify(g, o, before);
 }
 
+/* A record's overlay address must be the one its WireGuard key gives. */
+static int address_of_key(const gossip *g, const gossip_record *r, char *err, size_t errlen)
+{
+    char want[GOSSIP_ADDR_MAX];
+    if (mesh_overlay_address(g->prefix, r->wg_pub, want, sizeof want, err, errlen) != 0)
+        return -1;
+    if (strcmp(want, r->address) != 0)
+        return mesh_errf(err, errlen, "record of %s claims overlay address %s, but its key "
+                         "gives %s", r->name, r->address, want);
+    return 0;
+}
+
 /* A signed record (ALIVE or LEFT). Returns 0 when accepted or stale, -1
  * (or ADMITTER_UNKNOWN) when refused. */
 static int apply_record(gossip *g, const gossip_signed *sig, int64_t now_ms, bool announce,
@@ -120,12 +132,7 @@ static int apply_record(gossip *g, const gossip_signed *sig, int64_t now_ms, boo
     const gossip_member *s = self_of(g);
     if (memcmp(r.mesh_id, s->rec.mesh_id, GOSSIP_MESH_ID_LEN) != 0)
         return mesh_errf(err, errlen, "record of %s belongs to another mesh", r.name);
-    char want[GOSSIP_ADDR_MAX];
-    if (mesh_overlay_address(g->prefix, r.wg_pub, want, sizeof want, err, errlen) != 0)
-        return -1;
-    if (strcmp(want, r.address) != 0)
-        return mesh_errf(err, errlen, "record of %s claims overlay address %s, but its key "
-                         "gives %s", r.name, r.address, want);
+    if (address_of_key(g, &r, err, errlen) != 0) return -1;
     int i = gossip_find_key(g, r.wg_pub);
     if (i == 0) return 0; /* our own record relayed back: only we sign it */
     if (i > 0 && g->m[i]->displaced) return 0; /* its address belongs to an older admission */
@@ -331,12 +338,7 @@ int gossip_admit_check(gossip *g, const gossip_signed *s, int64_t now_ms, char *
         return mesh_errf(err, errlen, "record of %s belongs to another mesh", r.name);
     if (gossip_find_key(g, r.wg_pub) >= 0)
         return mesh_errf(err, errlen, "%s's WireGuard key is already a member's", r.name);
-    char want[GOSSIP_ADDR_MAX];
-    if (mesh_overlay_address(g->prefix, r.wg_pub, want, sizeof want, err, errlen) != 0)
-        return -1;
-    if (strcmp(want, r.address) != 0)
-        return mesh_errf(err, errlen, "record of %s claims overlay address %s, but its key "
-                         "gives %s", r.name, r.address, want);
+    if (address_of_key(g, &r, err, errlen) != 0) return -1;
     /* Every address the view knows, dead and left members' included: an
      * address is never handed out twice. */
     for (size_t j = 0; j < g->n; j++) {

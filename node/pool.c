@@ -336,6 +336,19 @@ static void start_profile(daemon_t *d, const pool_action *a)
     if (!p->prof_pid) pool_core_profiled(p->core, NULL, "cannot start the profiler", &p->acts);
 }
 
+
+/* args[k..]: "NAME=ADDRESS:PORT" for each of a's targets (written into
+ * targets), then the NULL that ends the argument list. */
+static void target_args(const pool_action *a, char **args, int k,
+                        char (*targets)[GOSSIP_ADDR_MAX + MESH_NAME_MAX + 16])
+{
+    for (int i = 0; i < a->ntargets; i++) {
+        snprintf(targets[i], sizeof targets[i], "%s=%s:%d", a->targets[i].name,
+                 a->targets[i].address, a->targets[i].port);
+        args[k++] = targets[i];
+    }
+    args[k] = NULL;
+}
 /* Links to every target the core names (no cap: probe-links takes them
  * one after the other). */
 static void start_probe(daemon_t *d, const pool_action *a)
@@ -360,12 +373,7 @@ static void start_probe(daemon_t *d, const pool_action *a)
     char *fixed[] = {"shardnode", "probe-links", "--out", out, "--mesh", mesh_hex, "--from",
                      d->name, "--bind", d->overlay, "--lock", lock};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) args[k++] = fixed[i];
-    for (int i = 0; i < a->ntargets; i++) {
-        snprintf(targets[i], sizeof targets[i], "%s=%s:%d", a->targets[i].name,
-                 a->targets[i].address, a->targets[i].port);
-        args[k++] = targets[i];
-    }
-    args[k] = NULL;
+    target_args(a, args, k, targets);
     p->probe_pid = spawn(d, log, args, NULL);
     free(args);
     free(targets);
@@ -412,12 +420,7 @@ static void start_fetch(daemon_t *d, const pool_action *a)
     char *fixed[] = {"shardnode", "fetch", "--out", out, "--mesh", mesh_hex, "--from",
                      d->name, "--bind", d->overlay, "--path", rel};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) args[k++] = fixed[i];
-    for (int i = 0; i < a->ntargets; i++) {
-        snprintf(targets[i], sizeof targets[i], "%s=%s:%d", a->targets[i].name,
-                 a->targets[i].address, a->targets[i].port);
-        args[k++] = targets[i];
-    }
-    args[k] = NULL;
+    target_args(a, args, k, targets);
     kill_child(&p->fetch_pid);
     p->fetching = a->job;
     p->fetch_pid = spawn(d, log, args, NULL);
