@@ -3,7 +3,7 @@
 # Idempotent: when everything is present it touches nothing and needs no network.
 set -eu
 PKGS="build-essential cmake pkg-config libopenblas-openmp-dev libopenblas-dev libjansson-dev
-libpcre2-dev libmsgpack-dev libevent-dev wireguard-go iproute2 iptables clang libclang-rt-14-dev libssl-dev wireguard-tools bible-kjv python3 python3-numpy python3-torch python3-cryptography chromium faketime"
+libpcre2-dev libmsgpack-dev libevent-dev wireguard-go iproute2 iptables clang libclang-rt-14-dev libssl-dev wireguard-tools bible-kjv python3 python3-venv python3-pip python3-numpy python3-torch python3-cryptography chromium faketime"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -14,4 +14,32 @@ if [ -n "$missing" ]; then
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"
     $SUDO apt-get update -q
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends $missing
+fi
+
+# The Python reference clients (tests/reference/*_ref.py that compare with
+# Hugging Face's and ggml's own code) live in .venv/ at the repository root,
+# made from Debian's python3 with --system-site-packages so Debian's torch and
+# numpy stay the ones used. Every package is pinned and installed without its
+# dependencies (the pins list them all): pip would otherwise replace Debian's
+# torch, which reports itself as 1.13.0a0, a pre-release below what peft asks.
+# Idempotent: when the venv already holds every pin, nothing is touched and no
+# network is needed.
+cd "$(dirname "$0")/.."
+PY_PINS="gguf==0.17.1 safetensors==0.4.5 tokenizers==0.20.3 transformers==4.46.3 peft==0.13.2
+accelerate==1.1.1 huggingface-hub==0.26.2 filelock==3.16.1 packaging==24.2 tqdm==4.67.1
+regex==2024.11.6 fsspec==2024.10.0 pyyaml==6.0.2 requests==2.32.3 urllib3==2.2.3 idna==3.10
+certifi==2024.8.30 charset-normalizer==3.4.0 psutil==6.1.0 typing_extensions==4.12.2"
+venv_ok() {
+    [ -x .venv/bin/python ] || return 1
+    have=$(.venv/bin/python -m pip freeze --local 2>/dev/null | tr 'A-Z_' 'a-z-') || return 1
+    for pin in $PY_PINS; do
+        printf '%s\n' "$have" | grep -qx "$(printf '%s' "$pin" | tr 'A-Z_' 'a-z-')" || return 1
+    done
+}
+if ! venv_ok; then
+    echo "deps: installing the Python reference clients into .venv/"
+    [ -x .venv/bin/python ] || /usr/bin/python3 -m venv --system-site-packages .venv
+    # shellcheck disable=SC2086
+    .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps $PY_PINS
+    venv_ok || { echo "deps: .venv/ does not hold the pinned versions after pip install" >&2; exit 1; }
 fi
