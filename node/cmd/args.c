@@ -1,5 +1,5 @@
 /* args.c — command-line options for the subcommands. */
-#include "node.h"
+#include "commands.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -7,16 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int node_errf(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 /* The most characters of a user's word an error message repeats. */
 #define ARGS_ECHO_MAX 64

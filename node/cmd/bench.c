@@ -6,7 +6,8 @@
  * OpenBLAS's detection chose, blas_core), and matmul_gflops, the kernels'
  * matmul_forward as training runs it (fixed tiles; its kernel is "gemm":
  * shardnode's own AVX-512 one, or OpenBLAS). */
-#include "node.h"
+#include "commands.h"
+#include "runtime.h"
 
 #include "kernels.h"
 

@@ -17,9 +17,12 @@
  * whatever was left in them) are demo_ns.c's; demo_internal.h is what the
  * two files share. */
 #define _DEFAULT_SOURCE /* realpath */
-#include "keys.h"
-#include "node.h"
+#include "commands.h"
+#include "daemon.h"
 #include "demo_internal.h"
+#include "keys.h"
+#include "node_base.h"
+#include "runtime.h"
 
 #include <jansson.h>
 

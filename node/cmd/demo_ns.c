@@ -8,7 +8,7 @@
 #include "demo_internal.h"
 
 #include "keys.h"
-#include "node.h"
+#include "node_base.h"
 
 #include <jansson.h>
 

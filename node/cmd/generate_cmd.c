@@ -8,9 +8,11 @@
  * names) and tokenizer.json. Output ends with a newline; generation stops
  * after N tokens (default 100), at the tokenizer's end-of-text token (not
  * printed), or when the model's context (max_position_embeddings) is full. */
-#include "node.h"
+#include "commands.h"
+#include "node_base.h"
 
 #include "kernels.h"
+#include "model.h"
 
 #include <math.h>
 #include <stdarg.h>

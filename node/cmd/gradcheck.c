@@ -6,7 +6,8 @@
  * label ignored) from the same seed, so that two runs that differ only in
  * --threads (or OPENBLAS_CORETYPE) can be compared bit for bit with cmp(1)
  * without any other program (tests/CMakeLists.txt, numerics.coretype.*). */
-#include "node.h"
+#include "commands.h"
+#include "runtime.h"
 
 #include "kernels.h"
 

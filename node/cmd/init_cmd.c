@@ -1,18 +1,21 @@
 /* init_cmd.c — the offline half of joining a mesh: `shardnode init` makes a
  * node's state directory (keys, node.json, mesh.json for a new mesh) and
  * `shardnode invite` issues a signed, single-use invite token for it,
- * recording the secret in invites.json for the running node to redeem once.
- * Formats in docs/FORMATS.md ("State directory") and docs/PROTOCOL.md
+ * recording the secret in invites.json for the running node to redeem once
+ * (the files themselves are written by state_create and state_record_invite,
+ * node/daemon/state_create.c). Formats in docs/FORMATS.md ("State directory") and docs/PROTOCOL.md
  * ("Invite tokens").
  *
  *   shardnode init --state DIR --name NAME [--listen-port P] [--endpoint HOST:PORT]
  *                  [--prefix CIDR]
  *   shardnode invite --state DIR [--ttl DURATION]
  */
-#include "daemon_internal.h"
-#include "node.h"
+#include "commands.h"
+#include "daemon.h"
+#include "node_base.h"
 
 #include "keys.h"
+#include "mesh.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,72 +27,10 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The software version node.json and the gossiped record carry; the
- * project() version in the top-level CMakeLists.txt. */
-#ifndef SHARDNODE_VERSION
-#define SHARDNODE_VERSION "0.1.0"
-#endif
-
 #define INIT_DEFAULT_PORT 51820
 #define INIT_DEFAULT_PREFIX "10.77.0.0/16"
 #define INVITE_DEFAULT_TTL "24h"
 #define INVITE_MAX_TTL_S (365L * 86400)
-#define STATE_PATH_MAX 4096
-
-/* Files that make a directory a node's: any of them present means init
- * would overwrite someone's identity. */
-static const char *const state_files[] = {"wg.key", "id.key", "node.json", "mesh.json"};
-
-/* Private keys should not outlive their use in memory; a plain memset
- * before return may be optimised away, the volatile stores may not. */
-static void wipe(void *p, size_t n)
-{
-    volatile unsigned char *v = p;
-    while (n--) *v++ = 0;
-}
-
-void node_hex_encode(const uint8_t *b, size_t n, char *out)
-{
-    static const char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = digits[b[i] >> 4];
-        out[2 * i + 1] = digits[b[i] & 15];
-    }
-    out[2 * n] = '\0';
-}
-
-int node_hex_decode(const char *s, uint8_t *b, size_t n)
-{
-    if (strlen(s) != 2 * n) return -1;
-    for (size_t i = 0; i < 2 * n; i++) {
-        char c = s[i];
-        int v = c >= '0' && c <= '9' ? c - '0'
-              : c >= 'a' && c <= 'f' ? c - 'a' + 10
-              : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-        if (v < 0) return -1;
-        b[i / 2] = (uint8_t)(i % 2 ? (b[i / 2] << 4) | v : v);
-    }
-    return 0;
-}
-
-static int state_path(char *out, const char *dir, const char *name)
-{
-    int n = snprintf(out, STATE_PATH_MAX, "%s/%s", dir, name);
-    return n < 0 || n >= STATE_PATH_MAX ? -1 : 0;
-}
-
-/* Node names go into file names, logs and gossip: keep them to a set that
- * needs no quoting anywhere. */
-int node_name_valid(const char *s)
-{
-    size_t n = strlen(s);
-    if (n < 1 || n > MESH_NAME_MAX - 1) return 0;
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-              *s == '.' || *s == '_' || *s == '-'))
-            return 0;
-    return 1;
-}
 
 /* "90s", "30m", "24h", "7d" into seconds, 1 s .. INVITE_MAX_TTL_S. A unit is
  * required: a bare "30" could mean minutes as easily as seconds. */
@@ -108,47 +49,10 @@ static int parse_duration(const char *s, long *out)
     return 0;
 }
 
-/* Writes j (and a newline) to path through atomic_file with the given mode,
- * set on the temporary file before anything is written to it. */
-int node_write_json(const char *path, json_t *j, unsigned mode, char *err, size_t errlen)
-{
-    char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    if (!text) {
-        snprintf(err, errlen, "%s: out of memory", path);
-        return -1;
-    }
-    atomic_file f;
-    if (atomic_file_begin(&f, path, err, errlen) != 0) {
-        free(text);
-        return -1;
-    }
-    if (fchmod(f.fd, mode) != 0) {
-        snprintf(err, errlen, "%s: cannot set mode %o: %s", f.tmp, (unsigned)mode,
-                 strerror(errno));
-        atomic_file_abort(&f);
-        free(text);
-        return -1;
-    }
-    atomic_file_write(&f, text, strlen(text));
-    atomic_file_write(&f, "\n", 1);
-    free(text);
-    return atomic_file_commit(&f, err, errlen);
-}
-
 static void init_usage(void)
 {
     fprintf(stderr, "usage: shardnode init --state DIR --name NAME [--listen-port P] "
                     "[--endpoint HOST:PORT] [--prefix CIDR]\n");
-}
-
-/* Removes what a failed init wrote, so a second try is not refused as
- * "already holds a node". */
-static void init_undo(const char *state, bool created_dir)
-{
-    char path[STATE_PATH_MAX];
-    for (size_t i = 0; i < sizeof state_files / sizeof *state_files; i++)
-        if (state_path(path, state, state_files[i]) == 0) unlink(path);
-    if (created_dir) rmdir(state);
 }
 
 int cmd_init(int argc, char **argv)
@@ -161,7 +65,7 @@ int cmd_init(int argc, char **argv)
     };
     const int nopts = (int)(sizeof opts / sizeof *opts);
     static const char *const required[] = {"--state", "--name", NULL};
-    char err[2 * STATE_PATH_MAX]; /* room for a path and a reason */
+    char err[2 * NODE_PATH_MAX]; /* room for a path and a reason */
     if (args_parse(argc, argv, 2, opts, nopts, err, sizeof err) != 0 ||
         args_require(opts, nopts, required, err, sizeof err) != 0) {
         fprintf(stderr, "shardnode init: %s\n", err);
@@ -200,8 +104,8 @@ int cmd_init(int argc, char **argv)
         fprintf(stderr, "shardnode init: --prefix: %s\n", err);
         return 2;
     }
-    char path[STATE_PATH_MAX];
-    if (state_path(path, state, "node.json") != 0) {
+    char path[NODE_PATH_MAX];
+    if (node_state_path(path, state, "node.json") != 0) {
         fprintf(stderr, "shardnode init: --state \"%.80s...\": path too long\n", state);
         return 2;
     }
@@ -216,196 +120,7 @@ int cmd_init(int argc, char **argv)
     return 0;
 }
 
-int state_create(const char *state, const char *name, long port, const char *endpoint,
-                 const char *prefix, const uint8_t *join_mesh_id, char *overlay,
-                 size_t overlay_len, char mesh_hex[33], char *err, size_t errlen)
-{
-    char path[STATE_PATH_MAX];
-    if (state_path(path, state, "node.json") != 0)
-        return node_errf(err, errlen, "--state \"%.80s...\": path too long", state);
-
-    bool created_dir = false;
-    struct stat st;
-    if (mkdir(state, 0700) == 0) {
-        created_dir = true;
-    } else if (errno != EEXIST) {
-        return node_errf(err, errlen, "%s: cannot create: %s", state, strerror(errno));
-    } else if (stat(state, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        return node_errf(err, errlen, "%s exists and is not a directory", state);
-    }
-    for (size_t i = 0; !created_dir && i < sizeof state_files / sizeof *state_files; i++) {
-        state_path(path, state, state_files[i]);
-        if (lstat(path, &st) == 0 || errno != ENOENT) {
-            return node_errf(err, errlen, "%s already holds a node (%s); remove it or use "
-                             "another --state", state, state_files[i]);
-        }
-    }
-    /* Exactly 0700 whatever the umask, and also for a directory that
-     * existed: it holds private keys and invite secrets. */
-    if (chmod(state, 0700) != 0) {
-        node_errf(err, errlen, "%s: cannot set mode 0700: %s", state, strerror(errno));
-        if (created_dir) rmdir(state);
-        return -1;
-    }
-
-    uint8_t wg_priv[KEYS_LEN], wg_pub[KEYS_LEN], id_priv[KEYS_LEN], id_pub[KEYS_LEN];
-    uint8_t mesh_id[TOKEN_MESH_ID_LEN];
-    char wg_b64[KEYS_BASE64_LEN + 1], id_b64[KEYS_BASE64_LEN + 1];
-    json_t *node = NULL, *mesh = NULL;
-    int rc = -1;
-    if (join_mesh_id) memcpy(mesh_id, join_mesh_id, sizeof mesh_id);
-    /* A new mesh's id derives from its founder's identity key: that is how
-     * every member recognises the founder's own admission (PROTOCOL.md,
-     * "Membership"). */
-    if (keys_x25519_generate(wg_priv, wg_pub, err, errlen) != 0 ||
-        keys_ed25519_generate(id_priv, id_pub, err, errlen) != 0 ||
-        (!join_mesh_id && keys_mesh_id(id_pub, mesh_id, err, errlen) != 0) ||
-        mesh_overlay_address(prefix, wg_pub, overlay, overlay_len, err, errlen) != 0)
-        goto fail;
-    keys_to_base64(wg_pub, wg_b64);
-    keys_to_base64(id_pub, id_b64);
-    node_hex_encode(mesh_id, sizeof mesh_id, mesh_hex);
-
-    devices_info dev;
-    devices_detect(&dev);
-    json_t *devices = devices_to_json(&dev);
-    /* "s?" writes null for a node without an endpoint; "o" steals devices
-     * even when the pack fails. */
-    node = devices ? json_pack("{s:s, s:i, s:s?, s:s, s:s, s:s, s:i, s:s, s:o}", "name", name,
-                               "listen_port", (int)port, "endpoint", endpoint, "wg_public_key",
-                               wg_b64, "id_public_key", id_b64, "overlay_address", overlay,
-                               "protocol_version", MESH_PROTOCOL_VERSION, "software_version",
-                               SHARDNODE_VERSION, "devices", devices)
-                   : NULL;
-    /* A joiner's mesh.json lists no members until the join is accepted
-     * ("joined": false); the daemon fills in the signed records. */
-    mesh = join_mesh_id
-               ? json_pack("{s:s, s:s, s:I, s:i, s:b, s:[]}", "mesh_id", mesh_hex, "prefix",
-                           prefix, "created", (json_int_t)time(NULL), "gossip_port",
-                           GOSSIP_DEFAULT_PORT, "joined", 0, "members")
-               : json_pack("{s:s, s:s, s:I, s:i, s:b, s:[{s:s, s:s, s:s, s:s, s:s?}]}",
-                           "mesh_id", mesh_hex, "prefix", prefix, "created",
-                           (json_int_t)time(NULL), "gossip_port", GOSSIP_DEFAULT_PORT,
-                           "joined", 1, "members", "name", name, "wg_public_key", wg_b64,
-                           "id_public_key", id_b64, "overlay_address", overlay, "endpoint",
-                           endpoint);
-    if (!node || !mesh) {
-        snprintf(err, errlen, "cannot build node.json (out of memory, or a CPU model "
-                                  "name that is not UTF-8)");
-        goto fail;
-    }
-    /* The identity key first and node.json last: a directory with node.json
-     * is complete. */
-    if (state_path(path, state, "id.key") != 0 ||
-        keys_file_write(path, id_priv, err, errlen) != 0 ||
-        state_path(path, state, "wg.key") != 0 ||
-        keys_file_write(path, wg_priv, err, errlen) != 0 ||
-        state_path(path, state, "mesh.json") != 0 ||
-        node_write_json(path, mesh, 0644, err, errlen) != 0 ||
-        state_path(path, state, "node.json") != 0 ||
-        node_write_json(path, node, 0644, err, errlen) != 0)
-        goto fail;
-    rc = 0;
-    goto out;
-fail:
-    init_undo(state, created_dir);
-out:
-    wipe(wg_priv, sizeof wg_priv);
-    wipe(id_priv, sizeof id_priv);
-    json_decref(node);
-    json_decref(mesh);
-    return rc;
-}
-
 /* ---- invite ---- */
-
-json_t *node_load_json(const char *path, char *err, size_t errlen)
-{
-    /* Opened here so a missing file reads "no such file" once, not inside
-     * jansson's message that repeats the path. */
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    json_error_t je;
-    json_t *j = json_loadf(f, 0, &je);
-    fclose(f);
-    if (!j) {
-        if (je.line > 0)
-            snprintf(err, errlen, "%s:%d: %s", path, je.line, je.text);
-        else
-            snprintf(err, errlen, "%s: %s", path, je.text);
-        return NULL;
-    }
-    if (!json_is_object(j)) {
-        snprintf(err, errlen, "%s: expected a JSON object", path);
-        json_decref(j);
-        return NULL;
-    }
-    return j;
-}
-
-/* Appends {secret, expires, issued} to DIR/invites.json, dropping entries
- * already expired (token_decode refuses their tokens anyway, and the file
- * must not grow forever). The caller holds the invites lock. */
-static int record_invite(const char *state, const uint8_t secret[TOKEN_SECRET_LEN],
-                         int64_t expires, int64_t now, char *err, size_t errlen)
-{
-    char path[STATE_PATH_MAX];
-    state_path(path, state, "invites.json");
-    json_t *root;
-    if (access(path, F_OK) != 0 && errno == ENOENT) {
-        root = json_pack("{s:[]}", "invites");
-    } else if (!(root = node_load_json(path, err, errlen))) {
-        return -1;
-    }
-    json_t *list = root ? json_object_get(root, "invites") : NULL;
-    if (!json_is_array(list)) {
-        snprintf(err, errlen, "%s: expected \"invites\": [...]", path);
-        json_decref(root);
-        return -1;
-    }
-    for (size_t i = json_array_size(list); i-- > 0;) {
-        json_t *e = json_object_get(json_array_get(list, i), "expires");
-        if (json_is_integer(e) && json_integer_value(e) <= now) json_array_remove(list, i);
-    }
-    /* A running node holds at most DAEMON_MAX_INVITES invites' keys: one
-     * more would be recorded but never admitted. */
-    size_t open = 0, i;
-    json_t *e;
-    json_array_foreach(list, i, e) {
-        json_t *exp = json_object_get(e, "expires"), *at = json_object_get(e, "used_at");
-        daemon_invite iv = {.expires = json_is_integer(exp) ? json_integer_value(exp) : 0,
-                            .used = json_object_get(e, "used_by") != NULL,
-                            .used_at = json_is_integer(at) ? json_integer_value(at) : 0};
-        open += !daemon_invite_withdrawn(&iv, now);
-    }
-    if (open >= DAEMON_MAX_INVITES) {
-        snprintf(err, errlen, "%s: %zu invites are still open (neither used nor expired), the "
-                 "most a node admits at once; wait until some are used or expire (--ttl sets "
-                 "how long a token lives), or delete unused ones from the file", path, open);
-        json_decref(root);
-        return -1;
-    }
-    char hex[2 * TOKEN_SECRET_LEN + 1];
-    node_hex_encode(secret, TOKEN_SECRET_LEN, hex);
-    int rc = json_array_append_new(list, json_pack("{s:s, s:I, s:I}", "secret", hex, "expires",
-                                                   (json_int_t)expires, "issued",
-                                                   (json_int_t)now));
-    if (rc != 0)
-        snprintf(err, errlen, "%s: out of memory", path);
-    else
-        rc = node_write_json(path, root, 0600, err, errlen); /* the secrets admit nodes */
-    json_decref(root);
-    return rc;
-}
-
-const char *node_json_str(json_t *obj, const char *key)
-{
-    json_t *v = json_object_get(obj, key);
-    return json_is_string(v) ? json_string_value(v) : NULL;
-}
 
 int cmd_invite(int argc, char **argv)
 {
@@ -413,7 +128,7 @@ int cmd_invite(int argc, char **argv)
     const args_option opts[] = {{"--state", &state, NULL}, {"--ttl", &ttl_s, NULL}};
     const int nopts = (int)(sizeof opts / sizeof *opts);
     static const char *const required[] = {"--state", NULL};
-    char err[2 * STATE_PATH_MAX]; /* room for a path and a reason */
+    char err[2 * NODE_PATH_MAX]; /* room for a path and a reason */
     if (args_parse(argc, argv, 2, opts, nopts, err, sizeof err) != 0 ||
         args_require(opts, nopts, required, err, sizeof err) != 0) {
         fprintf(stderr, "shardnode invite: %s\n", err);
@@ -427,12 +142,12 @@ int cmd_invite(int argc, char **argv)
                         "24h or 7d, at most 365d\n", ttl_s);
         return 2;
     }
-    char node_path[STATE_PATH_MAX], mesh_path[STATE_PATH_MAX], id_path[STATE_PATH_MAX],
-        lock_path[STATE_PATH_MAX];
-    if (state_path(node_path, state, "node.json") != 0 ||
-        state_path(mesh_path, state, "mesh.json") != 0 ||
-        state_path(id_path, state, "id.key") != 0 ||
-        state_path(lock_path, state, "invites.lock") != 0) {
+    char node_path[NODE_PATH_MAX], mesh_path[NODE_PATH_MAX], id_path[NODE_PATH_MAX],
+        lock_path[NODE_PATH_MAX];
+    if (node_state_path(node_path, state, "node.json") != 0 ||
+        node_state_path(mesh_path, state, "mesh.json") != 0 ||
+        node_state_path(id_path, state, "id.key") != 0 ||
+        node_state_path(lock_path, state, "invites.lock") != 0) {
         fprintf(stderr, "shardnode invite: --state \"%.80s...\": path too long\n", state);
         return 2;
     }
@@ -529,7 +244,7 @@ int cmd_invite(int argc, char **argv)
     }
     /* Recorded before printed: a token whose secret was not saved could
      * never be redeemed. */
-    if (record_invite(state, t.secret, t.expires_unix, now, err, sizeof err) != 0) goto fail;
+    if (state_record_invite(state, t.secret, t.expires_unix, now, err, sizeof err) != 0) goto fail;
     /* Unlocked before the node is told: the node takes this lock to record
      * a token's use, and a node waiting for it could not answer us. */
     close(lock_fd);
@@ -547,8 +262,8 @@ fail:
     fprintf(stderr, "shardnode invite: %s\n", err);
 out:
     if (lock_fd >= 0) close(lock_fd);
-    wipe(id_priv, sizeof id_priv);
-    wipe(&t, sizeof t);
+    node_wipe(id_priv, sizeof id_priv);
+    node_wipe(&t, sizeof t);
     json_decref(node);
     json_decref(mesh);
     return rc;

@@ -6,7 +6,10 @@
  *   shardnode link --listen HOST:PORT               (one end: answers probes)
  *   shardnode link --connect HOST:PORT [--rounds N] [--max-size BYTES]
  */
-#include "node.h"
+#include "commands.h"
+
+#include "mesh.h"
+#include "scheduler.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,6 @@
 /* main.c — shardnode's entry point: dispatch to a subcommand. */
-#include "node.h"
+#include "commands.h"
+#include "daemon.h"
 
 #include "kernels.h"
 

@@ -6,18 +6,21 @@
  *   shardnode status --state DIR [--json] [--svg FILE]
  *   shardnode leave --state DIR
  *
- * up and join run the node (daemon.c) in the foreground; status and leave
- * talk to it through DIR/control.sock. */
-#include "daemon_internal.h"
+ * up and join run the node (daemon_run) in the foreground; status and leave
+ * talk to it through DIR/control.sock (node_control_request, daemon.h). */
+#include "commands.h"
+#include "daemon.h"
+#include "node_base.h"
+#include "plan_svg.h"
 #include "pool_doc.h"
+
+#include "keys.h"
+#include "mesh.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -92,7 +95,7 @@ int cmd_join(int argc, char **argv)
         fprintf(stderr, "shardnode join: %s\n", err);
         return 1;
     }
-    char path[DAEMON_PATH_MAX];
+    char path[NODE_PATH_MAX];
     snprintf(path, sizeof path, "%s/node.json", state);
     if (access(path, F_OK) != 0) {
         if (!name) {
@@ -130,77 +133,6 @@ int cmd_join(int argc, char **argv)
     memset(&t, 0, sizeof t);
     opt.token_text = text;
     return daemon_run(state, &opt);
-}
-
-/* One request over DIR/control.sock; returns the reply (json_decref it) or
- * NULL with err. */
-json_t *node_control_request(const char *state, const char *cmd, char *err, size_t errlen)
-{
-    json_t *req = json_pack("{s:s}", "cmd", cmd);
-    json_t *r = node_control_call(state, req, err, errlen);
-    json_decref(req);
-    return r;
-}
-
-json_t *node_control_call(const char *state, json_t *request, char *err, size_t errlen)
-{
-    struct sockaddr_un un;
-    memset(&un, 0, sizeof un);
-    un.sun_family = AF_UNIX;
-    int n = snprintf(un.sun_path, sizeof un.sun_path, "%s/control.sock", state);
-    if (n < 0 || (size_t)n >= sizeof un.sun_path) {
-        node_errf(err, errlen, "%s/control.sock: path too long for a Unix socket", state);
-        return NULL;
-    }
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&un, sizeof un) != 0) {
-        node_errf(err, errlen, "no node is running on %s (%s: %s); start it with `shardnode up "
-                  "--state %s`", state, un.sun_path, strerror(errno), state);
-        if (fd >= 0) close(fd);
-        return NULL;
-    }
-    char *req = json_dumps(request, JSON_COMPACT);
-    size_t len = req ? strlen(req) : 0, off = 0;
-    char *buf = NULL;
-    json_t *j = NULL;
-    if (!req || len + 1 > DAEMON_CONTROL_MAX) {
-        free(req);
-        node_errf(err, errlen, "the request to the node on %s is too large", state);
-        close(fd);
-        return NULL;
-    }
-    req[len] = 0;
-    ssize_t sent = send(fd, req, len, MSG_NOSIGNAL);
-    free(req);
-    if (sent != (ssize_t)len || send(fd, "\n", 1, MSG_NOSIGNAL) != 1) goto io;
-    size_t cap = 0;
-    for (;;) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, 10000) != 1) goto io;
-        if (off + 4096 > cap) {
-            if (cap > ((size_t)16 << 20)) goto io;
-            char *nb = realloc(buf, cap = cap * 2 + 8192);
-            if (!nb) goto io;
-            buf = nb;
-        }
-        ssize_t r = recv(fd, buf + off, cap - off - 1, 0);
-        if (r < 0) goto io;
-        if (r == 0) break;
-        off += (size_t)r;
-    }
-    if (!buf) goto io;
-    buf[off] = '\0';
-    json_error_t je;
-    j = json_loads(buf, 0, &je);
-    if (!j) node_errf(err, errlen, "the node's reply is not JSON: %s", je.text);
-    free(buf);
-    close(fd);
-    return j;
-io:
-    node_errf(err, errlen, "the node on %s did not answer", state);
-    free(buf);
-    close(fd);
-    return NULL;
 }
 
 /* The most advanced run among the members' documents (NULL: none). */
@@ -343,7 +275,7 @@ int cmd_status(int argc, char **argv)
     const args_option opts[] = {{"--state", &state, NULL}, {"--json", NULL, &json},
                                 {"--svg", &svg, NULL}};
     static const char *const required[] = {"--state", NULL};
-    char err[DAEMON_PATH_MAX + 256];
+    char err[NODE_PATH_MAX + 256];
     if (args_parse(argc, argv, 2, opts, 3, err, sizeof err) != 0 ||
         args_require(opts, 3, required, err, sizeof err) != 0) {
         fprintf(stderr, "shardnode status: %s\nusage: shardnode status --state DIR [--json] "
@@ -397,7 +329,7 @@ int cmd_leave(int argc, char **argv)
     }
     json_decref(r);
     /* Done when the node has exited: its lock is free again. */
-    char path[DAEMON_PATH_MAX];
+    char path[NODE_PATH_MAX];
     snprintf(path, sizeof path, "%s/node.lock", state);
     for (int i = 0; i < 100; i++) {
         int fd = open(path, O_RDWR | O_CLOEXEC);

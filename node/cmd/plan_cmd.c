@@ -1,7 +1,10 @@
 /* plan_cmd.c — `shardnode plan`: the planner and the 1F1B simulator run
  * offline on a fleet file, beside the uniform split a user would otherwise
  * write by hand (the Megatron/DeepSpeed default), as text or JSON. */
-#include "node.h"
+#include "commands.h"
+#include "node_base.h"
+#include "plan_svg.h"
+#include "runtime.h"
 
 #include <jansson.h>
 #include <stdio.h>

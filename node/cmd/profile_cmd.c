@@ -3,7 +3,8 @@
  * timed over a few iterations, with its usable memory and the bytes each
  * part holds. The result is cached per (device, model shape, micro-batch
  * shape) and is what a fleet file's "profile" reads. */
-#include "node.h"
+#include "commands.h"
+#include "runtime.h"
 
 #include "kernels.h"
 

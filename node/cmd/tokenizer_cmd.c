@@ -5,7 +5,9 @@
  * the input byte for byte. encode treats special-token text such as
  * "<|endoftext|>" as plain text unless --special is given: text from a
  * corpus must not smuggle in control tokens, and plain text round-trips. */
-#include "node.h"
+#include "commands.h"
+
+#include "model.h"
 
 #include <errno.h>
 #include <stdio.h>

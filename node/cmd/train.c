@@ -2,7 +2,10 @@
  * directory HF tools load. The loop is the pipeline's loop with one stage:
  * the same batches (a function of seed, step, micro-batch), the same
  * normaliser (kept targets of the whole batch), the same commit point. */
-#include "node.h"
+#include "commands.h"
+#include "daemon.h"
+#include "node_base.h"
+#include "runtime.h"
 
 #include "kernels.h"
 #include "pool_doc.h"

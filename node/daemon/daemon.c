@@ -13,6 +13,7 @@
  * invite's secret stands for, with one address, admitted only to send a
  * JOIN over TCP. */
 #include "daemon_internal.h"
+#include "node_base.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

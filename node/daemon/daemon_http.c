@@ -16,6 +16,8 @@
  * served: the status document holds public keys only. docs/FORMATS.md,
  * "Dashboard and metrics". */
 #include "daemon_internal.h"
+#include "node_base.h"
+#include "plan_svg.h"
 #include "pool_doc.h"
 
 #include <event2/buffer.h>

@@ -1,23 +1,21 @@
 /* daemon_internal.h — what the daemon's files share (daemon.c: the loop,
  * WireGuard peers, UDP; daemon_state.c: the state directory and invites;
  * daemon_tcp.c: sync, joins and the control socket; daemon_join.c: the
- * joiner's side). Private to node/. */
+ * joiner's side). Private to node/daemon/ (and tests); the commands see
+ * daemon.h. */
 #ifndef SHARDNODE_DAEMON_INTERNAL_H
 #define SHARDNODE_DAEMON_INTERNAL_H
 
+#include "daemon.h"
+
 #include "keys.h"
 #include "mesh.h"
-#include "node.h"
 
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/socket.h>
-
-#ifndef SHARDNODE_VERSION
-#define SHARDNODE_VERSION "0.1.0"
-#endif
 
 #define DAEMON_PATH_MAX 4096
 #define DAEMON_MAX_PEERS 1024
@@ -202,9 +200,7 @@ int pool_fetch(daemon_t *d, const gossip_msg *m, gossip_msg *r, uint8_t **data);
 
 /* daemon_http.c: the dashboard (docs/FORMATS.md, "Dashboard and metrics") */
 #define DASH_DEFAULT "127.0.0.1:7980"
-/* ADDR:PORT or [IPv6]:PORT with an IP address; -1 with err otherwise. */
-int dash_parse_spec(const char *spec, char *host, size_t hostlen, int *port, char *err,
-                    size_t errlen);
+/* dash_parse_spec: daemon.h (the commands check --http with it). */
 /* Serves the dashboard on spec (NULL: DASH_DEFAULT; "off": nothing) in
  * d->base. A failure is logged and the node runs without it: always 0. */
 int dash_open(daemon_t *d, const char *spec);

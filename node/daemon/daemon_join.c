@@ -9,6 +9,7 @@
  * view. The joiner then restarts its interface with its own key. Nothing
  * but WireGuard ever listens on the underlay. */
 #include "daemon_internal.h"
+#include "node_base.h"
 
 #include <errno.h>
 #include <netdb.h>

@@ -4,6 +4,7 @@
  * (invites.json, shared with `shardnode invite` under invites.lock).
  * Formats in docs/FORMATS.md, "State directory". */
 #include "daemon_internal.h"
+#include "node_base.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -3,6 +3,7 @@
  * control socket in the state directory that `shardnode status` and
  * `shardnode leave` talk to (one JSON line each way). */
 #include "daemon_internal.h"
+#include "node_base.h"
 
 #include <errno.h>
 #include <event2/buffer.h>

@@ -7,7 +7,9 @@
  * `shardnode train --cluster` child, gathers the model, and puts the
  * core's job document into the `job` text of the node's signed record.
  * Every decision is the core's (pool_core.c, pool_elect.c). */
+#include "node_base.h"
 #include "pool_internal.h"
+#include "runtime.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -4,7 +4,9 @@
  * for each job) and `shardnode export --state DIR` (the stage files of a
  * finished run gathered into one model). */
 #include "daemon_internal.h"
+#include "node_base.h"
 #include "pool_doc.h"
+#include "runtime.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -6,6 +6,7 @@
  * gathers them), never through a symbolic link (pool_fetch_open). Nothing
  * else is served. */
 #include "daemon_internal.h"
+#include "node_base.h"
 #include "pool_job.h"
 
 #include <errno.h>

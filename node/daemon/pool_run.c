@@ -2,6 +2,7 @@
  * (docs/FORMATS.md, "State directory"): job-eE.json (the job at the plan's
  * micro-batch), cluster-eE.json (the stages at their overlay addresses) and
  * hello-eE.json (the HELLO keys of this stage with every other, 0600). */
+#include "node_base.h"
 #include "pool_internal.h"
 
 #include <openssl/crypto.h>

@@ -4,7 +4,8 @@
  * consecutive stages labelled with the link's bandwidth. The one drawing
  * of a plan: the dashboard (daemon_http.c), `shardnode status --svg` and
  * `shardnode plan --svg` all call plan_svg_render. */
-#include "node.h"
+#include "node_base.h"
+#include "plan_svg.h"
 #include "pool_doc.h"
 
 #include <errno.h>

@@ -7,7 +7,7 @@
  * file or a clock. */
 #include "pool_core_internal.h"
 
-#include "node.h"
+#include "node_base.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,12 +1,12 @@
-/* pool_core.h — private to node/: a member's share of a job on the pool as
- * a pure state machine (docs/ARCHITECTURE.md, "The pool core"), the shape
- * of mesh/gossip.c: it is given the member view and a clock and answers
- * with actions (take a job up, profile, measure links, save a vote,
- * publish the document, start or stop the stage, gather the model, log).
- * It never forks, opens a socket or a file, or reads a clock: the driver
- * (pool.c in the daemon, tests/unit/test_pool_sim.c in a test) does what
- * the actions say and reports back through the pool_core_* calls below,
- * so many cores can run in one process on a simulated clock.
+/* pool_core.h — node/pool/, public to the rooms above it: a member's share
+ * of a job on the pool as a pure state machine (docs/ARCHITECTURE.md, "The
+ * pool core"), the shape of mesh/gossip.c: it is given the member view and
+ * a clock and answers with actions (take a job up, profile, measure links,
+ * save a vote, publish the document, start or stop the stage, gather the
+ * model, log). It never forks, opens a socket or a file, or reads a clock:
+ * the driver (pool.c in the daemon, tests/unit/test_pool_sim.c in a test)
+ * does what the actions say and reports back through the pool_core_* calls
+ * below, so many cores can run in one process on a simulated clock.
  *
  * Rules: docs/PROTOCOL.md, "Jobs and the plan election". */
 #ifndef SHARDNODE_POOL_CORE_H

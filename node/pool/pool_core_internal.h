@@ -1,6 +1,6 @@
 /* pool_core_internal.h — what pool_core.c (the job's life on a member:
  * adoption, measuring, the stage, gathering) and pool_elect.c (the view,
- * the plan and the votes) share of the pool core. Private to node/. */
+ * the plan and the votes) share of the pool core. Private to node/pool/. */
 #ifndef SHARDNODE_POOL_CORE_INTERNAL_H
 #define SHARDNODE_POOL_CORE_INTERNAL_H
 

@@ -4,7 +4,8 @@
  * each (what a node saves and shows of them: pool_status.c). */
 #include "pool_doc.h"
 
-#include "node.h"
+#include "node_base.h"
+#include "runtime.h"
 
 #include <openssl/evp.h>
 #include <stdio.h>

@@ -1,14 +1,15 @@
-/* pool_doc.h — private to node/: the documents of a job on the pool as C
- * types (docs/PROTOCOL.md, "Jobs and the plan election"): a list of member
- * names, the plan (a layout, or a committed section), a vote, a member's
- * profile, links and run, the member's whole job document, what a node
- * saves across restarts, and the job section of `status`. Each has one
- * parse-and-validate function (_from_json: every key known, every field
- * typed and bounded, a refusal naming the field) and one writer (_to_json:
- * the same keys, the same bytes once dumped compact and key-sorted). Nothing
- * else in node/ reads these documents' keys. pool_plan.c: names, plans,
- * votes; pool_doc.c: profiles, links, runs, the job blob, the document;
- * pool_status.c: the saved state, the status section, progress lines. */
+/* pool_doc.h — node/pool/, public to the rooms above it: the documents of a
+ * job on the pool as C types (docs/PROTOCOL.md, "Jobs and the plan
+ * election"): a list of member names, the plan (a layout, or a committed
+ * section), a vote, a member's profile, links and run, the member's whole
+ * job document, what a node saves across restarts, and the job section of
+ * `status`. Each has one parse-and-validate function (_from_json: every key
+ * known, every field typed and bounded, a refusal naming the field) and one
+ * writer (_to_json: the same keys, the same bytes once dumped compact and
+ * key-sorted). Nothing else in node/ reads these documents' keys.
+ * pool_plan.c: names, plans, votes; pool_doc.c: profiles, links, runs, the
+ * job blob, the document; pool_status.c: the saved state, the status
+ * section, progress lines. */
 #ifndef SHARDNODE_POOL_DOC_H
 #define SHARDNODE_POOL_DOC_H
 

@@ -5,8 +5,6 @@
  * from the votes). Pure: the core's actions carry every effect. */
 #include "pool_core_internal.h"
 
-#include "node.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

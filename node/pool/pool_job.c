@@ -4,7 +4,8 @@
  * member's comparison of the bundle's files with its own. See pool_job.h. */
 #include "pool_job.h"
 
-#include "node.h"
+#include "node_base.h"
+#include "runtime.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,5 @@
-/* pool_job.h — private to node/: a job as the mesh carries it (prefix pool_).
+/* pool_job.h — node/pool/, public to the rooms above it: a job as the mesh
+ * carries it (prefix pool_).
  *
  * `shardnode train --state DIR --job JOB.json` on one member makes a bundle
  * of the job; the bundle travels to every member in a gossip record; each

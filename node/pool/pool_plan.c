@@ -4,7 +4,7 @@
  * and written by one that gives back the same keys. */
 #include "pool_doc.h"
 
-#include "node.h"
+#include "node_base.h"
 
 #include <openssl/evp.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
  * line. One reader and one writer each. */
 #include "pool_doc.h"
 
-#include "node.h"
+#include "node_base.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,10 +2,11 @@
  * job document (docs/PROTOCOL.md, "Threat model: pool and pipeline"): that
  * a job is its submitter's, where its model may be gathered, and that a
  * gossiped commit is what the members' own votes made. Typed checks for the
- * core, and the same checks on JSON documents (pool_internal.h) for tests
+ * core, and the same checks on JSON documents (pool_verify.h) for tests
  * and fuzz targets, which read them through the typed parsers. */
+#include "node_base.h"
 #include "pool_core.h"
-#include "pool_internal.h"
+#include "pool_verify.h"
 
 #include <stdio.h>
 #include <stdlib.h>

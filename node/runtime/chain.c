@@ -1,6 +1,6 @@
 /* chain.c — a split plan's stages in one process, passing activations and
  * gradients between neighbours the way the pipeline does over the wire. */
-#include "node.h"
+#include "runtime.h"
 
 #include "kernels.h"
 

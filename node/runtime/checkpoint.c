@@ -4,7 +4,7 @@
  * needs no state of its own: every batch is a function of (seed, step,
  * micro-batch), so the step count is the data position, and there is no
  * other randomness in a step. */
-#include "node.h"
+#include "runtime.h"
 
 #include <stdio.h>
 #include <stdlib.h>

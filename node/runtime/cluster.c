@@ -1,7 +1,8 @@
 /* cluster.c — the static cluster file: which node runs which stage, where
  * it listens, how the pipeline is scheduled. Later the mesh and the planner
  * produce the same description automatically. */
-#include "node.h"
+#include "node_base.h"
+#include "runtime.h"
 
 #include <jansson.h>
 #include <limits.h>

@@ -2,7 +2,7 @@
  * "devices" and, later, the member record a node gossips. The planner needs
  * memory and a name it can look up in configs/devices.json; measured speed
  * comes from `shardnode profile`, not from here. */
-#include "node.h"
+#include "runtime.h"
 
 #include <jansson.h>
 #include <stdio.h>

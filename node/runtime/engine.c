@@ -8,7 +8,8 @@
  * and AdamW everywhere; then the last stage's loss flows back as the commit
  * of the step, which every stage waits for before the next one. Additions
  * happen in the same order as in one process, so the losses match it. */
-#include "node.h"
+#include "node_base.h"
+#include "runtime.h"
 
 #include "kernels.h"
 

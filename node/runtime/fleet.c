@@ -3,7 +3,8 @@
  * and turned into the plain structs scheduler/ plans over. Decimal figures
  * (GiB, TFLOPS, ms, Mb/s) become integers here, once: strtod and llround are
  * exact and the same everywhere, so every node gets the same integers. */
-#include "node.h"
+#include "node_base.h"
+#include "runtime.h"
 
 #include <jansson.h>
 #include <math.h>

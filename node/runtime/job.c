@@ -2,7 +2,8 @@
  * Strict: unknown keys and wrong types are refused with line and column, so
  * a typo never trains the wrong thing silently. Relative paths are resolved
  * against the job file's folder, so a job works from any working directory. */
-#include "node.h"
+#include "node_base.h"
+#include "runtime.h"
 
 #include <errno.h>
 #include <jansson.h>

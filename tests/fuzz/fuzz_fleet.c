@@ -14,7 +14,7 @@
  * distinct names and a link for every pair; an accepted cluster covers every
  * layer once, in order, with distinct node names. */
 #include "fuzz_util.h"
-#include "node.h"
+#include "runtime.h"
 
 #include <jansson.h>
 

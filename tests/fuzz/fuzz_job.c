@@ -9,7 +9,7 @@
  * give a learning rate inside [0, lr] at every step. An accepted bundle
  * must hold a job that parses on its own. */
 #include "fuzz_util.h"
-#include "node.h"
+#include "runtime.h"
 #include "pool_job.h"
 
 #include <math.h>

@@ -9,7 +9,7 @@
 
 #include "daemon_internal.h"
 #include "fuzz_util.h"
-#include "node.h"
+#include "node_base.h"
 
 typedef struct {
     char dir[600];   /* fuzz_dir()/state */

@@ -23,7 +23,8 @@
  *    both ways, never a job itself, never one from the far future.
  * The harness stays thin: it calls the pool's own checks, no copy of them. */
 #include "fuzz_util.h"
-#include "pool_internal.h"
+#include "daemon_internal.h" /* DAEMON_PATH_MAX */
+#include "pool_verify.h"
 
 #include <jansson.h>
 

@@ -27,6 +27,7 @@
 #include <event2/event.h>
 #include <time.h>
 #include "pool_job.h"
+#include "runtime.h"
 
 #define T "fuzz_state"
 

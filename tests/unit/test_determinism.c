@@ -11,7 +11,7 @@
  * than the one named (the test would check the wrong kernels). */
 #include "kernels.h"
 #include "model.h"
-#include "node.h"
+#include "runtime.h"
 
 #include <stdbool.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
  * does not depend on the order nodes are listed in; and fleet files with
  * unknown devices, negative bandwidths, duplicate names or too little
  * memory are refused naming the entry. */
-#include "node.h"
+#include "runtime.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* test_job.c — the job spec: strict keys with positions, defaults, paths
  * relative to the job file, and the learning-rate schedule. */
-#include "node.h"
+#include "runtime.h"
 
 #include <math.h>
 #include <stdio.h>

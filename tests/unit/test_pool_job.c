@@ -3,7 +3,7 @@
  * too large, and each member's comparison of the bundle's files with its own
  * (same files, a missing one, a changed byte, a file found through node.json
  * "paths"), with the job written under DIR/jobs/ID loading with job_load. */
-#include "node.h"
+#include "runtime.h"
 #include "pool_job.h"
 
 #include <jansson.h>

@@ -28,8 +28,6 @@
  * prints every log line. */
 #include "pool_core.h"
 
-#include "node.h"
-
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

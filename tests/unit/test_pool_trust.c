@@ -6,6 +6,7 @@
  * the member whose record carried it first, and ordered by a time no
  * member can push past the receiver's clock (pool_job_from, pool_job_later). */
 #include "pool_internal.h"
+#include "pool_verify.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * A model cut anywhere must initialise, compute and train as the uncut one. */
 #include "kernels.h"
 #include "model.h"
-#include "node.h"
+#include "runtime.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,0 +1,174 @@
+/* runtime.h — the training runtime (node/runtime/): this machine's devices,
+ * fleet files, the job spec, the stages of a split plan in one process
+ * (chain), checkpoints, the static cluster file, the pipeline engine and the
+ * merge of stage files into one model. It knows nothing of the daemon or the
+ * pool: its files include node_base.h and the project's lower layers only. */
+#ifndef SHARDNODE_RUNTIME_H
+#define SHARDNODE_RUNTIME_H
+
+#include "mesh.h"
+#include "model.h"
+#include "scheduler.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct json_t;
+
+/* ---- devices.c: what this build can compute on (node.json "devices") ----
+ * The CPU always; GPUs only in a build with CUDA or HIP (none yet). */
+#define DEVICES_MAX_GPUS 16
+typedef struct {
+    char vendor[16];           /* "nvidia", "amd" */
+    char name[128];
+    int64_t memory_bytes;
+    char arch[32];             /* compute capability "9.0" or gfx arch "gfx90a" */
+} devices_gpu;
+
+typedef struct {
+    char cpu_model[128];       /* /proc/cpuinfo's name for it; "unknown" if none */
+    int cpu_cores;             /* logical CPUs online */
+    int64_t memory_bytes;      /* physical memory */
+    int ngpus;
+    devices_gpu gpus[DEVICES_MAX_GPUS];
+} devices_info;
+
+/* Best effort: a field the system does not tell stays "unknown" or 0, so
+ * it never fails. */
+void devices_detect(devices_info *out);
+/* {"cpu": {...}, "gpus": [...]} as docs/FORMATS.md describes; NULL when
+ * out of memory. The caller owns the reference. */
+struct json_t *devices_to_json(const devices_info *d);
+
+/* ---- fleet.c: fleet files and configs/devices.json (docs/FORMATS.md) ----
+ * Nodes with measured profiles or public spec sheets, and their links, as
+ * the plain structs scheduler/ plans over. Errors name the entry. */
+typedef struct {
+    char name[PLAN_NAME_MAX];
+    plan_fleet fleet;                   /* nodes in file order */
+    char (*site)[PLAN_NAME_MAX];        /* [nnodes]: each node's site, "" if none */
+    int margin_permille;                /* memory kept free on every node */
+} fleet_file;
+cost_shape fleet_shape(const llama_config *cfg, int64_t seq);
+/* devices: configs/devices.json, or NULL for the fleet's "devices" key, else
+ * devices.json in the folder above the fleet file. Spec-sheet nodes are
+ * estimated at the shape and micro-batch size. */
+/* A profile written by `shardnode profile`, checked against the shape. */
+int fleet_profile_parse(struct json_t *pj, const cost_shape *shape, cost_profile *pf,
+                        const char *where, char *err, size_t errlen);
+int fleet_load(fleet_file *ff, const char *path, const char *devices, const cost_shape *shape,
+               int64_t micro_batch, char *err, size_t errlen);
+void fleet_free(fleet_file *ff);
+
+/* ---- chain.c: the stages of a split plan run in one process -------------
+ * Activations flow forward and gradients backward between neighbouring
+ * stages exactly as the pipeline will pass them over the wire. */
+typedef struct {
+    llama_config cfg;
+    split_plan plan;
+    stage *stages[SPLIT_MAX_STAGES];
+    int B, T;
+} chain;
+
+int chain_create(chain *c, const llama_config *cfg, const split_plan *plan, int B, int T,
+                 char *err, size_t errlen);
+void chain_free(chain *c);
+/* One micro-batch forward and backward; gradients accumulate. loss_scale as
+ * in stage_backward (1 / kept targets of the whole batch); 0 means 1 / kept
+ * targets of this micro-batch, which then must have one. Fills the sum of
+ * the kept targets' losses and their count. */
+int chain_forward_backward(chain *c, const int32_t *ids, const int32_t *labels,
+                           float loss_scale, double *loss_sum, int *kept, char *err,
+                           size_t errlen);
+/* Forward only (validation): the loss sum and count of kept targets. */
+int chain_forward(chain *c, const int32_t *ids, const int32_t *labels, double *loss_sum,
+                  int *kept, char *err, size_t errlen);
+/* Adds the gradient of a tied weight held by several stages into every
+ * copy, so each copy holds the gradient of the shared parameter. */
+void chain_sum_tied_grads(chain *c);
+/* Global-norm clipping across stages followed by AdamW in every stage;
+ * returns the gradient norm before clipping. */
+double chain_adamw_step(chain *c, const stage_adamw *opt, int t, double max_norm);
+
+/* ---- job.c: the job spec (docs/FORMATS.md) ------------------------------ */
+typedef struct {
+    char *path, *text;           /* the job file and its JSON text */
+    char *config, *init_weights, *tokenizer, *out_dir;   /* resolved paths */
+    char **data_files;
+    int ndata;
+    data_format format;
+    char *separator, *prompt_template;
+    double val_fraction;
+    int seq_len, batch, micro_batch;
+    long steps, warmup_steps, val_interval, checkpoint_interval, log_interval;
+    int val_batches, threads;
+    double lr, min_lr, weight_decay, beta1, beta2, eps, grad_clip;
+    uint64_t seed;
+} job_spec;
+
+int job_load(job_spec *j, const char *path, char *err, size_t errlen);
+/* Parses job text; path names it in messages and anchors relative paths. */
+int job_parse(job_spec *j, const char *path, const char *text, char *err, size_t errlen);
+/* 0 if both jobs compute the same steps (seed, shapes, schedule, optimizer,
+ * data layout); else -1 with the first difference in `what`. */
+int job_compare(const job_spec *a, const job_spec *b, char *what, size_t len);
+void job_free(job_spec *j);
+/* Learning rate at a step (0-based): linear warm-up to lr over warmup_steps,
+ * then cosine decay to min_lr at the last step. A pure function of the
+ * step, so a resumed run follows the same schedule. */
+double job_lr(const job_spec *j, long step);
+
+/* ---- checkpoint.c: weights, AdamW moments, step, config, job ------------ */
+/* Writes the chain's state after `step` completed steps (atomic_file). */
+int checkpoint_save(const char *path, chain *c, long step, const char *job_text, char *err,
+                    size_t errlen);
+/* Restores a checkpoint into a chain of the same model config (a different
+ * config is refused, naming the first field that differs). */
+int checkpoint_load(const char *path, chain *c, const job_spec *job, long *step, char *err,
+                    size_t errlen);
+/* Writes the weights alone under their HF names (model.safetensors). */
+int checkpoint_export(const char *path, chain *c, char *err, size_t errlen);
+void checkpoint_config_string(const llama_config *c, char *buf, size_t len);
+
+/* ---- cluster.c: the static cluster file (docs/FORMATS.md) ---------------- */
+typedef struct {
+    char name[MESH_NAME_MAX];
+    char host[256];
+    int port;
+    int begin, end;            /* layers [begin, end) */
+} cluster_node;
+
+typedef struct {
+    char run[MESH_TEXT_MAX];   /* run name ("" = derived from the job) */
+    int nnodes;
+    cluster_node nodes[SPLIT_MAX_STAGES];   /* stage order */
+    sched_policy policy;
+    mesh_dtype wire;           /* activations and gradients on the wire */
+    int timeout_ms;
+} cluster_spec;
+
+/* Reads and validates a cluster file against a model of num_layers layers:
+ * stages in list order, contiguous, covering every layer once. */
+int cluster_load(cluster_spec *c, const char *path, int num_layers, char *err, size_t errlen);
+int cluster_find(const cluster_spec *c, const char *name);
+
+/* ---- engine.c: one pipeline stage of a cluster run ------------------------ */
+/* Trains this node's stage of the cluster from step 0 to `stop`: the
+ * schedule's forwards and backwards over the mesh, the tied-weight and
+ * gradient-norm exchanges, AdamW, and the commit of every step. The first
+ * stage reads the data (data may be NULL elsewhere). Writes metrics per step
+ * and, at the end, OUT/stage-NAME.safetensors. */
+int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
+                 const cluster_spec *cl, int self, long stop, FILE *metrics, char *err,
+                 size_t errlen);
+
+/* ---- export_merge.c: one model from the stages ------------------------- */
+/* Merges STAGE_DIR/stage-NAME.safetensors of the n stages into OUT
+ * (model.safetensors, config.json, tokenizer.json), with the model config
+ * and tokenizer the job file names. */
+int export_merge(const char *job_path, const char *stage_dir, const char *const *names, int n,
+                 const char *out, char *err, size_t errlen);
+
+#endif
