@@ -1,0 +1,240 @@
+/* hf_import.c — a Hugging Face model directory: config.json and its
+ * weights, one model.safetensors or shards listed by
+ * model.safetensors.index.json ({"weight_map": {tensor: shard file}}).
+ *
+ * A node loads only the tensors of its own stage: the index says which
+ * shard holds a tensor, the shard's header where its bytes are, and only
+ * those shards are opened (memory-mapped, header validated; the pages of a
+ * tensor are read when it is copied). */
+#include "import.h"
+#include "model_util.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef struct {
+    char *file;               /* name inside the directory */
+    safetensors_file *st;     /* opened on first use */
+} shard;
+
+struct hf_model {
+    char *dir;
+    llama_config cfg;
+    shard *shards;
+    int nshards;
+    json_t *weight_map;       /* tensor → shard file; NULL without an index */
+};
+
+static int join(char *buf, size_t len, const char *dir, const char *name, char *err,
+                size_t errlen)
+{
+    if (snprintf(buf, len, "%s/%s", dir, name) < (int)len) return 0;
+    return model_errf(err, errlen, "%s: path too long", dir);
+}
+
+static int shard_index(hf_model *m, const char *file)
+{
+    for (int i = 0; i < m->nshards; i++)
+        if (strcmp(m->shards[i].file, file) == 0) return i;
+    return -1;
+}
+
+static int add_shard(hf_model *m, const char *file)
+{
+    shard *s = realloc(m->shards, (size_t)(m->nshards + 1) * sizeof *s);
+    if (!s) return -1;
+    m->shards = s;
+    if (!(s[m->nshards].file = strdup(file))) return -1;
+    s[m->nshards++].st = NULL;
+    return 0;
+}
+
+
+/* "[64, 32]" (at most 2 dimensions shown, "..." for more). */
+static const char *shape_text(char *buf, size_t len, int ndim, const int64_t *shape)
+{
+    if (ndim == 1) snprintf(buf, len, "[%lld]", (long long)shape[0]);
+    else if (ndim == 2) snprintf(buf, len, "[%lld, %lld]", (long long)shape[0], (long long)shape[1]);
+    else snprintf(buf, len, "[%d dimensions]", ndim);
+    return buf;
+}
+
+/* A shard's name must stay inside the directory. */
+static bool plain_name(const char *s)
+{
+    return *s && !strchr(s, '/') && strcmp(s, ".") && strcmp(s, "..");
+}
+
+static int read_index(hf_model *m, const char *path, char *err, size_t errlen)
+{
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr), *map, *v;
+    const char *key;
+    if (!root)
+        return model_errf(err, errlen, "%s: invalid JSON at line %d, column %d: %s", path,
+                          jerr.line, jerr.column, jerr.text);
+    map = json_object_get(root, "weight_map");
+    if (!json_is_object(map)) {
+        json_decref(root);
+        return model_errf(err, errlen, "%s: weight_map must be an object of tensor → file", path);
+    }
+    json_object_foreach(map, key, v) {
+        const char *file = json_string_value(v);
+        if (!file || !plain_name(file)) {
+            json_decref(root);
+            return model_errf(err, errlen, "%s: weight_map[\"%s\"] must be a file name in the "
+                              "model's directory", path, key);
+        }
+        if (shard_index(m, file) < 0 && add_shard(m, file)) {
+            json_decref(root);
+            return model_errf(err, errlen, "%s: out of memory", path);
+        }
+    }
+    m->weight_map = json_incref(map);
+    json_decref(root);
+    return 0;
+}
+
+int hf_open(hf_model **out, const char *dir, char *err, size_t errlen)
+{
+    hf_model *m = calloc(1, sizeof *m);
+    char path[4096];
+    struct stat st;
+    *out = NULL;
+    if (!m || !(m->dir = strdup(dir))) {
+        free(m);
+        return model_errf(err, errlen, "%s: out of memory", dir);
+    }
+    if (join(path, sizeof path, dir, "config.json", err, errlen) ||
+        llama_config_load(&m->cfg, path, err, errlen) ||
+        join(path, sizeof path, dir, "model.safetensors.index.json", err, errlen))
+        goto fail;
+    if (stat(path, &st) == 0) {
+        if (read_index(m, path, err, errlen)) goto fail;
+    } else {
+        if (join(path, sizeof path, dir, "model.safetensors", err, errlen)) goto fail;
+        if (stat(path, &st) != 0) {
+            model_errf(err, errlen, "%s: neither model.safetensors nor "
+                       "model.safetensors.index.json is there", dir);
+            goto fail;
+        }
+        if (add_shard(m, "model.safetensors")) {
+            model_errf(err, errlen, "%s: out of memory", dir);
+            goto fail;
+        }
+    }
+    *out = m;
+    return 0;
+fail:
+    hf_close(m);
+    return -1;
+}
+
+void hf_close(hf_model *m)
+{
+    if (!m) return;
+    for (int i = 0; i < m->nshards; i++) {
+        safetensors_close(m->shards[i].st);
+        free(m->shards[i].file);
+    }
+    free(m->shards);
+    json_decref(m->weight_map);
+    free(m->dir);
+    free(m);
+}
+
+const llama_config *hf_config(const hf_model *m) { return &m->cfg; }
+int hf_shard_count(const hf_model *m) { return m->nshards; }
+
+const char *hf_tensor_file(const hf_model *m, const char *name)
+{
+    if (!m->weight_map) return m->shards[0].file;
+    return json_string_value(json_object_get(m->weight_map, name));
+}
+
+/* The opened shard holding name. */
+static const safetensors_file *shard_of(hf_model *m, const char *name, char *err, size_t errlen)
+{
+    const char *file = hf_tensor_file(m, name);
+    char path[4096];
+    if (!file) {
+        model_errf(err, errlen, "%s/model.safetensors.index.json: tensor %s is not in the "
+                   "weight_map", m->dir, name);
+        return NULL;
+    }
+    int i = shard_index(m, file);
+    if (!m->shards[i].st) {
+        if (join(path, sizeof path, m->dir, file, err, errlen) ||
+            safetensors_open(&m->shards[i].st, path, err, errlen))
+            return NULL;
+    }
+    return m->shards[i].st;
+}
+
+/* The HF shape cfg gives a tensor (2-D matrices, 1-D norms). */
+static int expected_shape(const hf_model *m, const char *name, int *ndim, int64_t shape[2],
+                          char *err, size_t errlen)
+{
+    if (gguf_llama_shape(&m->cfg, name, ndim, shape) == 0) return 0;
+    return model_errf(err, errlen, "%s: %s is not a tensor of this model's config", m->dir, name);
+}
+
+int hf_read_f32(hf_model *m, const char *name, float *dst, size_t n, char *err, size_t errlen)
+{
+    int ndim;
+    int64_t shape[2];
+    if (expected_shape(m, name, &ndim, shape, err, errlen)) return -1;
+    size_t numel = (size_t)shape[0] * (ndim == 2 ? (size_t)shape[1] : 1);
+    if (numel != n)
+        return model_errf(err, errlen, "%s: tensor %s has %zu values, the caller expects %zu",
+                          m->dir, name, numel, n);
+    const safetensors_file *st = shard_of(m, name, err, errlen);
+    return st ? safetensors_read_f32(st, name, ndim, shape, dst, err, errlen) : -1;
+}
+
+int hf_load_stage(hf_model *m, stage *s, char *err, size_t errlen)
+{
+    float *params = stage_params(s);
+    for (int i = 0; i < stage_param_count(s); i++) {
+        const stage_param *p = stage_param_at(s, i);
+        if (hf_read_f32(m, p->name, params + p->offset, p->numel, err, errlen)) return -1;
+    }
+    return 0;
+}
+
+int hf_check(hf_model *m, char *err, size_t errlen)
+{
+    char **names;
+    int n, rc = 0;
+    if (gguf_llama_names(&m->cfg, &names, &n))
+        return model_errf(err, errlen, "%s: out of memory", m->dir);
+    for (int i = 0; i < n && rc == 0; i++) {
+        int ndim;
+        int64_t shape[2];
+        const safetensors_file *st = shard_of(m, names[i], err, errlen);
+        const safetensors_tensor *t = st ? safetensors_find(st, names[i]) : NULL;
+        expected_shape(m, names[i], &ndim, shape, err, errlen);
+        if (!st) {
+            rc = -1;
+        } else if (!t) {
+            rc = model_errf(err, errlen, "%s: tensor %s is missing", safetensors_path(st),
+                            names[i]);
+        } else if (t->dtype != SAFETENSORS_F32 && t->dtype != SAFETENSORS_F16 &&
+                   t->dtype != SAFETENSORS_BF16) {
+            rc = model_errf(err, errlen, "%s: tensor %s is not F32, F16 or BF16",
+                            safetensors_path(st), names[i]);
+        } else if (t->ndim != ndim || t->shape[0] != shape[0] ||
+                   (ndim == 2 && t->shape[1] != shape[1])) {
+            char have[64], want[64];
+            shape_text(want, sizeof want, ndim, shape);
+            shape_text(have, sizeof have, t->ndim, t->shape);
+            rc = model_errf(err, errlen, "%s: tensor %s has shape %s, the config says %s",
+                            safetensors_path(st), names[i], have, want);
+        }
+    }
+    gguf_free_names(names, n);
+    return rc;
+}
