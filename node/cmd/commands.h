@@ -18,6 +18,7 @@ int cmd_generate(int argc, char **argv);    /* generate_cmd.c */
 int cmd_train(int argc, char **argv);       /* train.c */
 int cmd_batches(int argc, char **argv);     /* train.c */
 int cmd_export(int argc, char **argv);      /* export_cmd.c */
+int cmd_import(int argc, char **argv);      /* import_cmd.c */
 int cmd_plan(int argc, char **argv);        /* plan_cmd.c */
 int cmd_profile(int argc, char **argv);     /* profile_cmd.c */
 int cmd_link(int argc, char **argv);        /* link_cmd.c */

@@ -41,6 +41,9 @@ static void usage(FILE *out)
             "      write the token batches the job trains on (input_ids, labels, val_*)\n"
             "  tokenizer train --input FILE... --vocab-size N --out tokenizer.json\n"
             "  tokenizer encode|decode --tokenizer tokenizer.json   (stdin to stdout)\n"
+            "  import --gguf FILE --out DIR | import --hf DIR --check\n"
+            "      a GGUF LLaMA (llama.cpp) dequantized into an HF model directory;\n"
+            "      --check validates an HF directory and prints its config\n"
             "  generate --model DIR --prompt TEXT [--tokens N] [--temperature T] [--seed S]\n"
             "      sample from a trained model directory\n"
             "  profile --model CONFIG.json [--micro-batch B --seq T] [--json]\n"
@@ -112,6 +115,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "train") == 0) return cmd_train(argc, argv);
     if (strcmp(argv[1], "batches") == 0) return cmd_batches(argc, argv);
     if (strcmp(argv[1], "export") == 0) return cmd_export(argc, argv);
+    if (strcmp(argv[1], "import") == 0) return cmd_import(argc, argv);
     if (strcmp(argv[1], "probe-links") == 0) return cmd_probe_links(argc, argv);
     if (strcmp(argv[1], "fetch") == 0) return cmd_fetch(argc, argv);
     if (strcmp(argv[1], "plan") == 0) return cmd_plan(argc, argv);
