@@ -84,9 +84,11 @@ static int read_index(hf_model *m, const char *path, char *err, size_t errlen)
     json_object_foreach(map, key, v) {
         const char *file = json_string_value(v);
         if (!file || !plain_name(file)) {
+            /* key lives in root: the message first */
+            model_errf(err, errlen, "%s: weight_map[\"%s\"] must be a file name in the "
+                       "model's directory", path, key);
             json_decref(root);
-            return model_errf(err, errlen, "%s: weight_map[\"%s\"] must be a file name in the "
-                              "model's directory", path, key);
+            return -1;
         }
         if (shard_index(m, file) < 0 && add_shard(m, file)) {
             json_decref(root);

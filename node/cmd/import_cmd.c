@@ -69,7 +69,8 @@ static int check_hf(const char *dir)
         fprintf(stderr, PREFIX "%s\n", err);
         return 1;
     }
-    const llama_config *c = hf_config(m);
+    llama_config cfg = *hf_config(m);   /* outlives m */
+    const llama_config *c = &cfg;
     int64_t params = (int64_t)c->vocab_size * c->hidden_size * (c->tie_word_embeddings ? 1 : 2) +
                      c->hidden_size +
                      (int64_t)c->num_hidden_layers *
