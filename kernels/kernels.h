@@ -115,4 +115,51 @@ double kernels_sgemm_seconds(int M, int N, int K, int reps);
 float kernels_f16_to_f32(uint16_t h);
 float kernels_bf16_to_f32(uint16_t h);
 
+/* ---- NF4: bitsandbytes' 4-bit NormalFloat, double-quantized (nf4*.c) ----
+ * A frozen weight [rows = out, cols = in] exactly as bitsandbytes lays it
+ * out (nf4.c has the rules, rounding and tie-breaking included): blocks of
+ * NF4_BLOCK values in row-major order, 4-bit codes two per byte (first
+ * element in the high nibble), each block's absmax minus `offset` (their
+ * mean) quantized to 8 bits with the dynamic map in blocks of
+ * NF4_NESTED_BLOCK (scale nested_absmax). One buffer of nf4_bytes() holds
+ * it all; nf4_init carves it (4-byte aligned buffer). */
+#define NF4_BLOCK 64
+#define NF4_NESTED_BLOCK 256
+typedef struct {
+    int64_t rows, cols;
+    uint8_t *codes;         /* (rows*cols + 1) / 2 */
+    uint8_t *absmax_q;      /* nf4_blocks() 8-bit codes of absmax - offset */
+    float *nested_absmax;   /* nf4_nested_blocks() */
+    float offset;
+    float *quant_map;       /* 16: the NF4 values */
+    float *nested_map;      /* 256: bitsandbytes' signed dynamic map */
+} nf4_matrix;
+int64_t nf4_blocks(int64_t rows, int64_t cols);
+int64_t nf4_nested_blocks(int64_t rows, int64_t cols);
+/* Memory of the format, and the buffer nf4_init needs: codes, 8-bit absmax,
+ * nested absmax, offset and both maps (about 0.516 bytes per value). */
+size_t nf4_bytes(int64_t rows, int64_t cols);
+/* Points q's arrays into buf and fills both maps (offset 0). */
+void nf4_init(nf4_matrix *q, int64_t rows, int64_t cols, void *buf);
+const float *nf4_table(void);               /* the 16 NF4 values */
+void nf4_dynamic_map(float map[256]);       /* create_dynamic_map(signed=True) */
+/* w [rows, cols] into q (nf4_init'ed); absmax: nf4_blocks() floats of
+ * scratch, left holding every block's fp32 absmax. */
+void nf4_quantize(nf4_matrix *q, const float *w, float *absmax);
+/* A block's absmax back from its 8-bit code: map[q] * nested + offset. */
+float nf4_block_absmax(const nf4_matrix *q, int64_t block);
+/* count values from flat index start (row-major) into dst; whole matrix. */
+void nf4_dequantize_range(const nf4_matrix *q, int64_t start, int64_t count, float *dst);
+void nf4_dequantize(const nf4_matrix *q, float *w);
+/* out[N,OC] (=|+=) inp[N,IC] @ W^T and dinp[N,IC] += dout[N,OC] @ W with
+ * W = w (IC = cols, OC = rows) dequantized tile by tile into scratch:
+ * nf4_matmul_scratch_floats(N, IC, OC) floats per thread, nscratch slots
+ * (never more threads than slots). Bit-identical to matmul_forward /
+ * matmul_backward(dinp only) on nf4_dequantize(w), for any thread count. */
+size_t nf4_matmul_scratch_floats(int N, int IC, int OC);
+void nf4_matmul_forward(float *out, const float *inp, const nf4_matrix *w, int N,
+                        int accumulate, float *scratch, int nscratch);
+void nf4_matmul_backward(float *dinp, const float *dout, const nf4_matrix *w, int N,
+                         float *scratch, int nscratch);
+
 #endif

@@ -1,0 +1,114 @@
+/* nf4_matmul.c — linear layers whose weight [OC, IC] is NF4 (frozen):
+ * out = inp @ W^T and dinp += dout @ W, W dequantized a tile at a time.
+ *
+ * The products are cut into tiles of their output exactly as matmul.c cuts
+ * them (the same sizes, functions of the shape alone), and each tile is one
+ * single-threaded gemm_single over the whole inner dimension, the kernel
+ * matmul uses. Its B operand is the tile's slice of W dequantized into the
+ * thread's scratch: rows [j0, j0+n) of W ([n, IC], contiguous in W's order)
+ * for the forward, columns [j0, j0+n) of every row ([OC, n]) for the
+ * backward. So an output element is computed by the same call on the same
+ * values as matmul_forward / matmul_backward on the dequantized W: the same
+ * bits, whatever the thread count. No whole fp32 copy of W ever exists.
+ *
+ * Tiles are numbered slice-major (all row tiles of one W slice in a row) and
+ * a thread keeps the slice it dequantized last, so with few threads a slice
+ * is dequantized about once per thread that touches it. */
+#include "kernels.h"
+
+#include "gemm.h"
+
+#include <omp.h>
+
+#define NF4_TM 256      /* as matmul.c: rows of an output tile, at most */
+#define NF4_TN 256      /* columns */
+#define NF4_MIN_TILES 16
+
+/* matmul.c's tile sizes for an M x N output. */
+static void tile_sizes(int M, int N, int *tm, int *tn)
+{
+    int TM = NF4_TM, TN = NF4_TN;
+    while ((long)((M + TM - 1) / TM) * ((N + TN - 1) / TN) < NF4_MIN_TILES) {
+        if (TN > 64 && (TN >= TM || TM <= 32))
+            TN /= 2;
+        else if (TM > 32)
+            TM /= 2;
+        else
+            break;
+    }
+    *tm = TM;
+    *tn = TN;
+}
+
+size_t nf4_matmul_scratch_floats(int N, int IC, int OC)
+{
+    int tm, tn_f, tn_b;
+    tile_sizes(N, OC, &tm, &tn_f);
+    tile_sizes(N, IC, &tm, &tn_b);
+    size_t fwd = (size_t)(tn_f < OC ? tn_f : OC) * (size_t)IC;
+    size_t bwd = (size_t)OC * (size_t)(tn_b < IC ? tn_b : IC);
+    return fwd > bwd ? fwd : bwd;
+}
+
+static int threads_for(int nscratch)
+{
+    int t = omp_get_max_threads();
+    return t < nscratch ? t : nscratch;
+}
+
+void nf4_matmul_forward(float *out, const float *inp, const nf4_matrix *w, int N,
+                        int accumulate, float *scratch, int nscratch)
+{
+    const int IC = (int)w->cols, OC = (int)w->rows;
+    if (N <= 0 || OC <= 0 || nscratch < 1) return;
+    int TM, TN;
+    tile_sizes(N, OC, &TM, &TN);
+    const int mt = (N + TM - 1) / TM, nt = (OC + TN - 1) / TN;
+    const size_t slot = nf4_matmul_scratch_floats(N, IC, OC);
+#pragma omp parallel num_threads(threads_for(nscratch))
+    {
+        float *wt = scratch + (size_t)omp_get_thread_num() * slot;
+        int have = -1; /* the W slice in wt */
+#pragma omp for schedule(dynamic, 1)
+        for (int t = 0; t < mt * nt; t++) {
+            int jt = t / mt, i0 = t % mt * TM, j0 = jt * TN;
+            int m = N - i0 < TM ? N - i0 : TM;
+            int n = OC - j0 < TN ? OC - j0 : TN;
+            if (have != jt) {
+                nf4_dequantize_range(w, (int64_t)j0 * IC, (int64_t)n * IC, wt);
+                have = jt;
+            }
+            gemm_single(0, 1, m, n, IC, inp + (size_t)i0 * IC, IC, wt, IC, accumulate,
+                        out + (size_t)i0 * OC + j0, OC);
+        }
+    }
+}
+
+void nf4_matmul_backward(float *dinp, const float *dout, const nf4_matrix *w, int N,
+                         float *scratch, int nscratch)
+{
+    const int IC = (int)w->cols, OC = (int)w->rows;
+    if (N <= 0 || IC <= 0 || nscratch < 1) return;
+    int TM, TN;
+    tile_sizes(N, IC, &TM, &TN);
+    const int mt = (N + TM - 1) / TM, nt = (IC + TN - 1) / TN;
+    const size_t slot = nf4_matmul_scratch_floats(N, IC, OC);
+#pragma omp parallel num_threads(threads_for(nscratch))
+    {
+        float *wt = scratch + (size_t)omp_get_thread_num() * slot;
+        int have = -1;
+#pragma omp for schedule(dynamic, 1)
+        for (int t = 0; t < mt * nt; t++) {
+            int jt = t / mt, i0 = t % mt * TM, j0 = jt * TN;
+            int m = N - i0 < TM ? N - i0 : TM;
+            int n = IC - j0 < TN ? IC - j0 : TN;
+            if (have != jt) {
+                for (int r = 0; r < OC; r++)
+                    nf4_dequantize_range(w, (int64_t)r * IC + j0, n, wt + (size_t)r * n);
+                have = jt;
+            }
+            gemm_single(0, 0, m, n, OC, dout + (size_t)i0 * OC, OC, wt, n, 1,
+                        dinp + (size_t)i0 * IC + j0, IC);
+        }
+    }
+}
