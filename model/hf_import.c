@@ -18,6 +18,7 @@
 typedef struct {
     char *file;               /* name inside the directory */
     safetensors_file *st;     /* opened on first use */
+    bnb_file *bnb;            /* instead, a file bitsandbytes saved 4-bit */
 } shard;
 
 struct hf_model {
@@ -48,6 +49,7 @@ static int add_shard(hf_model *m, const char *file)
     if (!s) return -1;
     m->shards = s;
     if (!(s[m->nshards].file = strdup(file))) return -1;
+    s[m->nshards].bnb = NULL;
     s[m->nshards++].st = NULL;
     return 0;
 }
@@ -140,6 +142,7 @@ void hf_close(hf_model *m)
     if (!m) return;
     for (int i = 0; i < m->nshards; i++) {
         safetensors_close(m->shards[i].st);
+        bnb_close(m->shards[i].bnb);
         free(m->shards[i].file);
     }
     free(m->shards);
@@ -157,8 +160,23 @@ const char *hf_tensor_file(const hf_model *m, const char *name)
     return json_string_value(json_object_get(m->weight_map, name));
 }
 
+/* A shard safetensors_open refuses may be a bitsandbytes 4-bit file (U8
+ * tensors): then it is read through bnb_import.c; otherwise the first
+ * refusal stands. */
+static int open_shard(shard *s, const char *path, char *err, size_t errlen)
+{
+    char bnb_err[512];
+    if (safetensors_open(&s->st, path, err, errlen) == 0) return 0;
+    if (bnb_open(&s->bnb, path, bnb_err, sizeof bnb_err) == 0) {
+        if (bnb_is_quantized_file(s->bnb)) return 0;
+        bnb_close(s->bnb);
+        s->bnb = NULL;
+    }
+    return -1;
+}
+
 /* The opened shard holding name. */
-static const safetensors_file *shard_of(hf_model *m, const char *name, char *err, size_t errlen)
+static shard *open_shard_of(hf_model *m, const char *name, char *err, size_t errlen)
 {
     const char *file = hf_tensor_file(m, name);
     char path[4096];
@@ -167,13 +185,12 @@ static const safetensors_file *shard_of(hf_model *m, const char *name, char *err
                    "weight_map", m->dir, name);
         return NULL;
     }
-    int i = shard_index(m, file);
-    if (!m->shards[i].st) {
-        if (join(path, sizeof path, m->dir, file, err, errlen) ||
-            safetensors_open(&m->shards[i].st, path, err, errlen))
-            return NULL;
-    }
-    return m->shards[i].st;
+    shard *s = &m->shards[shard_index(m, file)];
+    if (!s->st && !s->bnb &&
+        (join(path, sizeof path, m->dir, file, err, errlen) ||
+         open_shard(s, path, err, errlen)))
+        return NULL;
+    return s;
 }
 
 /* The HF shape cfg gives a tensor (2-D matrices, 1-D norms). */
@@ -193,8 +210,25 @@ int hf_read_f32(hf_model *m, const char *name, float *dst, size_t n, char *err, 
     if (numel != n)
         return model_errf(err, errlen, "%s: tensor %s has %zu values, the caller expects %zu",
                           m->dir, name, numel, n);
-    const safetensors_file *st = shard_of(m, name, err, errlen);
-    return st ? safetensors_read_f32(st, name, ndim, shape, dst, err, errlen) : -1;
+    shard *s = open_shard_of(m, name, err, errlen);
+    if (s && s->bnb) return bnb_read_f32(s->bnb, name, ndim, shape, dst, err, errlen);
+    return s ? safetensors_read_f32(s->st, name, ndim, shape, dst, err, errlen) : -1;
+}
+
+int hf_read_nf4(hf_model *m, const char *name, nf4_matrix *q, void **buf, char *err,
+                size_t errlen)
+{
+    int ndim;
+    int64_t shape[2];
+    *buf = NULL;
+    if (expected_shape(m, name, &ndim, shape, err, errlen)) return -1;
+    shard *s = open_shard_of(m, name, err, errlen);
+    if (!s) return -1;
+    if (!s->bnb || !bnb_is_quantized(s->bnb, name)) return 1;
+    if (ndim != 2)
+        return model_errf(err, errlen, "%s: tensor %s is stored 4-bit but is not a matrix",
+                          bnb_path(s->bnb), name);
+    return bnb_read_nf4(s->bnb, name, shape[0], shape[1], q, buf, err, errlen);
 }
 
 int hf_load_stage(hf_model *m, stage *s, char *err, size_t errlen)
@@ -216,10 +250,13 @@ int hf_check(hf_model *m, char *err, size_t errlen)
     for (int i = 0; i < n && rc == 0; i++) {
         int ndim;
         int64_t shape[2];
-        const safetensors_file *st = shard_of(m, names[i], err, errlen);
+        shard *sh = open_shard_of(m, names[i], err, errlen);
+        const safetensors_file *st = sh ? sh->st : NULL;
         const safetensors_tensor *t = st ? safetensors_find(st, names[i]) : NULL;
         expected_shape(m, names[i], &ndim, shape, err, errlen);
-        if (!st) {
+        if (sh && sh->bnb) {
+            rc = bnb_check(sh->bnb, names[i], ndim, shape, err, errlen);
+        } else if (!st) {
             rc = -1;
         } else if (!t) {
             rc = model_errf(err, errlen, "%s: tensor %s is missing", safetensors_path(st),

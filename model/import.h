@@ -8,6 +8,7 @@
 #ifndef SHARDNODE_IMPORT_H
 #define SHARDNODE_IMPORT_H
 
+#include "kernels.h"
 #include "model.h"
 
 #include <stdbool.h>
@@ -199,5 +200,50 @@ int hf_load_stage(hf_model *m, stage *s, char *err, size_t errlen);
 /* Every tensor cfg needs is present with its shape and a float dtype
  * (the headers only; no data read). */
 int hf_check(hf_model *m, char *err, size_t errlen);
+
+/* ======================= bitsandbytes 4-bit (bnb_import.c) =============== */
+
+/* A safetensors file as bitsandbytes saves a 4-bit model: U8 tensors too
+ * (model/safetensors.c refuses them). Validated as strictly as
+ * safetensors_open (offsets, byte counts, the data tiled exactly). */
+typedef struct bnb_file bnb_file;
+typedef enum { BNB_F32, BNB_F16, BNB_BF16, BNB_I32, BNB_I64, BNB_U8 } bnb_dtype;
+/* The quant_state JSON (X.weight.quant_state.bitsandbytes__nf4). */
+typedef struct {
+    int64_t rows, cols;   /* "shape" */
+    int dtype;            /* "dtype": 0 float32, 1 float16, 2 bfloat16 */
+    float offset;         /* "nested_offset" */
+} bnb_quant_state;
+
+int bnb_open(bnb_file **out, const char *path, char *err, size_t errlen);
+void bnb_close(bnb_file *f);
+const char *bnb_path(const bnb_file *f);
+/* Whether any tensor of the file has a bitsandbytes quant_state. */
+bool bnb_is_quantized_file(const bnb_file *f);
+/* Whether tensor `name` is stored 4-bit (name.quant_state.bitsandbytes__*). */
+bool bnb_is_quantized(const bnb_file *f, const char *name);
+/* The JSON: exactly the keys QuantState.as_dict(packed=True) writes,
+ * quant_type "nf4", blocksize 64, nested_blocksize 256, nested_dtype
+ * float32, dtype float32/float16/bfloat16, shape [out, in], a finite fp32
+ * nested_offset. `tensor` names it in messages. */
+int bnb_parse_quant_state(const char *json, size_t len, const char *tensor,
+                          bnb_quant_state *qs, char *err, size_t errlen);
+/* A 4-bit tensor [rows, cols] into q, every part checked (dtypes, shapes
+ * against the block counts, quant_map the NF4 table, finite scales); *buf
+ * is the malloc'ed nf4_bytes() buffer q lives in (free it). */
+int bnb_read_nf4(const bnb_file *f, const char *name, int64_t rows, int64_t cols,
+                 nf4_matrix *q, void **buf, char *err, size_t errlen);
+/* Tensor `name` with the expected shape as fp32: a 4-bit one dequantized
+ * (nf4_dequantize: fp32 products, not rounded to the quant_state dtype),
+ * F32/F16/BF16 converted. bnb_check: the same checks, no data read. */
+int bnb_read_f32(const bnb_file *f, const char *name, int ndim, const int64_t *shape,
+                 float *dst, char *err, size_t errlen);
+int bnb_check(const bnb_file *f, const char *name, int ndim, const int64_t *shape, char *err,
+              size_t errlen);
+/* An HF directory's tensor in NF4 without dequantizing it (hf_import.c):
+ * 0 and q filled (buf as bnb_read_nf4) when it is stored 4-bit, 1 when it
+ * is stored as floats (read it with hf_read_f32), -1 on error. */
+int hf_read_nf4(hf_model *m, const char *name, nf4_matrix *q, void **buf, char *err,
+                size_t errlen);
 
 #endif
