@@ -81,8 +81,10 @@ void nf4_init(nf4_matrix *q, int64_t rows, int64_t cols, void *buf)
 /* torch.linspace(0.1, 1, n, dtype=float32) as PyTorch's CPU kernel computes
  * it (measured against Debian's torch 1.13, AVX2 build): a scalar element is
  * start + step * i (i < n / 2) or end - step * (n - 1 - i), each one fused
- * multiply-add; while 16 or more remain, 8 at a time from such a base plus
- * lane * step (product and sum rounded apart). */
+ * multiply-add; while 16 or more remain, two vectors of 8, each from such a
+ * base plus lane * step (product and sum rounded apart). bitsandbytes' map
+ * is this recipe run on whatever torch its user has: checkpoints carry
+ * theirs (nested_quant_map), which is what reading uses. */
 static float linspace_at(float start, float end, float step, int n, int i)
 {
     return i < n / 2 ? fmaf(step, (float)i, start) : fmaf(-step, (float)(n - 1 - i), end);
@@ -93,10 +95,11 @@ static void linspace(float *out, int n)
     const float start = 0.1f, end = 1.0f;
     float step = (end - start) / (float)(n - 1);
     int i = 0;
-    for (; i + 16 <= n; i += 8) {
-        float base = linspace_at(start, end, step, n, i);
-        for (int l = 0; l < 8; l++) out[i + l] = base + (float)l * step;
-    }
+    for (; i + 16 <= n; i += 16) /* two vectors, each from its own base */
+        for (int v = i; v < i + 16; v += 8) {
+            float base = linspace_at(start, end, step, n, v);
+            for (int l = 0; l < 8; l++) out[v + l] = base + (float)l * step;
+        }
     for (; i < n; i++) out[i] = linspace_at(start, end, step, n, i);
 }
 
