@@ -137,7 +137,7 @@ static bool update_fits(gossip *g, const gossip_update *u, size_t spare)
     uint8_t buf[UDP_MAP_MAX];
     size_t len = 0;
     char err[256];
-    gossip_msg m = {.type = GOSSIP_MSG_UPDATE, .version = MESH_PROTOCOL_VERSION, .nupdates = 1,
+    gossip_msg m = {.type = GOSSIP_MSG_UPDATE, .version = GOSSIP_PROTOCOL_VERSION, .nupdates = 1,
                     .updates = (gossip_update *)u};
     memcpy(m.mesh_id, self_of(g)->rec.mesh_id, GOSSIP_MESH_ID_LEN);
     snprintf(m.from, sizeof m.from, "%s", self_of(g)->rec.name);
@@ -208,7 +208,7 @@ static void send_msg(gossip *g, const char *addr, int port, gossip_msg *m, bool 
     }
     int idx[GOSSIP_MAX_PIGGYBACK];
     int nup = 0;
-    m->version = MESH_PROTOCOL_VERSION;
+    m->version = GOSSIP_PROTOCOL_VERSION;
     memcpy(m->mesh_id, self_of(g)->rec.mesh_id, GOSSIP_MESH_ID_LEN);
     snprintf(m->from, sizeof m->from, "%s", self_of(g)->rec.name);
     if (piggyback && m->nupdates == 0) {
@@ -434,7 +434,7 @@ int gossip_sync_message(gossip *g, gossip_msg *m, bool reply, char *err, size_t 
 {
     memset(m, 0, sizeof *m);
     m->type = GOSSIP_MSG_SYNC;
-    m->version = MESH_PROTOCOL_VERSION;
+    m->version = GOSSIP_PROTOCOL_VERSION;
     m->flags = reply ? GOSSIP_SYNC_REPLY : 0;
     memcpy(m->mesh_id, self_of(g)->rec.mesh_id, GOSSIP_MESH_ID_LEN);
     snprintf(m->from, sizeof m->from, "%s", self_of(g)->rec.name);

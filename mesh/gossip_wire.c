@@ -281,7 +281,7 @@ int gossip_encode(const gossip_msg *m, uint8_t *buf, size_t cap, size_t *len, ch
             continue;
         rc |= gossip_pack_str(&pk, msg_keys[k]);
         switch (k) {
-        case M_V: rc |= msgpack_pack_uint32(&pk, MESH_PROTOCOL_VERSION); break;
+        case M_V: rc |= msgpack_pack_uint32(&pk, GOSSIP_PROTOCOL_VERSION); break;
         case M_T: rc |= msgpack_pack_uint32(&pk, (uint32_t)m->type); break;
         case M_MESH: rc |= gossip_pack_bin(&pk, m->mesh_id, GOSSIP_MESH_ID_LEN); break;
         case M_FROM: rc |= gossip_pack_str(&pk, m->from); break;
@@ -468,9 +468,9 @@ static int read_msg_value(gossip_cur *r, int k, gossip_msg *m)
     case M_V:
         if (gossip_read_uint(r, 0, UINT64_MAX, &u))
             return -1;
-        if (u != MESH_PROTOCOL_VERSION)
+        if (u != GOSSIP_PROTOCOL_VERSION)
             return gossip_cerr(r, "protocol version %" PRIu64 ", this node speaks %d", u,
-                               MESH_PROTOCOL_VERSION);
+                               GOSSIP_PROTOCOL_VERSION);
         m->version = (uint32_t)u;
         return 0;
     case M_T:
@@ -540,9 +540,9 @@ static int decode_msg(const uint8_t *p, size_t len, gossip_msg *m, char *err, si
     int has_v = 0, has_t = 0;
     uint64_t v = 0, t = 0;
     peek(p, len, &has_v, &v, &has_t, &t);
-    if (has_v && v != MESH_PROTOCOL_VERSION)
+    if (has_v && v != GOSSIP_PROTOCOL_VERSION)
         return mesh_errf(err, errlen, "gossip: protocol version %" PRIu64 ", this node speaks %d",
-                         v, MESH_PROTOCOL_VERSION);
+                         v, GOSSIP_PROTOCOL_VERSION);
     if (has_t && known_type(t))
         snprintf(r.ctx, sizeof r.ctx, "gossip %s", msg_types[t].name);
 

@@ -14,7 +14,9 @@
 
 /* ============================ wire codec (wire.c) ======================= */
 
-#define MESH_PROTOCOL_VERSION 1
+/* The data plane's version (this file's frames); 2 since COMMIT carries
+ * flags. Gossip has its own, GOSSIP_PROTOCOL_VERSION. */
+#define MESH_PROTOCOL_VERSION 2
 #define MESH_MAX_DIMS 4
 #define MESH_NAME_MAX 64     /* node names, with the NUL */
 #define MESH_TEXT_MAX 256    /* run names, abort reasons, with the NUL */
@@ -27,7 +29,8 @@ typedef enum {
     MESH_MSG_GRADIENTS = 3,   /* tensor = gradient of the receiver's output */
     MESH_MSG_NORM = 4,        /* value = sum of squares; flags bit 0: total */
     MESH_MSG_TIED_GRAD = 5,   /* tensor = gradient of a weight two stages share */
-    MESH_MSG_COMMIT = 6,      /* value = the step's loss; step committed */
+    MESH_MSG_COMMIT = 6,      /* value = the step's loss; step committed; flags:
+                               * MESH_COMMIT_STOP, MESH_COMMIT_DONE */
     MESH_MSG_ABORT = 7,       /* text = reason */
     MESH_MSG_PROBE = 8,       /* link echo: step = sequence number, flags bit 0
                                * (MESH_PROBE_REPLY): the answer; data = raw bytes
@@ -35,6 +38,10 @@ typedef enum {
 } mesh_msg_type;
 
 #define MESH_PROBE_REPLY 1u
+/* COMMIT flags: a stage wants the run to stop after this step; "done": the
+ * sender's run ended after `step` steps (docs/PROTOCOL.md, "A step"). */
+#define MESH_COMMIT_STOP 1u
+#define MESH_COMMIT_DONE 2u
 #define MESH_PROBE_MAX ((size_t)64 << 20)
 
 typedef enum { MESH_F32 = 0, MESH_BF16 = 1, MESH_I32 = 2 } mesh_dtype;
@@ -283,6 +290,9 @@ int mesh_wg_uapi_parse(const char *reply, size_t len, const char *ifname, int *u
  * (a 4-byte little-endian length, then the map). docs/PROTOCOL.md,
  * "Gossip", is the reference. */
 
+/* The gossip messages' `v` (docs/PROTOCOL.md, "Gossip"), apart from the data
+ * plane's MESH_PROTOCOL_VERSION since that moved to 2. */
+#define GOSSIP_PROTOCOL_VERSION 1
 #define GOSSIP_DEFAULT_PORT 7946      /* UDP and TCP, on the overlay address only */
 #define GOSSIP_UDP_MAX 1200           /* one datagram fits an overlay packet at MTU 1320 */
 #define GOSSIP_TCP_MAX ((size_t)8u << 20) /* one TCP frame's payload (8 MiB) */
@@ -322,7 +332,8 @@ typedef struct {
     char endpoints[GOSSIP_MAX_ENDPOINTS][MESH_WG_ENDPOINT_MAX]; /* configured first, then
                                                                   * as observed by peers */
     char software[GOSSIP_SOFTWARE_MAX]; /* "shardnode 0.1.0" */
-    uint32_t protocol;                  /* MESH_PROTOCOL_VERSION of the owner */
+    uint32_t protocol;                  /* the data plane's MESH_PROTOCOL_VERSION the
+                                         * owner speaks */
     uint64_t mem_free;                  /* bytes */
     char devices[GOSSIP_DEVICES_MAX];   /* JSON text of the devices record ("" none) */
     int64_t signed_ms;                  /* Unix time in ms when the owner signed it */
@@ -424,7 +435,7 @@ typedef struct {
 
 typedef struct {
     gossip_msg_type type;
-    uint32_t version;                   /* MESH_PROTOCOL_VERSION */
+    uint32_t version;                   /* GOSSIP_PROTOCOL_VERSION */
     uint8_t mesh_id[GOSSIP_MESH_ID_LEN];
     char from[MESH_NAME_MAX];           /* the sender's name */
     uint32_t seq;                       /* PING, ACK, PING_REQ */

@@ -77,7 +77,8 @@ static const struct {
     [MESH_MSG_TIED_GRAD] = {"TIED_GRAD", COMMON | KEY(K_EP) | KEY(K_STEP) | KEY(K_ST) |
                                              KEY(K_DT) | KEY(K_SHAPE) | KEY(K_DATA)},
     [MESH_MSG_COMMIT] = {"COMMIT",
-                         COMMON | KEY(K_EP) | KEY(K_STEP) | KEY(K_ST) | KEY(K_VAL)},
+                         COMMON | KEY(K_EP) | KEY(K_STEP) | KEY(K_ST) | KEY(K_VAL) |
+                             KEY(K_FL)},
     [MESH_MSG_ABORT] = {"ABORT", COMMON | KEY(K_TEXT)},
     /* data without dt and shape: raw bytes, bounded by MESH_PROBE_MAX. */
     [MESH_MSG_PROBE] = {"PROBE", COMMON | KEY(K_STEP) | KEY(K_FL) | KEY(K_DATA)},

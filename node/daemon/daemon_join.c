@@ -255,7 +255,7 @@ int daemon_join(daemon_t *d, const char *token_text, char *err, size_t errlen)
     memset(&up, 0, sizeof up);
     up.state = GOSSIP_ALIVE;
     up.rec = self;
-    gossip_msg join = {.type = GOSSIP_MSG_JOIN, .version = MESH_PROTOCOL_VERSION,
+    gossip_msg join = {.type = GOSSIP_MSG_JOIN, .version = GOSSIP_PROTOCOL_VERSION,
                        .nupdates = 1, .updates = &up};
     memcpy(join.mesh_id, d->mesh_id, sizeof join.mesh_id);
     snprintf(join.from, sizeof join.from, "%s", d->name);

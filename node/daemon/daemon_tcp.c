@@ -195,7 +195,7 @@ static int conn_frame(daemon_conn *c, gossip_msg *m)
 static void join_reply_refused(daemon_conn *c, const gossip_msg *m, const char *why)
 {
     daemon_log(c->d, "join: refused %s (%s): %s", m->from, c->addr, why);
-    gossip_msg r = {.type = GOSSIP_MSG_JOIN_REPLY, .version = MESH_PROTOCOL_VERSION};
+    gossip_msg r = {.type = GOSSIP_MSG_JOIN_REPLY, .version = GOSSIP_PROTOCOL_VERSION};
     memcpy(r.mesh_id, c->d->mesh_id, sizeof r.mesh_id);
     snprintf(r.from, sizeof r.from, "%s", c->d->name);
     snprintf(r.reason, sizeof r.reason, "%s", why);

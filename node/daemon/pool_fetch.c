@@ -71,7 +71,7 @@ static int fetch_once(const char *addr, int port, const uint8_t mesh_id[GOSSIP_M
     gossip_msg q;
     memset(&q, 0, sizeof q);
     q.type = GOSSIP_MSG_FETCH;
-    q.version = MESH_PROTOCOL_VERSION;
+    q.version = GOSSIP_PROTOCOL_VERSION;
     memcpy(q.mesh_id, mesh_id, GOSSIP_MESH_ID_LEN);
     snprintf(q.from, sizeof q.from, "%s", from);
     snprintf(q.path, sizeof q.path, "%s", path);

@@ -22,7 +22,7 @@ int pool_fetch(daemon_t *d, const gossip_msg *m, gossip_msg *r, uint8_t **data)
 {
     *data = NULL;
     r->type = GOSSIP_MSG_FETCH_REPLY;
-    r->version = MESH_PROTOCOL_VERSION;
+    r->version = GOSSIP_PROTOCOL_VERSION;
     memcpy(r->mesh_id, d->mesh_id, GOSSIP_MESH_ID_LEN);
     snprintf(r->from, sizeof r->from, "%s", d->name);
     r->ok = false;

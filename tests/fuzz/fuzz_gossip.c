@@ -160,7 +160,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fuzz_require(is_zero(&m, sizeof m), T, "refused message left fields set", err);
         return 0;
     }
-    fuzz_require(m.version == MESH_PROTOCOL_VERSION, T, "accepted another version", NULL);
+    fuzz_require(m.version == GOSSIP_PROTOCOL_VERSION, T, "accepted another version", NULL);
     fuzz_require(m.nupdates >= 0 && m.nupdates <= GOSSIP_MAX_UPDATES &&
                      (!m.nupdates) == (!m.updates),
                  T, "accepted update count", NULL);

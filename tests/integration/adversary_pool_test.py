@@ -76,7 +76,7 @@ def hello(name, run, text):
     run_id = 14695981039346656037
     for c in run.encode():
         run_id = ((run_id ^ c) * 1099511628211) % (1 << 64)
-    payload = (b"\x85" + mp_str("v") + b"\x01" + mp_str("t") + b"\x01" + mp_str("run") +
+    payload = (b"\x85" + mp_str("v") + b"\x02" + mp_str("t") + b"\x01" + mp_str("run") +
                b"\xcf" + run_id.to_bytes(8, "big") + mp_str("name") + mp_str(name) +
                mp_str("text") + mp_str(text))
     return len(payload).to_bytes(4, "little") + payload

@@ -657,7 +657,7 @@ static bool same_view(const view *a, const view *b)
 static size_t encode_msg(gossip_msg *m, const char *from, const uint8_t *mesh, uint8_t *buf,
                          size_t cap)
 {
-    m->version = MESH_PROTOCOL_VERSION;
+    m->version = GOSSIP_PROTOCOL_VERSION;
     memcpy(m->mesh_id, mesh ? mesh : MESH_ID, GOSSIP_MESH_ID_LEN);
     snprintf(m->from, sizeof m->from, "%s", from);
     size_t len = 0;

@@ -239,7 +239,7 @@ static void round_trip(const gossip_msg *m, int line)
     int rc = decode_exact(buf, len, &back, err, sizeof err);
     CHECK(rc == 0, "line %d: decode %s: %s", line, type_names[m->type], err);
     if (rc == 0) {
-        CHECK(back.version == MESH_PROTOCOL_VERSION, "line %d: version %u", line, back.version);
+        CHECK(back.version == GOSSIP_PROTOCOL_VERSION, "line %d: version %u", line, back.version);
         CHECK(same_msg(m, &back), "line %d: %s changed in a round trip", line,
               type_names[m->type]);
         /* Deterministic: the decoded message encodes to the same bytes. */
@@ -398,7 +398,7 @@ static size_t suspect_fields(field *uf)
 static size_t base(field *f, gossip_msg_type t)
 {
     size_t n = 0;
-    f[n++] = U("v", MESH_PROTOCOL_VERSION);
+    f[n++] = U("v", GOSSIP_PROTOCOL_VERSION);
     f[n++] = U("t", t);
     f[n++] = B("mesh", mesh_id, sizeof mesh_id);
     f[n++] = S("from", "node-0");

@@ -274,7 +274,7 @@ static int sync_one_record(int from, int to, const gossip_signed *rec)
     gossip_msg m, wire;
     memset(&m, 0, sizeof m);
     m.type = GOSSIP_MSG_SYNC;
-    m.version = MESH_PROTOCOL_VERSION;
+    m.version = GOSSIP_PROTOCOL_VERSION;
     memcpy(m.mesh_id, MESH_ID, GOSSIP_MESH_ID_LEN);
     snprintf(m.from, sizeof m.from, "%s", S.nd[from].name);
     m.nupdates = 1;

@@ -135,9 +135,9 @@ static mesh_msg hello(const char *name, const char *run)
     return h;
 }
 
-/* A HELLO of protocol version 2, packed by hand: the encoder always writes
- * this build's version. */
-static void raw_hello_v2(int fd)
+/* A HELLO of protocol version 1 (an older build), packed by hand: the
+ * encoder always writes this build's version. */
+static void raw_hello_v1(int fd)
 {
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
@@ -149,7 +149,7 @@ static void raw_hello_v2(int fd)
         msgpack_pack_str(&pk, strlen(keys[k]));
         msgpack_pack_str_body(&pk, keys[k], strlen(keys[k]));
         switch (k) {
-        case 0: msgpack_pack_uint32(&pk, 2); break;
+        case 0: msgpack_pack_uint32(&pk, 1); break;
         case 1: msgpack_pack_uint32(&pk, MESH_MSG_HELLO); break;
         case 2: msgpack_pack_uint64(&pk, mesh_run_id(RUN)); break;
         case 3: msgpack_pack_str(&pk, 5), msgpack_pack_str_body(&pk, "carol", 5); break;
@@ -208,7 +208,7 @@ static void test_bad_peers(void)
         int kind;
     } cases[] = {
         {"HTTP request", 0}, {"garbage with a small length", 1}, {"length over the limit", 2},
-        {"HELLO of protocol version 2", 3}, {"HELLO from an undeclared name", 4},
+        {"HELLO of protocol version 1", 3}, {"HELLO from an undeclared name", 4},
         {"HELLO of another run", 5}, {"a message before HELLO", 6},
         {"HELLO as a peer already connected", 7}, {"a frame of another run", 8},
         {"HELLO as a peer declared with an address", 9},
@@ -227,7 +227,7 @@ static void test_bad_peers(void)
             break;
         }
         case 2: raw_send(fd, "\x00\x00\x00\x80", 4); break;
-        case 3: raw_hello_v2(fd); break;
+        case 3: raw_hello_v1(fd); break;
         case 4: {
             mesh_msg h = hello("mallory", RUN);
             raw_frame(fd, &h);
@@ -296,7 +296,7 @@ static void test_bad_peers(void)
         ": first frame of 542393671 bytes is too large for a HELLO",
         "does not decode",
         ": frame of 2147483648 bytes exceeds the limit of 1073741824; disconnecting",
-        "protocol version 2, this node speaks 1",
+        "protocol version 1, this node speaks 2",
         "\"mallory\", which is not a declared peer",
         "is for run \"another-run\"",
         "sent NORM before HELLO",

@@ -31,7 +31,7 @@ static void test_other_encoders(void)
      * formats msgpack-c never picks for these sizes but others may. */
     static const uint8_t raw[] = {
         0xde, 0x00, 0x05,                                    /* map16, 5 entries */
-        0xd9, 0x01, 'v', 0xcf, 0, 0, 0, 0, 0, 0, 0, 1,        /* "v": uint64 1 */
+        0xd9, 0x01, 'v', 0xcf, 0, 0, 0, 0, 0, 0, 0, 2,        /* "v": uint64 2 */
         0xda, 0x00, 0x01, 't', 0xd3, 0, 0, 0, 0, 0, 0, 0, 7,  /* "t": int64 7 */
         0xa3, 'r', 'u', 'n', 0xce, 0, 0, 1, 0,               /* "run": uint32 256 */
         0xa4, 't', 'e', 'x', 't', 0xdb, 0, 0, 0, 2, 'o', 'k', /* "text": str32 "ok" */
@@ -49,7 +49,7 @@ static void test_other_encoders(void)
 
     static const uint8_t raw_tensor[] = {
         0x8a,
-        0xa1, 'v', 0x01,
+        0xa1, 'v', 0x02,
         0xa1, 't', 0x05,
         0xa3, 'r', 'u', 'n', 0x00,
         0xa2, 'e', 'p', 0x00,
@@ -78,12 +78,15 @@ static void test_refusals(void)
     size_t n;
 
     /* version: named as such, before anything else is judged */
-    n = base_activations(f), n = set(f, n, U("v", 2));
-    EXPECT_REFUSED(f, n, "protocol version 2, this node speaks 1");
+    n = base_activations(f), n = set(f, n, U("v", 3));
+    EXPECT_REFUSED(f, n, "protocol version 3, this node speaks 2");
     n = set(f, n, U("t", 99)), n = set(f, n, U("future", 1));
-    EXPECT_REFUSED(f, n, "protocol version 2, this node speaks 1");
+    EXPECT_REFUSED(f, n, "protocol version 3, this node speaks 2");
+    /* version 1 (before COMMIT carried flags) is refused by name too */
+    n = base_hello(f), n = set(f, n, U("v", 1));
+    EXPECT_REFUSED(f, n, "protocol version 1, this node speaks 2");
     n = base_hello(f), n = set(f, n, U("v", 0));
-    EXPECT_REFUSED(f, n, "protocol version 0, this node speaks 1");
+    EXPECT_REFUSED(f, n, "protocol version 0, this node speaks 2");
     n = base_hello(f), n = drop(f, n, "v");
     EXPECT_REFUSED(f, n, "missing key \"v\"");
     n = base_hello(f), n = set(f, n, S("v", "1"));
@@ -220,7 +223,7 @@ static void test_refusals(void)
     CHECK(mesh_decode(NULL, 0, &m, err, sizeof err) != 0, "NULL payload accepted");
     static const uint8_t many[] = {0xde, 0x00, 0x11};
     EXPECT_REFUSED_BYTES(many, sizeof many, "map has 17 keys, no message has more than 16");
-    static const uint8_t map32[] = {0xdf, 0xff, 0xff, 0xff, 0xff, 0xa1, 'v', 0x01};
+    static const uint8_t map32[] = {0xdf, 0xff, 0xff, 0xff, 0xff, 0xa1, 'v', 0x02};
     EXPECT_REFUSED_BYTES(map32, sizeof map32, "map has 4294967295 keys");
     static const uint8_t huge_bin[] = {0x81, 0xa4, 'd', 'a', 't', 'a', 0xc6, 0xff, 0xff, 0xff,
                                        0xff, 0x00};
@@ -239,7 +242,7 @@ static void test_refusals(void)
     EXPECT_REFUSED_BYTES(nested, sizeof nested, "unknown key \"x\"");
 
     /* the message buffer: cut short, NUL-terminated, or absent */
-    n = base_hello(f), n = set(f, n, U("v", 2));
+    n = base_hello(f), n = set(f, n, U("v", 3));
     char tiny[8];
     memset(tiny, 'z', sizeof tiny);
     CHECK(decode_fields(f, n, &m, tiny, sizeof tiny) != 0 && strcmp(tiny, "protoco") == 0,

@@ -58,6 +58,7 @@ static inline mesh_msg sample(mesh_msg_type t)
         break;
     case MESH_MSG_COMMIT:
         m.epoch = 9, m.step = 43, m.stage = 4, m.value = -1e300;
+        m.flags = MESH_COMMIT_STOP | MESH_COMMIT_DONE;
         break;
     case MESH_MSG_ABORT:
         strcpy(m.text, "stage 2: out of memory (\xc3\xa9t\xc3\xa9)");
