@@ -298,6 +298,14 @@ static int run(trainer *t, long stop, bool resume, const char *metrics_path, cha
     return 0;
 }
 
+/* SIGUSR1: stop the pipeline at the next step boundary (engine.c). */
+static volatile sig_atomic_t stop_signal;
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    stop_signal = 1;
+}
+
 /* `train --cluster C --node NAME`: this node's stage of a pipeline run. */
 static int run_cluster(trainer *t, const char *job, const char *cluster_path, const char *node,
                        long threads, long stop, bool resume, const char *metrics, char *err,
@@ -309,10 +317,6 @@ static int run_cluster(trainer *t, const char *job, const char *cluster_path, co
     if (!node) {
         snprintf(err, errlen, "--cluster needs --node NAME (which entry of %.900s this is)",
                  cluster_path);
-        goto out;
-    }
-    if (resume) {
-        snprintf(err, errlen, "--resume is not supported with --cluster yet");
         goto out;
     }
     /* only the first stage reads data; find out which stage this is first */
@@ -328,12 +332,25 @@ static int run_cluster(trainer *t, const char *job, const char *cluster_path, co
         snprintf(err, errlen, "--steps %ld is past the job's last step (%ld)", stop, t->job.steps);
         goto out;
     }
-    if (metrics && !(t->metrics = fopen(metrics, "w"))) {
+    if (metrics && !(t->metrics = fopen(metrics, resume ? "a" : "w"))) {
         snprintf(err, errlen, "%s: cannot open for writing: %s", metrics, strerror(errno));
         goto out;
     }
-    rc = engine_train(&t->job, &t->cfg, t->data, cl, self, stop > 0 ? stop : t->job.steps,
-                      t->metrics, err, errlen);
+    /* OUT/checkpoint-NAME.safetensors: this stage's state when the run
+     * stops early (SIGUSR1 to any stage, or --steps), resumed with --resume */
+    char ckpt[4200];
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint-%s.safetensors", t->job.out_dir, node);
+    if (resume && access(ckpt, F_OK) != 0) {
+        snprintf(err, errlen, "%.900s: no state of node %s to resume from", ckpt, node);
+        goto out;
+    }
+    struct sigaction sa = {0};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR1, &sa, NULL);
+    engine_options eo = {stop > 0 ? stop : t->job.steps, resume ? ckpt : NULL, ckpt,
+                         &stop_signal, -1};
+    rc = engine_train(&t->job, &t->cfg, t->data, cl, self, &eo, t->metrics, err, errlen);
 out:
     free(cl);
     return rc;

@@ -31,6 +31,17 @@ void checkpoint_config_string(const llama_config *c, char *buf, size_t len)
              (int)c->tie_word_embeddings);
 }
 
+/* Whether a stage of the chain holds the embedding itself (a first stage). */
+static bool chain_holds_embedding(const chain *c)
+{
+    for (int i = 0; i < c->plan.nstages; i++)
+        for (int k = 0; k < stage_param_count(c->stages[i]); k++) {
+            const stage_param *p = stage_param_at(c->stages[i], k);
+            if (!p->tied_copy && strcmp(p->name, "model.embed_tokens.weight") == 0) return true;
+        }
+    return false;
+}
+
 int checkpoint_save(const char *path, chain *c, long step, const char *job_text, char *err,
                     size_t errlen)
 {
@@ -48,7 +59,10 @@ int checkpoint_save(const char *path, chain *c, long step, const char *job_text,
         for (int i = 0; i < c->plan.nstages; i++)
             for (int k = 0; k < stage_param_count(c->stages[i]); k++) {
                 const stage_param *p = stage_param_at(c->stages[i], k);
-                if (p->tied_copy) continue; /* the same tensor as the embedding */
+                /* the head's copy of a tied embedding is the embedding: saved
+                 * once, from the first stage, unless the chain lacks it (one
+                 * pipeline stage's state) */
+                if (p->tied_copy && chain_holds_embedding(c)) continue;
                 snprintf(names[n], sizeof names[n], "%s%s", kind_prefix[kind], p->name);
                 e[n] = (safetensors_entry){names[n], SAFETENSORS_F32, p->ndim,
                                            {p->shape[0], p->shape[1]},

@@ -7,7 +7,18 @@
  * the global gradient norm summed along the chain and sent back; clipping
  * and AdamW everywhere; then the last stage's loss flows back as the commit
  * of the step, which every stage waits for before the next one. Additions
- * happen in the same order as in one process, so the losses match it. */
+ * happen in the same order as in one process, so the losses match it.
+ *
+ * Stopping at a step boundary: a stage asked to stop (engine_options'
+ * stop_request) sets MESH_COMMIT_STOP on the COMMIT it passes down; the
+ * first stage, which starts every step, sees every stage's wish and, instead
+ * of starting the next step, ends the run there: it sends "done" (COMMIT
+ * with MESH_COMMIT_DONE, step = steps done) to its peers, and each stage,
+ * which can only be waiting for the next step's first message, ends the run
+ * at that same step. So every stage stops after the same step, saves its
+ * state, and a run resumed from those states continues as if never stopped:
+ * a step's batches, learning rate and AdamW count are functions of the step
+ * alone. */
 #include "node_base.h"
 #include "runtime.h"
 
@@ -47,6 +58,8 @@ typedef struct {
     pending stash[STASH_MAX];
     int nstash;
     bool peer_done[8];         /* peers that said the run is over for them */
+    long done_at;              /* a peer's "done" ended the run after this many steps; -1 */
+    const volatile sig_atomic_t *stop_request;
 } engine;
 
 static double now_s(void)
@@ -65,12 +78,24 @@ static const char *type_name(mesh_msg_type t)
 
 /* The next message of `type` (and micro-batch, when micro >= 0) of the
  * current step; others that arrive first wait in the stash. */
+static bool is_done(const mesh_msg *m)
+{
+    return m->type == MESH_MSG_COMMIT && (m->flags & MESH_COMMIT_DONE);
+}
+
+/* Returns 1 when, instead, a peer said the run is over (a "done" of the
+ * current step: the first stage ended the run at this boundary); e->done_at
+ * is then set and the peer counted as done. Waiting for a "done" itself
+ * (type MESH_MSG_COMMIT with flags_total MESH_COMMIT_DONE) returns it. */
 static int await_from(engine *e, mesh_msg_type type, int micro, int flags_total, mesh_msg *out,
                       mesh_frame **frame, int *from, char *err, size_t errlen)
 {
+    bool want_done = type == MESH_MSG_COMMIT && flags_total == MESH_COMMIT_DONE;
+    if (type == MESH_MSG_COMMIT) flags_total = -1;
     for (int i = 0; i < e->nstash; i++) {
         mesh_msg *x = &e->stash[i].msg;
         if (x->type == type && (micro < 0 || x->micro == micro) && x->step == e->step &&
+            is_done(x) == want_done &&
             (flags_total < 0 || (int)(x->flags & 1) == flags_total)) {
             *out = *x;
             *frame = e->stash[i].frame;
@@ -98,11 +123,20 @@ static int await_from(engine *e, mesh_msg_type type, int micro, int flags_total,
             return -1;
         }
         if (msg.type == type && (micro < 0 || msg.micro == micro) && msg.step == e->step &&
+            is_done(&msg) == want_done &&
             (flags_total < 0 || (int)(msg.flags & 1) == flags_total)) {
             *out = msg;
             *frame = f;
             *from = peer;
             return 0;
+        }
+        if (is_done(&msg) && !want_done && msg.step == e->step) {
+            /* The first stage ended the run at the boundary before this
+             * step (a "done" of step + 1 is the normal end: it waits). */
+            if (peer >= 0 && peer < 8) e->peer_done[peer] = true;
+            e->done_at = e->step;
+            mesh_frame_free(f);
+            return 1;
         }
         /* a faster neighbour may already be one step ahead (or done) */
         if ((msg.step != e->step && msg.step != e->step + 1) || e->nstash == STASH_MAX) {
@@ -121,6 +155,12 @@ static int await(engine *e, mesh_msg_type type, int micro, int flags_total, mesh
 {
     int from;
     return await_from(e, type, micro, flags_total, out, frame, &from, err, errlen);
+}
+
+/* Whether this stage has been asked to stop at the next boundary. */
+static bool stop_wanted(const engine *e)
+{
+    return e->stop_request && *e->stop_request;
 }
 
 static void bf16_from_f32(uint16_t *dst, const float *src, size_t n)
@@ -234,7 +274,8 @@ static int run_schedule(engine *e, const sched_op *ops, int nops, double *loss_s
         if (ops[k].kind == SCHED_FORWARD) {
             const float *in = NULL;
             if (!first) {
-                if (await(e, MESH_MSG_ACTIVATIONS, mb, -1, &msg, &f, err, errlen)) return -1;
+                int rc = await(e, MESH_MSG_ACTIVATIONS, mb, -1, &msg, &f, err, errlen);
+                if (rc) return rc; /* 1: the run ended before this step */
                 if (msg.nlabels != (size_t)e->rows || take_tensor(e, &msg, err, errlen)) {
                     if (msg.nlabels != (size_t)e->rows)
                         snprintf(err, errlen, "step %ld: activations carry %zu labels, expected %d",
@@ -272,7 +313,8 @@ static int run_schedule(engine *e, const sched_op *ops, int nops, double *loss_s
         } else {
             const float *dout = NULL;
             if (!last) {
-                if (await(e, MESH_MSG_GRADIENTS, mb, -1, &msg, &f, err, errlen)) return -1;
+                int rc = await(e, MESH_MSG_GRADIENTS, mb, -1, &msg, &f, err, errlen);
+                if (rc) return rc;
                 int bad = take_tensor(e, &msg, err, errlen);
                 mesh_frame_free(f);
                 if (bad) return -1;
@@ -317,10 +359,9 @@ static int exchange_tied(engine *e, char *err, size_t errlen)
     m.shape[1] = p->shape[1];
     m.data = g;
     m.nbytes = p->numel * sizeof(float);
-    if (mesh_net_send(e->net, e->tied, &m, err, errlen) ||
-        await(e, MESH_MSG_TIED_GRAD, -1, -1, &in, &f, err, errlen))
-        return -1;
-    int rc = 0;
+    if (mesh_net_send(e->net, e->tied, &m, err, errlen)) return -1;
+    int rc = await(e, MESH_MSG_TIED_GRAD, -1, -1, &in, &f, err, errlen);
+    if (rc) return rc;
     if (in.dtype != MESH_F32 || in.nbytes != m.nbytes) {
         snprintf(err, errlen, "step %ld: tied gradient of %zu bytes, expected %zu", e->step + 1,
                  in.nbytes, m.nbytes);
@@ -347,15 +388,16 @@ static int global_norm(engine *e, double *norm, char *err, size_t errlen)
     mesh_msg in;
     mesh_frame *f;
     if (e->self > 0) {
-        if (await(e, MESH_MSG_NORM, -1, 0, &in, &f, err, errlen)) return -1;
+        int rc = await(e, MESH_MSG_NORM, -1, 0, &in, &f, err, errlen);
+        if (rc) return rc;
         sum = in.value;
         mesh_frame_free(f);
     }
     sum += stage_grad_sumsq(e->st);
     if (e->self < e->p - 1) {
-        if (send_small(e, e->next, MESH_MSG_NORM, sum, 0, err, errlen) ||
-            await(e, MESH_MSG_NORM, -1, 1, &in, &f, err, errlen))
-            return -1;
+        if (send_small(e, e->next, MESH_MSG_NORM, sum, 0, err, errlen)) return -1;
+        int rc = await(e, MESH_MSG_NORM, -1, 1, &in, &f, err, errlen);
+        if (rc) return rc;
         sum = in.value;
         mesh_frame_free(f);
     }
@@ -364,53 +406,72 @@ static int global_norm(engine *e, double *norm, char *err, size_t errlen)
     return 0;
 }
 
-/* The last stage's loss flows back to the first: the step is committed. */
-static int commit(engine *e, double *loss, char *err, size_t errlen)
+/* The last stage's loss flows back to the first: the step is committed.
+ * Each stage adds its wish to stop to the COMMIT it passes on, so the first
+ * stage learns (*stop) whether any stage wants the run to end here. */
+static int commit(engine *e, double *loss, bool *stop, char *err, size_t errlen)
 {
     mesh_msg in;
     mesh_frame *f;
+    uint32_t flags = stop_wanted(e) ? MESH_COMMIT_STOP : 0;
     if (e->self < e->p - 1) {
-        if (await(e, MESH_MSG_COMMIT, -1, -1, &in, &f, err, errlen)) return -1;
+        int rc = await(e, MESH_MSG_COMMIT, -1, -1, &in, &f, err, errlen);
+        if (rc == 1) /* its optimizer step is taken: a "done" now is a peer's fault */
+            snprintf(err, errlen, "a peer ended the run during step %ld, after its optimizer step",
+                     e->step + 1);
+        if (rc) return -1;
         *loss = in.value;
+        flags |= in.flags & MESH_COMMIT_STOP;
         mesh_frame_free(f);
     }
-    if (e->self > 0 && send_small(e, e->prev, MESH_MSG_COMMIT, *loss, 0, err, errlen)) return -1;
+    *stop = flags != 0;
+    if (e->self > 0 && send_small(e, e->prev, MESH_MSG_COMMIT, *loss, flags, err, errlen))
+        return -1;
     return 0;
 }
 
+/* One step. Returns 1, with nothing changed, when a peer ended the run at
+ * this step's boundary (only possible before the optimizer step: weights
+ * and moments change there alone); *stop is set on the first stage when
+ * the run is to end after this step. */
 static int engine_step(engine *e, const sched_op *ops, int nops, double lr, double *loss,
-                       char *err, size_t errlen)
+                       bool *stop, char *err, size_t errlen)
 {
     const job_spec *j = e->job;
     double sum = 0, norm;
     int64_t kept = 0;
+    int rc;
     stage_zero_grads(e->st);
-    if (run_schedule(e, ops, nops, &sum, &kept, err, errlen)) return -1;
-    if (exchange_tied(e, err, errlen) || global_norm(e, &norm, err, errlen)) return -1;
+    if ((rc = run_schedule(e, ops, nops, &sum, &kept, err, errlen)) != 0 ||
+        (rc = exchange_tied(e, err, errlen)) != 0 || (rc = global_norm(e, &norm, err, errlen)) != 0)
+        return rc;
     double coef = j->grad_clip > 0 ? j->grad_clip / (norm + 1e-6) : 1.0;
     stage_adamw opt = {(float)lr, (float)j->beta1, (float)j->beta2, (float)j->eps,
                        (float)j->weight_decay};
     stage_adamw_step(e->st, &opt, (int)(e->step + 1), coef < 1.0 ? (float)coef : 1.0f);
     *loss = e->self == e->p - 1 ? sum / (double)kept : 0;
-    return commit(e, loss, err, errlen);
+    return commit(e, loss, stop, err, errlen);
 }
 
-/* The end of the run: every node tells each peer it is done and waits for
- * theirs, so no node closes a connection another still waits on. */
-static int finish(engine *e, long stop, char *err, size_t errlen)
+/* The end of the run after `done` steps (the job's last, or a boundary a
+ * stage asked for): every node tells each peer it is done and waits for
+ * theirs (a "done" already received counts), so no node closes a
+ * connection another still waits on. */
+static int finish(engine *e, long done, char *err, size_t errlen)
 {
-    int peers[3] = {e->prev, e->next, e->tied}, npeers = 0;
-    e->step = stop; /* a commit one past the last step means "done" */
+    int peers[3] = {e->prev, e->next, e->tied}, nwait = 0;
+    e->step = done; /* "done" carries the number of steps done */
     for (int i = 0; i < 3; i++) {
         if (peers[i] < 0 || (i == 2 && (peers[2] == e->prev || peers[2] == e->next))) continue;
-        if (send_small(e, peers[i], MESH_MSG_COMMIT, 0, 0, err, errlen)) return -1;
-        npeers++;
+        if (send_small(e, peers[i], MESH_MSG_COMMIT, 0, MESH_COMMIT_DONE, err, errlen)) return -1;
+        if (!(peers[i] < 8 && e->peer_done[peers[i]])) nwait++;
     }
-    for (int i = 0; i < npeers; i++) {
+    for (int i = 0; i < nwait; i++) {
         mesh_msg in;
         mesh_frame *f;
         int from;
-        if (await_from(e, MESH_MSG_COMMIT, -1, -1, &in, &f, &from, err, errlen)) return -1;
+        if (await_from(e, MESH_MSG_COMMIT, -1, MESH_COMMIT_DONE, &in, &f, &from, err, errlen))
+            return -1;
         if (from >= 0 && from < 8) e->peer_done[from] = true;
         mesh_frame_free(f);
     }
@@ -603,10 +664,30 @@ static int engine_init_weights(engine *e, char *err, size_t errlen)
     return rc;
 }
 
+/* The stage as a one-stage chain, for checkpoint.c. */
+static chain one_stage(engine *e)
+{
+    chain c = {0};
+    c.cfg = *e->cfg;
+    c.plan.nstages = 1;
+    c.stages[0] = e->st;
+    return c;
+}
+
+/* The stage's state after `done` steps (weights, both AdamW moments, the
+ * step, the job) into path; resumed from with engine_options.resume. */
+static int save_state(engine *e, const char *path, long done, char *err, size_t errlen)
+{
+    chain c = one_stage(e);
+    return checkpoint_save(path, &c, done, e->job->text, err, errlen);
+}
+
 int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
-                 const cluster_spec *cl, int self, long stop, FILE *metrics, char *err,
+                 const cluster_spec *cl, int self, engine_options *opt, FILE *metrics, char *err,
                  size_t errlen)
 {
+    long stop = opt->stop, start = 0;
+    opt->stopped_at = -1;
     engine *e = calloc(1, sizeof *e);
     if (!e) {
         snprintf(err, errlen, "out of memory");
@@ -617,27 +698,47 @@ int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
     e->cl = cl;
     e->self = self;
     e->data = data;
+    e->done_at = -1;
+    e->stop_request = opt->stop_request;
     int rc = -1;
     sched_op *ops = NULL;
-    if (engine_open(e, err, errlen) || engine_init_weights(e, err, errlen)) goto out;
+    if (engine_open(e, err, errlen)) goto out;
+    if (opt->resume) {
+        chain c = one_stage(e);
+        if (checkpoint_load(opt->resume, &c, job, &start, err, errlen)) goto out;
+        if (start >= stop) {
+            snprintf(err, errlen, "%s: holds %ld steps done; nothing to run up to step %ld",
+                     opt->resume, start, stop);
+            goto out;
+        }
+    } else if (engine_init_weights(e, err, errlen)) {
+        goto out;
+    }
     ops = malloc((size_t)2 * e->m * sizeof *ops);
     if (!ops) goto out;
     int nops = sched_build(cl->policy, e->p, self, e->m, ops);
     const cluster_node *me = &cl->nodes[self];
     printf("train: node %s, stage %d of %d: layers [%d, %d)%s%s, %d micro-batches of %d, %s, "
-           "%d in flight\n",
+           "%d in flight%s\n",
            me->name, self + 1, e->p, me->begin, me->end, self == 0 ? " + embedding" : "",
            self == e->p - 1 ? " + head" : "", e->m, job->micro_batch,
-           cl->policy == SCHED_GPIPE ? "GPipe" : "1F1B", e->nslots);
+           cl->policy == SCHED_GPIPE ? "GPipe" : "1F1B", e->nslots,
+           start ? " (resumed)" : "");
+    if (start) printf("train: node %s resumes after step %ld from %s\n", me->name, start,
+                      opt->resume);
     fflush(stdout);
     double t0 = now_s();
-    for (e->step = 0; e->step < stop; e->step++) {
+    long done = start;
+    for (e->step = start; e->step < stop; e->step++) {
         double ts = now_s(), lr = job_lr(job, e->step), loss = 0;
-        if (engine_step(e, ops, nops, lr, &loss, err, errlen)) {
+        bool stop_here = false;
+        int st = engine_step(e, ops, nops, lr, &loss, &stop_here, err, errlen);
+        if (st == 1) break; /* the first stage ended the run before this step */
+        if (st) {
             abort_run(e, err);
             goto out;
         }
-        long done = e->step + 1;
+        done = e->step + 1;
         double ms = 1e3 * (now_s() - ts);
         if (metrics) {
             fprintf(metrics, "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.6g, \"tokens\": %ld, "
@@ -648,12 +749,33 @@ int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
         }
         if (done % job->log_interval == 0 || done == stop) {
             printf("step %ld/%ld  loss %.4f  lr %.2e  %.0f tok/s\n", done, job->steps, loss, lr,
-                   (double)done * job->batch * job->seq_len / (now_s() - t0));
+                   (double)(done - start) * job->batch * job->seq_len / (now_s() - t0));
             fflush(stdout);
         }
+        if (opt->checkpoint && job->checkpoint_interval && done % job->checkpoint_interval == 0 &&
+            done < stop && save_state(e, opt->checkpoint, done, err, errlen)) {
+            abort_run(e, err);
+            goto out;
+        }
+        if (self == 0 && stop_here && done < stop) break; /* a stage asked to stop here */
     }
-    if (save_stage(e, err, errlen) || finish(e, stop, err, errlen)) goto out;
-    printf("train: node %s wrote %s/stage-%s.safetensors\n", me->name, job->out_dir, me->name);
+    if (e->done_at >= 0) done = e->done_at;
+    if (done < job->steps) {
+        /* stopped before the job's end: the state to resume from */
+        if ((opt->checkpoint && save_state(e, opt->checkpoint, done, err, errlen)) ||
+            save_stage(e, err, errlen)) {
+            abort_run(e, err);
+            goto out;
+        }
+        if (finish(e, done, err, errlen)) goto out;
+        printf("train: node %s stopped after step %ld of %ld%s%s\n", me->name, done, job->steps,
+               opt->checkpoint ? "; state in " : "", opt->checkpoint ? opt->checkpoint : "");
+    } else {
+        if (save_stage(e, err, errlen) || finish(e, done, err, errlen)) goto out;
+        printf("train: node %s wrote %s/stage-%s.safetensors\n", me->name, job->out_dir,
+               me->name);
+    }
+    opt->stopped_at = done;
     rc = 0;
 out:
     free(ops);

@@ -10,6 +10,7 @@
 #include "model.h"
 #include "scheduler.h"
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stddef.h>
@@ -155,13 +156,27 @@ int cluster_load(cluster_spec *c, const char *path, int num_layers, char *err, s
 int cluster_find(const cluster_spec *c, const char *name);
 
 /* ---- engine.c: one pipeline stage of a cluster run ------------------------ */
-/* Trains this node's stage of the cluster from step 0 to `stop`: the
- * schedule's forwards and backwards over the mesh, the tied-weight and
- * gradient-norm exchanges, AdamW, and the commit of every step. The first
- * stage reads the data (data may be NULL elsewhere). Writes metrics per step
- * and, at the end, OUT/stage-NAME.safetensors. */
+typedef struct {
+    long stop;              /* run until this many steps are done (<= the job's steps) */
+    const char *resume;     /* a state saved by a stage of the same layers (checkpoint_save
+                             * of this stage alone): start after its step; NULL: step 0 */
+    const char *checkpoint; /* where the stage's state goes when the run stops before the
+                             * job's last step, and every checkpoint_interval steps; NULL:
+                             * nowhere */
+    const volatile sig_atomic_t *stop_request; /* when it becomes non-zero (a signal
+                             * handler), the whole pipeline stops at the next step boundary:
+                             * every stage after the same step */
+    long stopped_at;        /* out: steps done when engine_train returned 0 */
+} engine_options;
+/* Trains this node's stage of the cluster up to opt->stop: the schedule's
+ * forwards and backwards over the mesh, the tied-weight and gradient-norm
+ * exchanges, AdamW, and the commit of every step. The first stage reads the
+ * data (data may be NULL elsewhere). Writes metrics per step and, at the
+ * end, OUT/stage-NAME.safetensors (also when stopped early). Returns 0 with
+ * opt->stopped_at the number of steps done (opt->stop, or the boundary at
+ * which a stage asked the pipeline to stop). */
 int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
-                 const cluster_spec *cl, int self, long stop, FILE *metrics, char *err,
+                 const cluster_spec *cl, int self, engine_options *opt, FILE *metrics, char *err,
                  size_t errlen);
 
 /* ---- export_merge.c: one model from the stages ------------------------- */

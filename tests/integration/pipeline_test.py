@@ -10,7 +10,11 @@
    `shardnode export` then merges the stages into a model equal to the
    single-process model to 1e-5.
 2. A stage killed with SIGKILL makes the other two stop within their timeout
-   with an error that names the lost peer: no hang.
+   with an error that names the lost peer: no hang. SIGUSR1 to one stage
+   (the middle, then the last) stops all three after one same step; resumed
+   with --resume from their checkpoints they finish with the losses and
+   weights of a run never stopped, bit for bit; --resume without a
+   checkpoint is refused naming the file.
 3. A connection claiming a stage's name from another address is dropped and
    its closing does not end the run.
 """
@@ -67,11 +71,11 @@ def write_cluster(wd, name, ports, schedule="1f1b", timeout_ms=20000, wire="f32"
     return path
 
 
-def start_nodes(sn, job, cluster, wd, name, extra=(), only=(0, 1, 2)):
+def start_nodes(sn, job, cluster, wd, name, extra=(), only=(0, 1, 2), keep_metrics=False):
     procs = []
     for i in only:
         m = os.path.join(wd, "%s-n%d.jsonl" % (name, i))
-        if os.path.exists(m):  # a stale file would look like progress
+        if os.path.exists(m) and not keep_metrics:  # a stale file would look like progress
             os.unlink(m)
         cmd = [sn, "train", "--job", job, "--cluster", cluster, "--node", "n%d" % i,
                "--metrics", m, "--threads", "1"] + list(extra)
@@ -168,7 +172,7 @@ def hello_frame(name, run):
     run_id = 14695981039346656037
     for c in run.encode():
         run_id = ((run_id ^ c) * 1099511628211) % (1 << 64)
-    payload = (b"\x85" + mp_str("v") + b"\x01" + mp_str("t") + b"\x01" + mp_str("run") +
+    payload = (b"\x85" + mp_str("v") + b"\x02" + mp_str("t") + b"\x01" + mp_str("run") +
                b"\xcf" + run_id.to_bytes(8, "big") + mp_str("name") + mp_str(name) +
                mp_str("text") + mp_str(run))
     return len(payload).to_bytes(4, "little") + payload
@@ -236,6 +240,93 @@ def check_profile_lock(sn, wd):
     print("ok   profile lock: a symbolic link is not followed (%s)" % p.stderr.strip().splitlines()[-1])
 
 
+def stage_files_equal(a_dir, b_dir, what):
+    for i in range(3):
+        d = max_rel_diff(os.path.join(b_dir, "stage-n%d.safetensors" % i),
+                         os.path.join(a_dir, "stage-n%d.safetensors" % i),
+                         "%s: stage n%d" % (what, i))
+        check(d == 0.0, "%s: stage n%d's weights differ by %.2e (max rel) from the run never "
+              "stopped" % (what, i, d))
+
+
+def check_stop_resume(sn, wd, corpus, tok, signalled):
+    """SIGUSR1 to one stage stops the whole pipeline at one step boundary; the
+    stages resume from their checkpoints and finish the run that was never
+    stopped, bit for bit (same machine, same threads)."""
+    name = "stop-n%d" % signalled
+    steps = 30
+    config = os.path.join(wd, name + "-config.json")
+    write_config(config, True)  # tied: the last stage's copy of the embedding too
+    whole_out, stop_out = os.path.join(wd, name + "-whole"), os.path.join(wd, name + "-out")
+    jw = write_job(wd, name + "-whole", corpus, tok, config, 2, whole_out, steps=steps)
+    js = write_job(wd, name, corpus, tok, config, 2, stop_out, steps=steps)
+    procs = start_nodes(sn, jw, write_cluster(wd, name + "-whole", free_ports(3)), wd,
+                        name + "-whole")
+    for i, p in enumerate(procs):
+        o, e = p.communicate(timeout=600)
+        check(p.returncode == 0, "%s: uninterrupted node n%d exited %d:\n%s%s"
+              % (name, i, p.returncode, o, e))
+    cluster = write_cluster(wd, name, free_ports(3))
+    procs = start_nodes(sn, js, cluster, wd, name)
+    m0 = os.path.join(wd, "%s-n0.jsonl" % name)
+    t_end = time.time() + 120
+    while time.time() < t_end and not (os.path.exists(m0) and len(metrics(m0)) >= 5):
+        check(all(p.poll() is None for p in procs), "%s: a node ended before the signal" % name)
+        time.sleep(0.02)
+    check(os.path.exists(m0) and len(metrics(m0)) >= 5, "%s: the pipeline made no progress"
+          % name)
+    procs[signalled].send_signal(signal.SIGUSR1)
+    stopped = []
+    for i, p in enumerate(procs):
+        o, e = p.communicate(timeout=120)
+        check(p.returncode == 0, "%s: node n%d exited %d after SIGUSR1 to n%d:\n%s%s"
+              % (name, i, p.returncode, signalled, o, e))
+        lines = [ln for ln in o.splitlines() if " stopped after step " in ln]
+        check(len(lines) == 1, "%s: node n%d did not say where it stopped:\n%s" % (name, i, o))
+        stopped.append(int(lines[0].split(" stopped after step ")[1].split()[0]))
+        ckpt = os.path.join(stop_out, "checkpoint-n%d.safetensors" % i)
+        check(os.path.exists(ckpt), "%s: node n%d left no %s" % (name, i, ckpt))
+    check(len(set(stopped)) == 1 and 5 <= stopped[0] < steps,
+          "%s: the stages stopped after steps %s (want one step, 5..%d)"
+          % (name, stopped, steps - 1))
+    s = stopped[0]
+    for i in range(3):
+        got = metrics(os.path.join(wd, "%s-n%d.jsonl" % (name, i)))
+        check(len(got) == s, "%s: node n%d wrote %d metrics lines, stopped after step %d"
+              % (name, i, len(got), s))
+    # Resume every stage from its checkpoint; the metrics files are appended.
+    procs = start_nodes(sn, js, cluster, wd, name, extra=["--resume"], keep_metrics=True)
+    for i, p in enumerate(procs):
+        o, e = p.communicate(timeout=600)
+        check(p.returncode == 0, "%s: resumed node n%d exited %d:\n%s%s"
+              % (name, i, p.returncode, o, e))
+        check("resumes after step %d" % s in o, "%s: node n%d did not say it resumed after "
+              "step %d:\n%s" % (name, i, s, o))
+    for i in range(3):
+        got = metrics(os.path.join(wd, "%s-n%d.jsonl" % (name, i)))
+        want = metrics(os.path.join(wd, "%s-whole-n%d.jsonl" % (name, i)))
+        check([g["step"] for g in got] == list(range(1, steps + 1)),
+              "%s: node n%d's metrics hold steps %s" % (name, i, [g["step"] for g in got]))
+        for g, w in zip(got, want):
+            check(g["loss"] == w["loss"], "%s: step %d loss %.17g on node n%d, %.17g never "
+                  "stopped" % (name, g["step"], g["loss"], i, w["loss"]))
+    stage_files_equal(whole_out, stop_out, name)
+    print("ok   %-28s SIGUSR1 to n%d: every stage stopped after step %d and resumed; %d steps' "
+          "losses and every stage's weights equal the run never stopped, bit for bit"
+          % (name, signalled, s, steps))
+
+
+def check_resume_refused(sn, wd, corpus, tok):
+    job = short_job(wd, "noresume", corpus, tok, 10)
+    cluster = write_cluster(wd, "noresume", free_ports(3))
+    p = run([sn, "train", "--job", job, "--cluster", cluster, "--node", "n1", "--resume"],
+            ok=False)
+    want = os.path.join(wd, "noresume-out", "checkpoint-n1.safetensors")
+    check(p.returncode == 1 and want in p.stderr and "no state of node n1" in p.stderr,
+          "resume without a checkpoint: exit %d, %r" % (p.returncode, p.stderr))
+    print("ok   --resume without a checkpoint is refused: %s" % p.stderr.strip())
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shardnode", required=True)
@@ -264,6 +355,9 @@ def main():
         check_equal_run(sn, wd, corpus, tok, "untied-mb8-bf16", False, 1, "1f1b", wire="bf16",
                         rtol=2e-2, wtol=None)
         check_kill(sn, wd, corpus, tok)
+        check_stop_resume(sn, wd, corpus, tok, 1)
+        check_stop_resume(sn, wd, corpus, tok, 2)
+        check_resume_refused(sn, wd, corpus, tok)
         check_impostor(sn, wd, corpus, tok)
         check_profile_lock(sn, wd)
     except Failure as e:
