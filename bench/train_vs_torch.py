@@ -78,7 +78,7 @@ def run(cmd, timeout, cwd):
 
 
 def job_lr(job, step):
-    """node/job.c job_lr: linear warm-up, then cosine to min_lr (0-based step)."""
+    """node/runtime/job.c job_lr: linear warm-up, then cosine to min_lr (0-based step)."""
     lr, min_lr, warm, steps = job["lr"], job["min_lr"], job["warmup_steps"], job["steps"]
     if step < warm:
         return lr * (step + 1) / warm

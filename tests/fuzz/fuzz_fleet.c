@@ -1,7 +1,7 @@
 /* fuzz_fleet.c — libFuzzer target for the files that describe machines:
  * fleet files with the device table they name and the profiles their nodes
- * name (fleet_load, node/fleet.c), profiles alone (fleet_profile_parse), and
- * static cluster files (cluster_load, node/cluster.c).
+ * name (fleet_load, node/runtime/fleet.c), profiles alone (fleet_profile_parse), and
+ * static cluster files (cluster_load, node/runtime/cluster.c).
  *
  * The first input byte picks the decoder:
  *  - 0 (mod 3): the rest is up to three files cut at "\n#--\n": a fleet file

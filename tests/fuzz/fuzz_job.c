@@ -1,6 +1,6 @@
 /* fuzz_job.c — libFuzzer target for jobs: the job file a user writes
- * (job_parse, node/job.c) and the job bundle another member gossips
- * (pool_bundle_valid, node/pool_job.c).
+ * (job_parse, node/runtime/job.c) and the job bundle another member gossips
+ * (pool_bundle_valid, node/pool/pool_job.c).
  *
  * The first input byte picks the decoder: even, the rest is a job file's
  * text; odd, the rest is a bundle's JSON text. A refusal must be one line;

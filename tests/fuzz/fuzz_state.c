@@ -1,9 +1,9 @@
 /* fuzz_state.c — libFuzzer target for the files a node reads back from its
  * own state and output folders, which anyone who can write there (a local
  * user, a disk error, an older or newer shardnode) may have left in any
- * shape: checkpoints (checkpoint_load, node/checkpoint.c), and the state
+ * shape: checkpoints (checkpoint_load, node/runtime/checkpoint.c), and the state
  * directory's node.json, mesh.json (the saved view) and invites.json
- * (daemon_open_state and daemon_invites_refresh, node/daemon_state.c).
+ * (daemon_open_state and daemon_invites_refresh, node/daemon/daemon_state.c).
  *
  * The first input byte picks the file (mod 4):
  *  - 0: a checkpoint. A valid one is written once (checkpoint_save of a
@@ -19,7 +19,7 @@
  *    expired, each with its overlay address.
  *  - 4 (mod 5 for this one: modes 4, 9, ...): a job's jobs/ID/state.json
  *    (the committed plan, the run and the vote a node keeps across
- *    restarts, node/pool.c), read when the node takes the job up: a node is
+ *    restarts, node/daemon/pool.c), read when the node takes the job up: a node is
  *    opened as the daemon opens it (gossip, pool; no network) and a job
  *    made once from small files (pool_bundle_make) is submitted to it. */
 #include "fuzz_node.h"

@@ -30,7 +30,7 @@ Every shardnode run uses --threads 2. Checks:
    the killed run had written are too.
 3. PyTorch: the same random initial weights (the job's init_weights), the
    exact batches (`shardnode batches`), float32 llama_ref.py trained with
-   torch.optim.AdamW (lr per step as job_lr in node/job.c, weight decay on
+   torch.optim.AdamW (lr per step as job_lr in node/runtime/job.c, weight decay on
    2-D tensors only), clip_grad_norm_, the loss the mean over the whole
    batch's kept targets. Asserts: the first step's loss agrees to 1e-4
    relative, the validation loss falls on both sides, and shardnode's final
@@ -370,7 +370,7 @@ def check_sigkill(env, rng, kills):
 # ------------------------------------------------------------ 3. PyTorch ---
 
 def job_lr(job, step):
-    """node/job.c job_lr: linear warm-up, then cosine to min_lr at the last step."""
+    """node/runtime/job.c job_lr: linear warm-up, then cosine to min_lr at the last step."""
     lr, min_lr, warm, steps = job["lr"], job["min_lr"], job["warmup_steps"], job["steps"]
     if step < warm:
         return lr * (step + 1) / warm

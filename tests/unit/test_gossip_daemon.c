@@ -1,5 +1,5 @@
 /* test_gossip_daemon.c — the daemon's side of gossip that needs no sockets:
- * the clocks it gives gossip (node/daemon.c). Every timer runs on
+ * the clocks it gives gossip (node/daemon/daemon.c). Every timer runs on
  * daemon_now_ms, which must be CLOCK_MONOTONIC (a wall clock set back or
  * forward must neither hold a timer back nor fire it early; unit.test_gossip's
  * scenario 19 shows the state machine on such a clock); what is signed or

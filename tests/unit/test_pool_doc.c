@@ -1,4 +1,4 @@
-/* test_pool_doc.c — the pool's documents as C types (node/pool_doc.h,
+/* test_pool_doc.c — the pool's documents as C types (node/pool/pool_doc.h,
  * pool_plan.c, pool_doc.c): a member's job document, a vote, a committed
  * plan, the saved state and the job section of status read and write back
  * to the same bytes; every malformed field is refused with a message that

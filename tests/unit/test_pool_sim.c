@@ -1,5 +1,5 @@
 /* test_pool_sim.c — whole pools of members in one process: each member is
- * a pool core (node/pool_core.c) on a simulated clock, as test_gossip.c
+ * a pool core (node/pool/pool_core.c) on a simulated clock, as test_gossip.c
  * runs whole meshes of gossip. The simulation stands in for the daemon and
  * for gossip: a member's PUBLISH becomes the next version of its record's
  * job text, which must fit a record (GOSSIP_JOB_MAX) and read back through

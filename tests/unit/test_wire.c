@@ -279,7 +279,7 @@ static void test_probe(void)
 /* MESH_HEAD_MAX bounds everything of a frame but its tensor and labels,
  * for every type with its longest strings and widest integers: a receiver
  * that allows a peer MESH_HEAD_MAX + the tensor it expects never refuses an
- * honest frame (node/engine.c bounds each peer's frames so). */
+ * honest frame (node/runtime/engine.c bounds each peer's frames so). */
 static void test_head_bound(void)
 {
     static const uint8_t dummy[1];
