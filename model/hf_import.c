@@ -231,8 +231,41 @@ int hf_read_nf4(hf_model *m, const char *name, nf4_matrix *q, void **buf, char *
     return bnb_read_nf4(s->bnb, name, shape[0], shape[1], q, buf, err, errlen);
 }
 
+/* A frozen base (stage_lora.c): NF4 kept as stored, or read and written
+ * (quantized for an NF4 entry, one matrix at a time). */
+static int load_frozen(hf_model *m, stage *s, char *err, size_t errlen)
+{
+    for (int i = 0; i < stage_frozen_count(s); i++) {
+        const stage_param *p = stage_frozen_at(s, i);
+        float *dst = stage_frozen_data(s, i);
+        if (dst) {
+            if (hf_read_f32(m, p->name, dst, p->numel, err, errlen)) return -1;
+            continue;
+        }
+        nf4_matrix q;
+        void *buf;
+        int rc = hf_read_nf4(m, p->name, &q, &buf, err, errlen);
+        if (rc < 0) return -1;
+        if (rc == 0) {
+            if (stage_frozen_adopt_nf4(s, i, &q, buf, err, errlen)) {
+                free(buf);
+                return -1;
+            }
+            continue;
+        }
+        float *w = malloc(p->numel * sizeof *w);
+        if (!w) return model_errf(err, errlen, "%s: out of memory reading %s", m->dir, p->name);
+        rc = hf_read_f32(m, p->name, w, p->numel, err, errlen) ||
+             stage_frozen_write(s, i, w, p->numel, err, errlen);
+        free(w);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
 int hf_load_stage(hf_model *m, stage *s, char *err, size_t errlen)
 {
+    if (stage_lora_config(s)) return load_frozen(m, s, err, errlen);
     float *params = stage_params(s);
     for (int i = 0; i < stage_param_count(s); i++) {
         const stage_param *p = stage_param_at(s, i);

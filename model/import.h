@@ -195,8 +195,17 @@ const char *hf_tensor_file(const hf_model *m, const char *name);
  * (checked), into dst. */
 int hf_read_f32(hf_model *m, const char *name, float *dst, size_t n, char *err, size_t errlen);
 /* Every parameter of a stage (its layers, and the embedding, norm and head
- * it holds) from the directory: only the shards holding them are opened. */
+ * it holds) from the directory: only the shards holding them are opened.
+ * A stage with adapters (stage_create_lora) gets its frozen base: NF4
+ * matrices kept as stored when the checkpoint is bitsandbytes 4-bit,
+ * quantized (one matrix at a time in fp32) when it is not; the adapters
+ * are not touched (stage_init_adapters). */
 int hf_load_stage(hf_model *m, stage *s, char *err, size_t errlen);
+/* Makes q (in buf, malloc'ed, now the stage's) frozen NF4 matrix i of a
+ * stage with an NF4 base (stage_lora.c); -1 when entry i is not an NF4
+ * matrix of that shape. */
+int stage_frozen_adopt_nf4(stage *s, int i, const nf4_matrix *q, void *buf, char *err,
+                           size_t errlen);
 /* Every tensor cfg needs is present with its shape and a float dtype
  * (the headers only; no data read). */
 int hf_check(hf_model *m, char *err, size_t errlen);

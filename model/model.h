@@ -285,9 +285,12 @@ size_t stage_num_params(const stage *s);
 
 /* Deterministic initialisation from a seed: normal(0, 0.02) for matrices and
  * embeddings, ones for norms. Each tensor's values depend only on (seed,
- * tensor name), so any split of the model initialises identically. */
+ * tensor name), so any split of the model initialises identically. With
+ * adapters: the frozen base so (then quantized when NF4), and
+ * stage_init_adapters. */
 void stage_init_weights(stage *s, uint64_t seed);
-/* Loads every parameter of the stage from f by its HF name. */
+/* Loads every parameter of the stage from f by its HF name; with adapters,
+ * the frozen base (NF4 matrices quantized at load), not the adapters. */
 int stage_load_weights(stage *s, const safetensors_file *f, char *err, size_t errlen);
 
 /* Forward of one micro-batch into a slot (its activations stay there until
@@ -326,6 +329,62 @@ typedef struct {
 } stage_adamw;
 void stage_adamw_step(stage *s, const stage_adamw *opt, int t, float grad_scale);
 
+/* ---- a frozen base with LoRA adapters (stage_lora.c) ----------------------
+ * With adapters, only they are parameters: the table, gradients and both
+ * AdamW moments hold A [r, in] and B [out, r] of every targeted projection
+ * of the stage's layers, named as PEFT saves them
+ * (base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight, ...).
+ * The base (embedding, norms, head, every projection) is frozen: fp32, or
+ * with nf4 its layer matrices in bitsandbytes' NF4 (products dequantize a
+ * tile at a time); it has no gradient and no moments. A projection computes
+ * y = x W0^T + scaling (x A^T) B^T, scaling = alpha / r (alpha / sqrt(r)
+ * with use_rslora), as PEFT's LoRA Linear with dropout 0. */
+enum { STAGE_LORA_Q, STAGE_LORA_K, STAGE_LORA_V, STAGE_LORA_O, STAGE_LORA_GATE,
+       STAGE_LORA_UP, STAGE_LORA_DOWN, STAGE_LORA_MODULES };
+typedef struct {
+    int r;              /* rank, >= 1 */
+    double alpha;       /* > 0 */
+    bool use_rslora;
+    unsigned modules;   /* bit m: module m (STAGE_LORA_Q...) has an adapter */
+    bool nf4;           /* the base's layer matrices in NF4 */
+} stage_lora;
+/* "q_proj", ..., "down_proj"; NULL outside [0, STAGE_LORA_MODULES). */
+const char *stage_lora_module_name(int m);
+/* As PEFT: (float)(alpha / r), or (float)(alpha / sqrt(r)) with rslora. */
+float stage_lora_scaling(const stage_lora *l);
+/* r in [1, 65536], alpha finite and > 0, at least one module. */
+int stage_lora_check(const stage_lora *l, char *err, size_t errlen);
+/* stage_create with adapters (lora NULL: stage_create itself). */
+int stage_create_lora(stage **out, const llama_config *cfg, int layer_begin, int layer_end,
+                      bool first, bool last, int B, int T, int slots, const stage_lora *lora,
+                      char *err, size_t errlen);
+/* stage_memory_bytes of a stage with adapters (lora NULL: the same figure):
+ * the frozen base (fp32, or NF4 matrices at nf4_bytes), the adapters with
+ * gradients and both moments, activations and the adapters' scratch. */
+double stage_lora_memory_bytes(const llama_config *cfg, int layer_begin, int layer_end,
+                               bool first, bool last, int B, int T, int slots,
+                               const stage_lora *lora);
+/* The stage's adapter config, or NULL for a stage whose every tensor trains. */
+const stage_lora *stage_lora_config(const stage *s);
+/* A as torch.nn.init.kaiming_uniform_(A, a=sqrt(5)) does (uniform in
+ * +-1/sqrt(in), PEFT's reset_lora_parameters), drawn from (seed, PEFT name)
+ * alone, so any split initialises alike; B zero. */
+void stage_init_adapters(stage *s, uint64_t seed);
+/* Every adapter from f by its PEFT name (err names a missing one). */
+int stage_load_adapters(stage *s, const safetensors_file *f, char *err, size_t errlen);
+/* The frozen base's tensors (HF names, model order); numel 0 entries have
+ * no fp32 data (NF4 matrices). The stage is not a LoRA stage: 0. */
+int stage_frozen_count(const stage *s);
+const stage_param *stage_frozen_at(const stage *s, int i);
+bool stage_frozen_is_nf4(const stage *s, int i);
+/* fp32 data of frozen tensor i, NULL for an NF4 one. */
+float *stage_frozen_data(stage *s, int i);
+/* Sets frozen tensor i from fp32 values (n of them): copied, or quantized
+ * to NF4 (a scratch of its blocks is allocated for the call). */
+int stage_frozen_write(stage *s, int i, const float *w, size_t n, char *err, size_t errlen);
+/* Bytes the frozen base holds (fp32 tensors and NF4 buffers). */
+double stage_frozen_bytes(const stage *s);
+
 /* Pointer to the parameter `name` in the stage's buffer, or NULL. */
 float *stage_param_data(stage *s, const char *name);
 
@@ -334,8 +393,10 @@ float *stage_param_data(stage *s, const char *name);
  * tensor's weights and both AdamW moments by HF name, and every tensor of
  * a range of decoder layers in one file. */
 typedef enum { STAGE_WEIGHTS = 0, STAGE_MOMENT1 = 1, STAGE_MOMENT2 = 2 } stage_buffer;
-/* The decoder layer of an HF tensor name (model.layers.L....), or -1 (the
- * embedding, the final norm, the head). */
+/* The decoder layer of an HF tensor name (model.layers.L....) or of an
+ * adapter's (base_model.model.model.layers.L....), or -1 (the embedding,
+ * the final norm, the head). With adapters, the stage's tensors are the
+ * adapters alone (the frozen base is not moved: every holder loads it). */
 int stage_tensor_layer(const char *name);
 /* Copies the n floats of tensor `name` of buffer b out of the stage, or
  * into it. -1 (err names the tensor) when the stage does not hold it or n

@@ -6,8 +6,8 @@
  * Parameters live in one flat buffer laid out by the table of HF tensors;
  * q/k/v and gate/up are adjacent there, so each pair or triple is one GEMM.
  * Activations live in one arena carved once by stage_layout. */
-#include "model.h"
 #include "model_util.h"
+#include "stage_internal.h"
 
 #include "kernels.h"
 
@@ -19,62 +19,9 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef struct {
-    float *ln1, *wqkv, *wo, *ln2, *wgu, *wdown;
-} layer_weights;
-
-typedef struct {
-    float *res_in;     /* [N,C] layer input (the residual stream) */
-    float *ln1;        /* [N,C] */
-    float *rstd1;      /* [N] */
-    float *qkv;        /* [N,QKV] after RoPE */
-    float *att;        /* [B,NH,T,T] */
-    float *atty;       /* [N,C] attention output before o_proj */
-    float *mid;        /* [N,C] residual after attention */
-    float *ln2;        /* [N,C] */
-    float *rstd2;      /* [N] */
-    float *gu;         /* [N,2F] */
-    float *h;          /* [N,F] */
-} layer_acts;
-
-/* Everything one in-flight micro-batch keeps from its forward for its
- * backward. A pipeline stage has as many slots as its schedule keeps
- * micro-batches in flight (1F1B: p - s). */
-typedef struct {
-    layer_acts *acts;                  /* [nl] */
-    float *out;                        /* [N,C] stage output (residual after last layer) */
-    float *lnf_out, *rstdf, *logits, *losses;
-    int32_t *ids, *labels;             /* copies for the backward */
-} slot_acts;
-
-struct stage {
-    llama_config cfg;
-    int l0, l1, nl, B, T, N, QKV;
-    bool first, last;
-
-    stage_param *table;
-    int ntable;
-    size_t nparams;
-    float *params, *grads, *m, *v;
-    layer_weights *w, *dw;             /* [nl] views into params / grads */
-    float *wte, *dwte, *lnf, *dlnf, *head, *dhead;
-    /* A stage holding both ends of a tied model accumulates the head's
-     * gradient apart and adds it to the embedding's in stage_sum_tied_grads,
-     * in the order a split chain does, so results do not depend on cuts. */
-    float *dhead_apart;
-
-    float *arena;                      /* every activation and scratch buffer */
-    slot_acts *slots;                  /* [nslots]: micro-batches in flight */
-    int nslots;
-    float *dres, *dln, *dqkv, *datty, *dgu, *dh;
-    float *att_scratch;
-    int nscratch;
-    float *rope_cos, *rope_sin;        /* [T, HD/2] */
-};
-
 /* ---- parameter table ------------------------------------------------------ */
 
-static void table_add(stage *s, const char *name, int64_t d0, int64_t d1)
+void stage_table_add(stage *s, const char *name, int64_t d0, int64_t d1)
 {
     stage_param *p = &s->table[s->ntable++];
     snprintf(p->name, sizeof p->name, "%s", name);
@@ -89,13 +36,13 @@ static void table_add(stage *s, const char *name, int64_t d0, int64_t d1)
 }
 
 /* The order here is the buffer order: q,k,v and gate,up must stay adjacent. */
-static void build_table(stage *s)
+void stage_build_table(stage *s)
 {
     const llama_config *c = &s->cfg;
     int C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
     int KVD = c->num_key_value_heads * c->head_dim;
     char name[80];
-    if (s->first) table_add(s, "model.embed_tokens.weight", V, C);
+    if (s->first) stage_table_add(s, "model.embed_tokens.weight", V, C);
     for (int l = s->l0; l < s->l1; l++) {
         static const struct { const char *suffix; int kind; } parts[] = {
             {"input_layernorm.weight", 0}, {"self_attn.q_proj.weight", 1},
@@ -106,20 +53,20 @@ static void build_table(stage *s)
         for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
             snprintf(name, sizeof name, "model.layers.%d.%s", l, parts[i].suffix);
             switch (parts[i].kind) {
-            case 0: table_add(s, name, C, 0); break;
-            case 1: table_add(s, name, C, C); break;
-            case 2: table_add(s, name, KVD, C); break;
-            case 3: table_add(s, name, F, C); break;
-            default: table_add(s, name, C, F); break;
+            case 0: stage_table_add(s, name, C, 0); break;
+            case 1: stage_table_add(s, name, C, C); break;
+            case 2: stage_table_add(s, name, KVD, C); break;
+            case 3: stage_table_add(s, name, F, C); break;
+            default: stage_table_add(s, name, C, F); break;
             }
         }
     }
     if (s->last) {
-        table_add(s, "model.norm.weight", C, 0);
+        stage_table_add(s, "model.norm.weight", C, 0);
         if (!c->tie_word_embeddings) {
-            table_add(s, "lm_head.weight", V, C);
+            stage_table_add(s, "lm_head.weight", V, C);
         } else if (!s->first) {
-            table_add(s, "model.embed_tokens.weight", V, C);
+            stage_table_add(s, "model.embed_tokens.weight", V, C);
             s->table[s->ntable - 1].tied_copy = true;
         }
     }
@@ -206,7 +153,7 @@ static size_t stage_layout(stage *s, float *base, double *total)
     return used;
 }
 
-static float *alloc_floats(size_t n)
+float *stage_alloc_floats(size_t n)
 {
     size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
     float *p = aligned_alloc(64, bytes ? bytes : 64);
@@ -214,26 +161,19 @@ static float *alloc_floats(size_t n)
     return p;
 }
 
-static int stage_threads(void)
+int stage_threads(void)
 {
     return omp_get_max_threads() > omp_get_num_procs() ? omp_get_max_threads()
                                                        : omp_get_num_procs();
 }
 
-double stage_memory_bytes(const llama_config *cfg, int layer_begin, int layer_end, bool first,
-                          bool last, int B, int T, int slots)
+double stage_act_bytes(const llama_config *cfg, int layer_begin, int layer_end, bool first,
+                       bool last, int B, int T, int slots)
 {
-    double C = cfg->hidden_size, F = cfg->intermediate_size, V = cfg->vocab_size;
-    double KVD = (double)cfg->num_key_value_heads * cfg->head_dim;
+    (void)first;
     double nl = layer_end > layer_begin ? layer_end - layer_begin : 0;
-    /* The parameter table (build_table), each tensor 64-byte aligned. */
-    double params = nl * (2 * C + 2 * C * C + 2 * KVD * C + 3 * F * C);
-    if (first) params += V * C;
-    if (last) params += C + (cfg->tie_word_embeddings && first ? 0 : V * C);
-    /* params, grads and two moments; a tied head kept apart; the table, the
-     * slots' ids and labels, and every activation (stage_layout). */
-    double bytes = 4 * params * sizeof(float) + (nl * 9 + 3) * sizeof(stage_param);
-    if (first && last && cfg->tie_word_embeddings) bytes += V * C * sizeof(float);
+    /* the table, the slots' ids and labels, and every activation (stage_layout) */
+    double bytes = (nl * 9 + 3) * sizeof(stage_param);
     bytes += (double)slots * ((double)B * T * 2 * sizeof(int32_t) + (nl + 1) * sizeof(layer_acts));
     stage probe;
     memset(&probe, 0, sizeof probe);
@@ -253,6 +193,22 @@ double stage_memory_bytes(const llama_config *cfg, int layer_begin, int layer_en
     stage_layout(&probe, NULL, &acts);
     if (N > 1e9) acts *= N / 1e9;
     return bytes + acts * sizeof(float);
+}
+
+double stage_memory_bytes(const llama_config *cfg, int layer_begin, int layer_end, bool first,
+                          bool last, int B, int T, int slots)
+{
+    double C = cfg->hidden_size, F = cfg->intermediate_size, V = cfg->vocab_size;
+    double KVD = (double)cfg->num_key_value_heads * cfg->head_dim;
+    double nl = layer_end > layer_begin ? layer_end - layer_begin : 0;
+    /* The parameter table (build_table), each tensor 64-byte aligned. */
+    double params = nl * (2 * C + 2 * C * C + 2 * KVD * C + 3 * F * C);
+    if (first) params += V * C;
+    if (last) params += C + (cfg->tie_word_embeddings && first ? 0 : V * C);
+    /* params, grads and two moments; a tied head kept apart */
+    double bytes = 4 * params * sizeof(float);
+    if (first && last && cfg->tie_word_embeddings) bytes += V * C * sizeof(float);
+    return bytes + stage_act_bytes(cfg, layer_begin, layer_end, first, last, B, T, slots);
 }
 
 /* Physical memory of this machine in bytes, or 0 if the system does not say. */
@@ -279,6 +235,14 @@ static void bytes_text(double b, char *out, size_t len)
 int stage_create(stage **out, const llama_config *cfg, int layer_begin, int layer_end,
                  bool first, bool last, int B, int T, int slots, char *err, size_t errlen)
 {
+    return stage_create_lora(out, cfg, layer_begin, layer_end, first, last, B, T, slots, NULL,
+                             err, errlen);
+}
+
+int stage_create_lora(stage **out, const llama_config *cfg, int layer_begin, int layer_end,
+                      bool first, bool last, int B, int T, int slots, const stage_lora *lora,
+                      char *err, size_t errlen)
+{
     *out = NULL;
     int L = cfg->num_hidden_layers;
     if (layer_begin < 0 || layer_end > L || layer_begin > layer_end)
@@ -301,7 +265,9 @@ int stage_create(stage **out, const llama_config *cfg, int layer_begin, int laye
     /* What the stage will allocate, before any of it is: an absurd config
      * (a million layers, sequences of 65536 in micro-batches of 64) is
      * refused with the figure instead of failing somewhere in the middle. */
-    double need = stage_memory_bytes(cfg, layer_begin, layer_end, first, last, B, T, slots);
+    if (lora && stage_lora_check(lora, err, errlen)) return -1;
+    double need = stage_lora_memory_bytes(cfg, layer_begin, layer_end, first, last, B, T,
+                                          slots, lora);
     double have = machine_memory();
     if ((have > 0 && need > have) || need > 0x1p62) {
         char needs[32], has[32];
@@ -341,18 +307,25 @@ int stage_create(stage **out, const llama_config *cfg, int layer_begin, int laye
         sl->labels = calloc((size_t)s->N, sizeof *sl->labels);
         if (!sl->acts || !sl->ids || !sl->labels) goto oom;
     }
-    build_table(s);
-    s->params = alloc_floats(s->nparams);
-    s->grads = alloc_floats(s->nparams);
-    s->m = alloc_floats(s->nparams);
-    s->v = alloc_floats(s->nparams);
-    s->arena = alloc_floats(stage_layout(s, NULL, NULL));
+    stage_build_table(s);
+    if (lora && stage_lora_setup(s, lora, err, errlen)) {
+        stage_free(s);
+        return -1;
+    }
+    s->params = stage_alloc_floats(s->nparams);
+    s->grads = stage_alloc_floats(s->nparams);
+    s->m = stage_alloc_floats(s->nparams);
+    s->v = stage_alloc_floats(s->nparams);
+    s->arena = stage_alloc_floats(stage_layout(s, NULL, NULL));
     if (!s->params || !s->grads || !s->m || !s->v || !s->arena) goto oom;
     stage_layout(s, s->arena, NULL);
-    bind_views(s, s->params, s->w, &s->wte, &s->lnf, &s->head);
-    bind_views(s, s->grads, s->dw, &s->dwte, &s->dlnf, &s->dhead);
-    if (first && last && cfg->tie_word_embeddings) {
-        s->dhead_apart = alloc_floats((size_t)cfg->vocab_size * cfg->hidden_size);
+    if (lora) stage_lora_bind(s);
+    if (!lora) {
+        bind_views(s, s->params, s->w, &s->wte, &s->lnf, &s->head);
+        bind_views(s, s->grads, s->dw, &s->dwte, &s->dlnf, &s->dhead);
+    }
+    if (!lora && first && last && cfg->tie_word_embeddings) {
+        s->dhead_apart = stage_alloc_floats((size_t)cfg->vocab_size * cfg->hidden_size);
         if (!s->dhead_apart) goto oom;
         s->dhead = s->dhead_apart;
     }
@@ -383,6 +356,7 @@ void stage_free(stage *s)
     free(s->v);
     free(s->arena);
     free(s->dhead_apart);
+    stage_lora_free(s);
     free(s);
 }
 
@@ -410,6 +384,7 @@ const float *stage_token_losses(const stage *s, int slot) { return s->slots[slot
 void stage_zero_grads(stage *s)
 {
     kernels_zero(s->grads, s->nparams);
+    if (s->lora) stage_lora_zero(s);
     if (s->dhead_apart)
         kernels_zero(s->dhead_apart, (size_t)s->cfg.vocab_size * s->cfg.hidden_size);
 }
@@ -424,7 +399,7 @@ void stage_sum_tied_grads(stage *s)
 
 /* ---- initialisation and loading ------------------------------------------- */
 
-static uint64_t splitmix64(uint64_t *x)
+uint64_t stage_splitmix64(uint64_t *x)
 {
     uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -432,35 +407,44 @@ static uint64_t splitmix64(uint64_t *x)
     return z ^ (z >> 31);
 }
 
-static uint64_t fnv1a(const char *str)
+uint64_t stage_fnv1a(const char *str)
 {
     uint64_t h = 0xcbf29ce484222325ull;
     for (; *str; str++) h = (h ^ (uint8_t)*str) * 0x100000001b3ull;
     return h;
 }
 
+void stage_fill_init(float *x, size_t numel, int ndim, const char *name, uint64_t seed)
+{
+    if (ndim == 1) {
+        for (size_t j = 0; j < numel; j++) x[j] = 1.0f;
+        return;
+    }
+    uint64_t state = seed ^ stage_fnv1a(name);
+    for (size_t j = 0; j < numel; j += 2) { /* Box-Muller, two at a time */
+        double u1 = ((double)(stage_splitmix64(&state) >> 11) + 1.0) * 0x1.0p-53;
+        double u2 = (double)(stage_splitmix64(&state) >> 11) * 0x1.0p-53;
+        double r = sqrt(-2.0 * log(u1)) * 0.02;
+        x[j] = (float)(r * cos(6.283185307179586 * u2));
+        if (j + 1 < numel) x[j + 1] = (float)(r * sin(6.283185307179586 * u2));
+    }
+}
+
 void stage_init_weights(stage *s, uint64_t seed)
 {
+    if (s->lora) {
+        stage_lora_init(s, seed);
+        return;
+    }
     for (int i = 0; i < s->ntable; i++) {
         const stage_param *p = &s->table[i];
-        float *x = s->params + p->offset;
-        if (p->ndim == 1) {
-            for (size_t j = 0; j < p->numel; j++) x[j] = 1.0f;
-            continue;
-        }
-        uint64_t state = seed ^ fnv1a(p->name);
-        for (size_t j = 0; j < p->numel; j += 2) { /* Box-Muller, two at a time */
-            double u1 = ((double)(splitmix64(&state) >> 11) + 1.0) * 0x1.0p-53;
-            double u2 = (double)(splitmix64(&state) >> 11) * 0x1.0p-53;
-            double r = sqrt(-2.0 * log(u1)) * 0.02;
-            x[j] = (float)(r * cos(6.283185307179586 * u2));
-            if (j + 1 < p->numel) x[j + 1] = (float)(r * sin(6.283185307179586 * u2));
-        }
+        stage_fill_init(s->params + p->offset, p->numel, p->ndim, p->name, seed);
     }
 }
 
 int stage_load_weights(stage *s, const safetensors_file *f, char *err, size_t errlen)
 {
+    if (s->lora) return stage_lora_load(s, f, err, errlen);
     for (int i = 0; i < s->ntable; i++) {
         const stage_param *p = &s->table[i];
         if (safetensors_read_f32(f, p->name, p->ndim, p->shape, s->params + p->offset, err,
@@ -472,6 +456,27 @@ int stage_load_weights(stage *s, const safetensors_file *f, char *err, size_t er
 
 /* ---- forward ---------------------------------------------------------------- */
 
+/* The layer's products: out (=|+=) inp W^T; with adapters, through
+ * stage_lora.c (frozen base, maybe NF4, plus the adapters). */
+static void proj_forward(stage *s, slot_acts *sl, int l, int g, float *out, const float *inp,
+                         const float *w, int IC, int OC, int accumulate)
+{
+    if (s->lora)
+        stage_lora_forward(s, (int)(sl - s->slots), l, g, out, inp, accumulate);
+    else
+        matmul_forward(out, inp, w, s->N, IC, OC, accumulate);
+}
+
+/* dinp += dout W, and W's gradient (or the adapters'). */
+static void proj_backward(stage *s, slot_acts *sl, int l, int g, float *dinp, float *dw,
+                          const float *dout, const float *inp, const float *w, int IC, int OC)
+{
+    if (s->lora)
+        stage_lora_backward(s, (int)(sl - s->slots), l, g, dinp, dout, inp);
+    else
+        matmul_backward(dinp, dw, dout, inp, w, s->N, IC, OC);
+}
+
 static void layer_forward(stage *s, slot_acts *sl, int l)
 {
     const llama_config *c = &s->cfg;
@@ -482,17 +487,17 @@ static void layer_forward(stage *s, slot_acts *sl, int l)
     float *res_out = l + 1 < s->nl ? sl->acts[l + 1].res_in : sl->out;
 
     rmsnorm_forward(a->ln1, a->rstd1, a->res_in, w->ln1, N, C, c->rms_norm_eps);
-    matmul_forward(a->qkv, a->ln1, w->wqkv, N, C, s->QKV, 0);
+    proj_forward(s, sl, l, STAGE_G_QKV, a->qkv, a->ln1, w->wqkv, C, s->QKV, 0);
     rope_forward(a->qkv, s->rope_cos, s->rope_sin, N, s->T, NH, HD, s->QKV);
     rope_forward(a->qkv + NH * HD, s->rope_cos, s->rope_sin, N, s->T, NKV, HD, s->QKV);
     attention_forward(a->atty, a->att, a->qkv, s->B, s->T, NH, NKV, HD);
     memcpy(a->mid, a->res_in, (size_t)N * C * sizeof(float));
-    matmul_forward(a->mid, a->atty, w->wo, N, C, C, 1);
+    proj_forward(s, sl, l, STAGE_G_O, a->mid, a->atty, w->wo, C, C, 1);
     rmsnorm_forward(a->ln2, a->rstd2, a->mid, w->ln2, N, C, c->rms_norm_eps);
-    matmul_forward(a->gu, a->ln2, w->wgu, N, C, 2 * F, 0);
+    proj_forward(s, sl, l, STAGE_G_GU, a->gu, a->ln2, w->wgu, C, 2 * F, 0);
     swiglu_forward(a->h, a->gu, N, F);
     memcpy(res_out, a->mid, (size_t)N * C * sizeof(float));
-    matmul_forward(res_out, a->h, w->wdown, N, F, C, 1);
+    proj_forward(s, sl, l, STAGE_G_DOWN, res_out, a->h, w->wdown, F, C, 1);
 }
 
 /* ids/labels are checked here, once, so kernels can index without checks. */
@@ -555,23 +560,23 @@ static void layer_backward(stage *s, slot_acts *sl, int l)
 
     /* MLP: res_out = mid + down(swiglu(gate_up(rmsnorm(mid)))) */
     kernels_zero(s->dh, (size_t)N * F);
-    matmul_backward(s->dh, dw->wdown, s->dres, a->h, w->wdown, N, F, C);
+    proj_backward(s, sl, l, STAGE_G_DOWN, s->dh, dw->wdown, s->dres, a->h, w->wdown, F, C);
     kernels_zero(s->dgu, (size_t)N * 2 * F);
     swiglu_backward(s->dgu, s->dh, a->gu, N, F);
     kernels_zero(s->dln, (size_t)N * C);
-    matmul_backward(s->dln, dw->wgu, s->dgu, a->ln2, w->wgu, N, C, 2 * F);
+    proj_backward(s, sl, l, STAGE_G_GU, s->dln, dw->wgu, s->dgu, a->ln2, w->wgu, C, 2 * F);
     rmsnorm_backward(s->dres, dw->ln2, s->dln, a->mid, w->ln2, a->rstd2, N, C);
 
     /* attention: mid = res_in + o(attn(rope(qkv(rmsnorm(res_in))))) */
     kernels_zero(s->datty, (size_t)N * C);
-    matmul_backward(s->datty, dw->wo, s->dres, a->atty, w->wo, N, C, C);
+    proj_backward(s, sl, l, STAGE_G_O, s->datty, dw->wo, s->dres, a->atty, w->wo, C, C);
     kernels_zero(s->dqkv, (size_t)N * s->QKV);
     attention_backward(s->dqkv, s->datty, a->qkv, a->att, s->att_scratch, s->nscratch, s->B,
                        s->T, NH, NKV, HD);
     rope_backward(s->dqkv, s->rope_cos, s->rope_sin, N, s->T, NH, HD, s->QKV);
     rope_backward(s->dqkv + NH * HD, s->rope_cos, s->rope_sin, N, s->T, NKV, HD, s->QKV);
     kernels_zero(s->dln, (size_t)N * C);
-    matmul_backward(s->dln, dw->wqkv, s->dqkv, a->ln1, w->wqkv, N, C, s->QKV);
+    proj_backward(s, sl, l, STAGE_G_QKV, s->dln, dw->wqkv, s->dqkv, a->ln1, w->wqkv, C, s->QKV);
     rmsnorm_backward(s->dres, dw->ln1, s->dln, a->res_in, w->ln1, a->rstd1, N, C);
 }
 
@@ -589,7 +594,7 @@ void stage_backward(stage *s, int slot, const float *dout, float loss_scale)
         memcpy(s->dres, dout, (size_t)N * C * sizeof(float));
     }
     for (int l = s->nl - 1; l >= 0; l--) layer_backward(s, sl, l);
-    if (s->first) embedding_backward(s->dwte, s->dres, sl->ids, N, C);
+    if (s->first && s->dwte) embedding_backward(s->dwte, s->dres, sl->ids, N, C);
 }
 
 /* ---- optimizer ------------------------------------------------------------- */

@@ -17,7 +17,9 @@ static float *buffer_of(stage *s, stage_buffer b)
 
 int stage_tensor_layer(const char *name)
 {
-    static const char prefix[] = "model.layers.";
+    static const char prefix[] = "model.layers.", peft[] = "base_model.model.";
+    /* an adapter, as PEFT names it: base_model.model.model.layers.L.... */
+    if (strncmp(name, peft, sizeof peft - 1) == 0) name += sizeof peft - 1;
     if (strncmp(name, prefix, sizeof prefix - 1) != 0) return -1;
     const char *p = name + sizeof prefix - 1;
     char *end;
