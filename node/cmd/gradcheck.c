@@ -5,7 +5,15 @@
  * stage_init_weights(SEED) and a batch of B x T random tokens (every 7th
  * label ignored) from the same seed, so that two runs that differ only in
  * --threads (or OPENBLAS_CORETYPE) can be compared bit for bit with cmp(1)
- * without any other program (tests/CMakeLists.txt, numerics.coretype.*). */
+ * without any other program (tests/CMakeLists.txt, numerics.coretype.*).
+ *
+ * --lora R,ALPHA,MODULES[,rslora] (MODULES: q_proj:v_proj:..., or all) makes
+ * every stage a frozen base with adapters (--nf4: its layer matrices in
+ * NF4, quantized from the weights); the gradients written are then the
+ * adapters' (PEFT names), which --weights must hold beside the base (with
+ * --random: the seeded init, B zero). --input-grads adds the gradient of
+ * each stage's input but the first's, as input_grad.layer.L [B*T, C]
+ * (L the stage's first layer). */
 #include "commands.h"
 #include "runtime.h"
 
@@ -46,12 +54,16 @@ static int read_batch(const safetensors_file *f, int32_t **ids, int32_t **labels
 
 /* Collects loss and one gradient per distinct parameter name, in model
  * order; tied copies were already summed by chain_sum_tied_grads. */
-static int write_grads(chain *c, const char *path, float loss, char *err, size_t errlen)
+static int write_grads(chain *c, const char *path, float loss, bool input_grads, char *err,
+                       size_t errlen)
 {
-    int cap = 1;
+    int cap = 1 + c->plan.nstages;
+    char (*names)[48] = calloc((size_t)c->plan.nstages + 1, sizeof *names);
     for (int i = 0; i < c->plan.nstages; i++) cap += stage_param_count(c->stages[i]);
     safetensors_entry *e = calloc((size_t)cap, sizeof *e);
-    if (!e) {
+    if (!e || !names) {
+        free(e);
+        free(names);
         snprintf(err, errlen, "%s: out of memory", path);
         return -1;
     }
@@ -70,9 +82,16 @@ static int write_grads(chain *c, const char *path, float loss, char *err, size_t
             x->shape[1] = p->shape[1];
             x->data = stage_grads(s) + p->offset;
         }
+        if (input_grads && i > 0) {
+            snprintf(names[i], sizeof names[i], "input_grad.layer.%d", c->plan.begin[i]);
+            e[n++] = (safetensors_entry){names[i], SAFETENSORS_F32, 2,
+                                         {(int64_t)c->B * c->T, c->cfg.hidden_size},
+                                         stage_input_grad(s)};
+        }
     }
     int rc = safetensors_write(path, e, n, err, errlen);
     free(e);
+    free(names);
     return rc;
 }
 
@@ -92,6 +111,40 @@ static int parse_random(const char *s, int *B, int *T, uint64_t *seed, char *err
     *T = (int)t;
     *seed = (uint64_t)sd;
     return 0;
+}
+
+/* "R,ALPHA,MODULES[,rslora]" */
+static int parse_lora(const char *s, bool nf4, stage_lora *l, char *err, size_t errlen)
+{
+    char mods[256], tail[16] = "";
+    int r;
+    double alpha;
+    memset(l, 0, sizeof *l);
+    int got = sscanf(s, "%d,%lf,%255[a-z_:],%15s", &r, &alpha, mods, tail);
+    if (got < 3 || (got == 4 && strcmp(tail, "rslora") != 0)) {
+        snprintf(err, errlen, "--lora: expected R,ALPHA,MODULES[,rslora] (MODULES q_proj:v_proj:... "
+                 "or all), got '%s'", s);
+        return -1;
+    }
+    l->r = r;
+    l->alpha = alpha;
+    l->use_rslora = got == 4;
+    l->nf4 = nf4;
+    char *save, *tok = strtok_r(mods, ":", &save);
+    for (; tok; tok = strtok_r(NULL, ":", &save)) {
+        int m = 0;
+        if (strcmp(tok, "all") == 0) {
+            l->modules = (1u << STAGE_LORA_MODULES) - 1;
+            continue;
+        }
+        while (m < STAGE_LORA_MODULES && strcmp(stage_lora_module_name(m), tok) != 0) m++;
+        if (m == STAGE_LORA_MODULES) {
+            snprintf(err, errlen, "--lora: %s is not a module (q_proj ... down_proj)", tok);
+            return -1;
+        }
+        l->modules |= 1u << m;
+    }
+    return stage_lora_check(l, err, errlen);
 }
 
 static int random_batch(int32_t **ids, int32_t **labels, int B, int T, int V, uint64_t seed,
@@ -118,12 +171,15 @@ static int random_batch(int32_t **ids, int32_t **labels, int B, int T, int V, ui
 int cmd_gradcheck(int argc, char **argv)
 {
     const char *config = NULL, *weights = NULL, *batch = NULL, *out = NULL, *split = NULL,
-               *threads = NULL, *random = NULL;
+               *threads = NULL, *random = NULL, *lora_arg = NULL;
+    bool nf4 = false, input_grads = false;
     const args_option opts[] = {
         {"--random", &random, NULL},
         {"--config", &config, NULL}, {"--weights", &weights, NULL},
         {"--batch", &batch, NULL},   {"--out", &out, NULL},
         {"--split", &split, NULL},   {"--threads", &threads, NULL},
+        {"--lora", &lora_arg, NULL}, {"--nf4", NULL, &nf4},
+        {"--input-grads", NULL, &input_grads},
     };
     const char *where = "";
     const char *required[] = {"--config", "--out", NULL};
@@ -138,6 +194,7 @@ int cmd_gradcheck(int argc, char **argv)
     long nthreads = 0;
     double loss = 0;
     uint64_t seed = 0;
+    stage_lora lora;
 
     if (args_parse(argc, argv, 2, opts, nopts, err, sizeof err) ||
         args_require(opts, nopts, required, err, sizeof err))
@@ -165,11 +222,18 @@ int cmd_gradcheck(int argc, char **argv)
         if (safetensors_open(&bf, batch, err, sizeof err)) goto done;
         if (read_batch(bf, &ids, &labels, &B, &T, err, sizeof err)) goto done;
     }
-    if (chain_create(&c, &cfg, &plan, B, T, err, sizeof err)) goto done;
+    if (nf4 && !lora_arg) {
+        snprintf(err, sizeof err, "--nf4 needs --lora: an NF4 base is frozen");
+        goto done;
+    }
+    if (lora_arg && parse_lora(lora_arg, nf4, &lora, err, sizeof err)) goto done;
+    if (chain_create_lora(&c, &cfg, &plan, B, T, lora_arg ? &lora : NULL, err, sizeof err))
+        goto done;
     for (int i = 0; i < plan.nstages; i++) {
         if (random)
             stage_init_weights(c.stages[i], seed);
-        else if (stage_load_weights(c.stages[i], wf, err, sizeof err))
+        else if (stage_load_weights(c.stages[i], wf, err, sizeof err) ||
+                 (lora_arg && stage_load_adapters(c.stages[i], wf, err, sizeof err)))
             goto done;
     }
     for (int i = 0; i < plan.nstages; i++) stage_zero_grads(c.stages[i]);
@@ -179,7 +243,7 @@ int cmd_gradcheck(int argc, char **argv)
         goto done;
     }
     chain_sum_tied_grads(&c);
-    if (write_grads(&c, out, (float)(loss / kept), err, sizeof err)) goto done;
+    if (write_grads(&c, out, (float)(loss / kept), input_grads, err, sizeof err)) goto done;
     rc = 0;
 done:
     if (rc) fprintf(stderr, "shardnode gradcheck: %s%s%s\n", where, *where ? ": " : "", err);

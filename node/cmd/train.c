@@ -96,7 +96,8 @@ static int trainer_open_data(trainer *t, bool with_model, char *err, size_t errl
     split_plan plan;
     split_parse(&plan, NULL, t->cfg.num_hidden_layers, "--split", err, errlen);
     if (with_model &&
-        chain_create(&t->chain, &t->cfg, &plan, j->micro_batch, j->seq_len, err, errlen))
+        chain_create_lora(&t->chain, &t->cfg, &plan, j->micro_batch, j->seq_len, job_lora(j), err,
+                          errlen))
         return -1;
     t->nmicro = j->batch / j->micro_batch;
     t->rows = j->micro_batch * j->seq_len;
@@ -122,29 +123,21 @@ static void trainer_close(trainer *t)
     job_free(&t->job);
 }
 
-/* Initial weights: the checkpoint, else the job's init_weights, else the
- * seeded initialisation. Returns the number of completed steps. */
+/* Initial weights: the job's (base model, init_weights or the seeded
+ * initialisation; adapters with lora), then the checkpoint over them when
+ * resuming (with lora it holds only the adapters and their moments).
+ * Returns the number of completed steps. */
 static int trainer_start(trainer *t, bool resume, long *start, char *err, size_t errlen)
 {
     *start = 0;
-    if (resume) {
-        if (access(t->ckpt_path, F_OK) != 0) {
-            snprintf(err, errlen, "%.900s: no checkpoint to resume from", t->ckpt_path);
-            return -1;
-        }
-        return checkpoint_load(t->ckpt_path, &t->chain, &t->job, start, err, errlen);
+    if (resume && access(t->ckpt_path, F_OK) != 0) {
+        snprintf(err, errlen, "%.900s: no checkpoint to resume from", t->ckpt_path);
+        return -1;
     }
-    if (t->job.init_weights) {
-        safetensors_file *f;
-        if (safetensors_open(&f, t->job.init_weights, err, errlen)) return -1;
-        int rc = 0;
-        for (int i = 0; i < t->chain.plan.nstages && !rc; i++)
-            rc = stage_load_weights(t->chain.stages[i], f, err, errlen);
-        safetensors_close(f);
-        return rc;
-    }
-    for (int i = 0; i < t->chain.plan.nstages; i++)
-        stage_init_weights(t->chain.stages[i], t->job.seed);
+    if (!resume || t->job.has_lora)
+        for (int i = 0; i < t->chain.plan.nstages; i++)
+            if (job_init_stage(&t->job, &t->cfg, t->chain.stages[i], err, errlen)) return -1;
+    if (resume) return checkpoint_load(t->ckpt_path, &t->chain, &t->job, start, err, errlen);
     return 0;
 }
 
@@ -219,7 +212,9 @@ static void format_eta(double seconds, char *buf, size_t len)
 static int write_outputs(trainer *t, char *err, size_t errlen)
 {
     char path[4096];
-    out_path(t, "model.safetensors", path, sizeof path);
+    /* with lora, the adapters alone under PEFT's names */
+    out_path(t, t->job.has_lora ? "adapter_model.safetensors" : "model.safetensors", path,
+             sizeof path);
     if (checkpoint_export(path, &t->chain, err, errlen)) return -1;
     out_path(t, "config.json", path, sizeof path);
     if (llama_config_save(&t->cfg, path, err, errlen)) return -1;
@@ -243,10 +238,11 @@ static int run(trainer *t, long stop, bool resume, const char *metrics_path, cha
         return -1;
     }
     if (stop <= 0) stop = j->steps;
-    printf("train: %s: %d layers, hidden %d, %.2fM parameters; %lld training tokens, "
+    printf("train: %s: %d layers, hidden %d, %.2fM %sparameters; %lld training tokens, "
            "batch %d x %d, %ld steps%s\n",
            j->config, t->cfg.num_hidden_layers, t->cfg.hidden_size,
            1e-6 * (double)stage_num_params(t->chain.stages[0]),
+           j->has_lora ? (j->base_nf4 ? "LoRA (NF4 base) " : "LoRA ") : "",
            (long long)data_train_tokens(t->data), j->batch, j->seq_len, j->steps,
            step ? " (resumed)" : "");
     if (step) printf("train: resuming after step %ld from %s\n", step, t->ckpt_path);
@@ -290,7 +286,8 @@ static int run(trainer *t, long stop, bool resume, const char *metrics_path, cha
     if (t->tty) printf("\n");
     if (step == j->steps) {
         if (write_outputs(t, err, errlen)) return -1;
-        printf("train: wrote %s/model.safetensors, config.json, tokenizer.json\n", j->out_dir);
+        printf("train: wrote %s/%s, config.json, tokenizer.json\n", j->out_dir,
+               j->has_lora ? "adapter_model.safetensors" : "model.safetensors");
     } else {
         printf("train: stopped after step %ld of %ld; continue with --resume\n", step,
                j->steps);

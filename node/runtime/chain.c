@@ -2,6 +2,7 @@
  * gradients between neighbours the way the pipeline does over the wire. */
 #include "runtime.h"
 
+#include "import.h"
 #include "kernels.h"
 
 #include <math.h>
@@ -11,14 +12,20 @@
 int chain_create(chain *c, const llama_config *cfg, const split_plan *plan, int B, int T,
                  char *err, size_t errlen)
 {
+    return chain_create_lora(c, cfg, plan, B, T, NULL, err, errlen);
+}
+
+int chain_create_lora(chain *c, const llama_config *cfg, const split_plan *plan, int B, int T,
+                      const stage_lora *lora, char *err, size_t errlen)
+{
     memset(c, 0, sizeof *c);
     c->cfg = *cfg;
     c->plan = *plan;
     c->B = B;
     c->T = T;
     for (int i = 0; i < plan->nstages; i++)
-        if (stage_create(&c->stages[i], cfg, plan->begin[i], plan->end[i], i == 0,
-                         i == plan->nstages - 1, B, T, 1, err, errlen)) {
+        if (stage_create_lora(&c->stages[i], cfg, plan->begin[i], plan->end[i], i == 0,
+                              i == plan->nstages - 1, B, T, 1, lora, err, errlen)) {
             chain_free(c);
             return -1;
         }
@@ -93,4 +100,35 @@ double chain_adamw_step(chain *c, const stage_adamw *opt, int t, double max_norm
     float scale = coef < 1.0 ? (float)coef : 1.0f;
     for (int i = 0; i < c->plan.nstages; i++) stage_adamw_step(c->stages[i], opt, t, scale);
     return norm;
+}
+
+int job_init_stage(const job_spec *j, const llama_config *cfg, stage *s, char *err,
+                   size_t errlen)
+{
+    int rc = 0;
+    if (j->base_model) {
+        hf_model *m;
+        if (hf_open(&m, j->base_model, err, errlen)) return -1;
+        char have[512], want[512];
+        checkpoint_config_string(hf_config(m), have, sizeof have);
+        checkpoint_config_string(cfg, want, sizeof want);
+        if (strcmp(have, want) != 0) {
+            snprintf(err, errlen, "%.900s: the base model's config.json is not the job's "
+                     "\"config\" (%.400s against %.400s)", j->base_model, have, want);
+            rc = -1;
+        } else {
+            rc = hf_load_stage(m, s, err, errlen);
+        }
+        hf_close(m);
+    } else if (j->init_weights) {
+        safetensors_file *f;
+        if (safetensors_open(&f, j->init_weights, err, errlen)) return -1;
+        rc = stage_load_weights(s, f, err, errlen);
+        safetensors_close(f);
+    } else {
+        stage_init_weights(s, j->seed);   /* with lora: the adapters too */
+        return 0;
+    }
+    if (rc == 0 && j->has_lora) stage_init_adapters(s, j->seed);
+    return rc;
 }

@@ -346,6 +346,7 @@ static int exchange_tied(engine *e, char *err, size_t errlen)
     for (int i = 0; i < stage_param_count(e->st); i++)
         if (strcmp(stage_param_at(e->st, i)->name, "model.embed_tokens.weight") == 0)
             p = stage_param_at(e->st, i);
+    if (!p) return 0;   /* a frozen embedding (lora): nothing to exchange, on either end */
     float *g = stage_grads(e->st) + p->offset;
     mesh_msg m = {0}, in;
     mesh_frame *f;
@@ -563,8 +564,9 @@ static int engine_open(engine *e, char *err, size_t errlen)
     }
     int n = sched_build(cl->policy, e->p, e->self, e->m, probe);
     e->nslots = sched_max_in_flight(probe, n);
-    if (stage_create(&e->st, e->cfg, me->begin, me->end, e->self == 0, e->self == e->p - 1,
-                     e->job->micro_batch, e->job->seq_len, e->nslots, err, errlen))
+    if (stage_create_lora(&e->st, e->cfg, me->begin, me->end, e->self == 0, e->self == e->p - 1,
+                          e->job->micro_batch, e->job->seq_len, e->nslots, job_lora(e->job),
+                          err, errlen))
         return -1;
     size_t act = (size_t)e->rows * e->cfg->hidden_size;
     e->ids = malloc((size_t)e->m * e->rows * sizeof *e->ids);
@@ -651,19 +653,6 @@ static void engine_close(engine *e)
     free(e->gradwire);
 }
 
-static int engine_init_weights(engine *e, char *err, size_t errlen)
-{
-    if (!e->job->init_weights) {
-        stage_init_weights(e->st, e->job->seed);
-        return 0;
-    }
-    safetensors_file *f;
-    if (safetensors_open(&f, e->job->init_weights, err, errlen)) return -1;
-    int rc = stage_load_weights(e->st, f, err, errlen);
-    safetensors_close(f);
-    return rc;
-}
-
 /* The stage as a one-stage chain, for checkpoint.c. */
 static chain one_stage(engine *e)
 {
@@ -703,6 +692,9 @@ int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
     int rc = -1;
     sched_op *ops = NULL;
     if (engine_open(e, err, errlen)) goto out;
+    /* a frozen base is not in the checkpoint: loaded first */
+    if ((!opt->resume || job->has_lora) && job_init_stage(job, cfg, e->st, err, errlen))
+        goto out;
     if (opt->resume) {
         chain c = one_stage(e);
         if (checkpoint_load(opt->resume, &c, job, &start, err, errlen)) goto out;
@@ -711,8 +703,6 @@ int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
                      opt->resume, start, stop);
             goto out;
         }
-    } else if (engine_init_weights(e, err, errlen)) {
-        goto out;
     }
     ops = malloc((size_t)2 * e->m * sizeof *ops);
     if (!ops) goto out;

@@ -167,17 +167,97 @@ static int parse_data(ctx *c, job_spec *j, json_t *data)
     return get_number(c, data, "val_fraction", 0.0, 0.5, &j->val_fraction);
 }
 
+/* "base": {"model": DIR, "quant": "nf4" | "none"} */
+static int parse_base(ctx *c, job_spec *j, json_t *base)
+{
+    static const char *const known[] = {"model", "quant", NULL};
+    if (!base || json_is_null(base)) return 0;
+    if (!json_is_object(base)) return key_error(c, "base", "must be an object");
+    if (check_keys(c, base, known) || get_string(c, base, "model", false, true, &j->base_model))
+        return -1;
+    char *quant = NULL;
+    if (get_string(c, base, "quant", false, false, &quant)) return -1;
+    if (quant && strcmp(quant, "nf4") == 0) {
+        j->base_nf4 = true;
+    } else if (quant && strcmp(quant, "none") != 0) {
+        free(quant);
+        return key_error(c, "quant", "must be \"nf4\" or \"none\"");
+    }
+    free(quant);
+    return 0;
+}
+
+/* "lora": PEFT's LoraConfig keys, strictly. */
+static int parse_lora(ctx *c, job_spec *j, json_t *lora)
+{
+    static const char *const known[] = {"r", "alpha", "dropout", "target_modules", "use_rslora",
+                                        NULL};
+    if (!lora || json_is_null(lora)) return 0;
+    if (!json_is_object(lora)) return key_error(c, "lora", "must be an object");
+    if (check_keys(c, lora, known)) return -1;
+    long r = 8;
+    j->lora.alpha = 8;   /* PEFT's LoraConfig defaults: r 8, lora_alpha 8 */
+    if (get_int(c, lora, "r", false, 1, 65536, &r) ||
+        get_number(c, lora, "alpha", 0.0, 1e9, &j->lora.alpha) ||
+        get_number(c, lora, "dropout", 0.0, 1.0, &j->lora_dropout))
+        return -1;
+    if (!(j->lora.alpha > 0)) return key_error(c, "alpha", "must be > 0");
+    if (j->lora_dropout != 0)
+        return key_error(c, "dropout", "is %g: only 0 is supported (LoRA dropout is not "
+                         "implemented yet)", j->lora_dropout);
+    json_t *rs = json_object_get(lora, "use_rslora");
+    if (rs && !json_is_boolean(rs)) return key_error(c, "use_rslora", "must be true or false");
+    j->lora.use_rslora = rs && json_is_true(rs);
+    j->lora.r = (int)r;
+    json_t *tm = json_object_get(lora, "target_modules");
+    if (!tm) { /* PEFT's default for LLaMA */
+        j->lora.modules = 1u << STAGE_LORA_Q | 1u << STAGE_LORA_V;
+    } else if (json_is_string(tm) && strcmp(json_string_value(tm), "all-linear") == 0) {
+        j->lora.modules = (1u << STAGE_LORA_MODULES) - 1;
+    } else {
+        if (!json_is_array(tm) || json_array_size(tm) == 0)
+            return key_error(c, "target_modules", "must be a non-empty list of q_proj, k_proj, "
+                             "v_proj, o_proj, gate_proj, up_proj, down_proj (or \"all-linear\")");
+        for (size_t i = 0; i < json_array_size(tm); i++) {
+            json_t *e = json_array_get(tm, i);
+            const char *name = json_is_string(e) ? json_string_value(e) : NULL;
+            int m = 0;
+            while (name && m < STAGE_LORA_MODULES && strcmp(stage_lora_module_name(m), name) != 0)
+                m++;
+            if (!name || m == STAGE_LORA_MODULES)
+                return key_error(c, "target_modules", "entry %zu%s%.40s%s is not one of q_proj, "
+                                 "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj", i,
+                                 name ? " \"" : "", name ? name : "", name ? "\"" : "");
+            if (j->lora.modules & (1u << m))
+                return key_error(c, "target_modules", "names %s twice", name);
+            j->lora.modules |= 1u << m;
+        }
+    }
+    j->has_lora = true;
+    return 0;
+}
+
 static int parse_job(ctx *c, job_spec *j, json_t *root)
 {
     static const char *const known[] = {
         "config", "init_weights", "tokenizer", "data", "seq_len", "batch", "micro_batch",
         "steps", "lr", "min_lr", "warmup_steps", "weight_decay", "beta1", "beta2", "eps",
         "grad_clip", "seed", "val_interval", "val_batches", "checkpoint_interval",
-        "log_interval", "out_dir", "threads", NULL};
+        "log_interval", "out_dir", "threads", "base", "lora", NULL};
     if (check_keys(c, root, known)) return -1;
     long seq = 0, batch = 0, micro = 0, steps = 0, seed = 1, warmup = 0, val_interval = 0,
          val_batches = 8, ckpt = 0, log = 10, threads = 0;
-    if (get_string(c, root, "config", true, true, &j->config) ||
+    if (parse_base(c, j, json_object_get(root, "base")) ||
+        parse_lora(c, j, json_object_get(root, "lora")))
+        return -1;
+    if (j->base_nf4 && !j->has_lora)
+        return key_error(c, "quant", "\"nf4\" needs \"lora\": a 4-bit base is frozen, so "
+                         "only adapters can train");
+    j->lora.nf4 = j->base_nf4;
+    if (j->base_model && json_object_get(root, "init_weights"))
+        return key_error(c, "init_weights", "and \"base\": {\"model\"} both name starting "
+                         "weights; give one");
+    if (get_string(c, root, "config", !j->base_model, true, &j->config) ||
         get_string(c, root, "init_weights", false, true, &j->init_weights) ||
         get_string(c, root, "tokenizer", true, true, &j->tokenizer) ||
         get_string(c, root, "out_dir", true, true, &j->out_dir) ||
@@ -219,6 +299,11 @@ static int parse_job(ctx *c, job_spec *j, json_t *root)
         return key_error(c, "batch", "(%ld) x \"seq_len\" (%ld) is %.0f tokens per step, more "
                          "than the %ld a step may hold", batch, seq, (double)batch * seq,
                          (long)JOB_MAX_STEP_TOKENS);
+    if (!j->config) {   /* the base model's own config */
+        size_t n = strlen(j->base_model) + sizeof "/config.json";
+        if (!(j->config = malloc(n))) return node_errf(c->err, c->errlen, "out of memory");
+        snprintf(j->config, n, "%s/config.json", j->base_model);
+    }
     j->seq_len = (int)seq;
     j->batch = (int)batch;
     j->micro_batch = (int)micro;
@@ -328,6 +413,14 @@ int job_compare(const job_spec *a, const job_spec *b, char *what, size_t len)
     SAME_INT(ndata) SAME_INT(format)
     SAME_NUM(lr) SAME_NUM(min_lr) SAME_NUM(weight_decay) SAME_NUM(beta1) SAME_NUM(beta2)
     SAME_NUM(eps) SAME_NUM(grad_clip) SAME_NUM(val_fraction)
+    if (a->has_lora != b->has_lora || (a->base_model != NULL) != (b->base_model != NULL)) {
+        snprintf(what, len, "%s", a->has_lora != b->has_lora ? "\"lora\" was added or removed"
+                                                              : "\"base\": {\"model\"} was added "
+                                                                "or removed");
+        return -1;
+    }
+    SAME_INT(base_nf4) SAME_INT(lora.r) SAME_NUM(lora.alpha) SAME_INT(lora.use_rslora)
+    SAME_INT(lora.modules) SAME_NUM(lora_dropout)
 #undef SAME_INT
 #undef SAME_NUM
     const char *sa = a->separator ? a->separator : "", *sb = b->separator ? b->separator : "";
@@ -350,7 +443,13 @@ void job_free(job_spec *j)
     free(j->data_files);
     free(j->separator);
     free(j->prompt_template);
+    free(j->base_model);
     memset(j, 0, sizeof *j);
+}
+
+const stage_lora *job_lora(const job_spec *j)
+{
+    return j->has_lora ? &j->lora : NULL;
 }
 
 double job_lr(const job_spec *j, long step)

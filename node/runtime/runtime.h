@@ -75,6 +75,9 @@ typedef struct {
 
 int chain_create(chain *c, const llama_config *cfg, const split_plan *plan, int B, int T,
                  char *err, size_t errlen);
+/* The same with LoRA adapters on every stage (lora NULL: chain_create). */
+int chain_create_lora(chain *c, const llama_config *cfg, const split_plan *plan, int B, int T,
+                      const stage_lora *lora, char *err, size_t errlen);
 void chain_free(chain *c);
 /* One micro-batch forward and backward; gradients accumulate. loss_scale as
  * in stage_backward (1 / kept targets of the whole batch); 0 means 1 / kept
@@ -107,6 +110,15 @@ typedef struct {
     int val_batches, threads;
     double lr, min_lr, weight_decay, beta1, beta2, eps, grad_clip;
     uint64_t seed;
+    /* "base": {"model": DIR, "quant": "nf4" | "none"}: start from an HF
+     * directory (config defaults to DIR/config.json); nf4 needs lora */
+    char *base_model;            /* resolved, or NULL */
+    bool base_nf4;
+    /* "lora": {"r", "alpha", "dropout", "target_modules", "use_rslora"}:
+     * the base is frozen and only the adapters train (lora.nf4 = base_nf4) */
+    bool has_lora;
+    stage_lora lora;
+    double lora_dropout;         /* 0, the only value accepted for now */
 } job_spec;
 
 int job_load(job_spec *j, const char *path, char *err, size_t errlen);
@@ -120,6 +132,15 @@ void job_free(job_spec *j);
  * then cosine decay to min_lr at the last step. A pure function of the
  * step, so a resumed run follows the same schedule. */
 double job_lr(const job_spec *j, long step);
+/* The adapter config of a job with "lora" (stage_create_lora), else NULL. */
+const stage_lora *job_lora(const job_spec *j);
+/* A stage's starting weights for job j: "base.model" (only the stage's own
+ * tensors, config checked against cfg), else "init_weights", else the
+ * seeded initialisation; then, with "lora", the adapters' initialisation.
+ * A resumed run calls it too (the checkpoint holds only the adapters of a
+ * frozen base) and then loads the checkpoint over it. */
+int job_init_stage(const job_spec *j, const llama_config *cfg, stage *s, char *err,
+                   size_t errlen);
 
 /* ---- checkpoint.c: weights, AdamW moments, step, config, job ------------ */
 /* Writes the chain's state after `step` completed steps (atomic_file). */
