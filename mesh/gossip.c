@@ -195,6 +195,13 @@ static void update_of(const gossip *g, const gossip_member *m, gossip_update *u)
     }
 }
 
+static void send_msg(gossip *g, const char *addr, int port, gossip_msg *m, bool piggyback);
+
+void gossip_send_to(gossip *g, const char *addr, int port, gossip_msg *m)
+{
+    send_msg(g, addr, port, m, false);
+}
+
 static void send_msg(gossip *g, const char *addr, int port, gossip_msg *m, bool piggyback)
 {
     uint8_t buf[GOSSIP_UDP_MAX];
@@ -674,7 +681,10 @@ void gossip_receive(gossip *g, const char *addr, int port, const void *buf, size
         if (m.observed[0]) gossip_add_observed(g, m.observed, now_ms);
         if (g->probe_target >= 0 && m.seq == g->probe_seq) {
             gossip_member *tm = g->m[g->probe_target];
-            if (tm == from) tm->acked_ms = now_ms;
+            if (tm == from) {
+                tm->acked_ms = now_ms;
+                tm->rtt_ms = now_ms - g->probe_start_ms;
+            }
             g->probe_acked = true;
         }
         for (int i = 0; i < GOSSIP_MAX_FORWARDS; i++)
@@ -699,6 +709,9 @@ void gossip_receive(gossip *g, const char *addr, int port, const void *buf, size
         break;
     }
     case GOSSIP_MSG_UPDATE:
+        break;
+    case GOSSIP_MSG_PUNCH:
+        gossip_punch_receive(g, from, &m, now_ms);
         break;
     default:
         gossip_log(g, "gossip: dropped a %d message from %s: not for UDP", (int)m.type,
@@ -737,6 +750,7 @@ int gossip_create(gossip **out, const gossip_config *cfg, int64_t now_ms, char *
     memcpy(g->wg_priv, cfg->wg_priv, GOSSIP_KEY_LEN);
     g->rng = cfg->seed ^ 0x5eedull;
     s->self = true;
+    s->rtt_ms = -1;
     s->rec = cfg->self;
     s->state = s->rec.left ? GOSSIP_LEFT : GOSSIP_ALIVE;
     s->state_ms = now_ms;

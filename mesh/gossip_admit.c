@@ -194,6 +194,7 @@ static int apply_record(gossip *g, const gossip_signed *sig, int64_t now_ms, boo
         }
         m->rec = r;
         m->sig = *sig;
+        m->rtt_ms = -1;
         m->state = r.left ? GOSSIP_LEFT : GOSSIP_ALIVE;
         m->state_inc = r.incarnation;
         m->state_ms = now_ms;

@@ -58,6 +58,10 @@ struct gossip {
      * pushes its own big record needs no relay). */
     const char *via;
     gossip_update pig[GOSSIP_MAX_PIGGYBACK]; /* send_msg's piggybacked updates */
+    /* Hole punching (gossip_punch.c). */
+    uint64_t punch_last_n;     /* the number of this node's last PUNCH */
+    uint64_t punch_refused;    /* PUNCHes refused */
+    int64_t punch_log_ms;      /* when the last refusal was logged */
 };
 
 static inline gossip_member *self_of(gossip *g) { return g->m[0]; }
@@ -74,6 +78,12 @@ void gossip_broadcast(gossip *g, const gossip_member *about);
 int64_t gossip_wall_now(const gossip *g, int64_t now_ms);
 void gossip_refute(gossip *g, uint64_t inc, int64_t now_ms, const char *what, const char *by);
 void gossip_set_state(gossip *g, gossip_member *m, gossip_state st, uint64_t inc, int64_t now_ms);
+
+/* A message to the member at addr, without piggybacked updates. */
+void gossip_send_to(gossip *g, const char *addr, int port, gossip_msg *m);
+
+/* gossip_punch.c: a PUNCH datagram from member `from` (MAC checked). */
+void gossip_punch_receive(gossip *g, gossip_member *from, const gossip_msg *m, int64_t now_ms);
 
 /* gossip_admit.c */
 bool gossip_adm_same(const gossip_admission *a, const gossip_admission *b);

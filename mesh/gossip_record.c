@@ -18,17 +18,18 @@
 _Static_assert(GOSSIP_KEY_LEN == KEYS_LEN, "gossip keys are keys/ keys");
 _Static_assert(GOSSIP_SIG_LEN == KEYS_SIG_LEN, "gossip signatures are keys/ signatures");
 
-/* Record keys, in the encoder's order; every one is required except "job",
- * which is written only when the text is not empty (missing: ""). */
+/* Record keys, in the encoder's order; every one is required except "nat",
+ * written only when true (missing: false), and "job", written only when the
+ * text is not empty (missing: ""). */
 enum {
     R_MESH, R_NAME, R_WG, R_ID, R_ADDR, R_PORT, R_INC, R_LEFT, R_EP, R_SW, R_PROTO, R_MEM,
-    R_DEV, R_T, R_JOB, R_COUNT
+    R_DEV, R_T, R_NAT, R_JOB, R_COUNT
 };
 static const char *const rec_keys[R_COUNT] = {
     "mesh", "name", "wg", "id", "addr", "port", "inc", "left", "ep", "sw", "proto", "mem",
-    "dev", "t", "job",
+    "dev", "t", "nat", "job",
 };
-#define REC_OPTIONAL KEY(R_JOB)
+#define REC_OPTIONAL (KEY(R_NAT) | KEY(R_JOB))
 
 /* ------------------------------------------------------ encoder checks */
 
@@ -59,6 +60,9 @@ static int check_record(gossip_cur *c, const gossip_record *r)
             gossip_judge_endpoint(c, r->endpoints[i], 0))
             return -1;
     }
+    c->key = rec_keys[R_NAT];
+    if (r->nat > 1)
+        return gossip_cerr(c, "is %u, expected 0 or 1", (unsigned)r->nat);
     c->key = rec_keys[R_SW];
     if (gossip_check_str(c, r->software, GOSSIP_SOFTWARE_MAX))
         return -1;
@@ -74,10 +78,10 @@ static int check_record(gossip_cur *c, const gossip_record *r)
 
 static int pack_record(msgpack_packer *pk, const gossip_record *r)
 {
-    int has_job = r->job[0] != 0;
-    int rc = msgpack_pack_map(pk, has_job ? R_COUNT : R_COUNT - 1);
+    int has_job = r->job[0] != 0, has_nat = r->nat != 0;
+    int rc = msgpack_pack_map(pk, (size_t)(R_COUNT - 2 + has_job + has_nat));
     for (int k = 0; k < R_COUNT; k++) {
-        if (k == R_JOB && !has_job)
+        if ((k == R_JOB && !has_job) || (k == R_NAT && !has_nat))
             continue;
         rc |= gossip_pack_str(pk, rec_keys[k]);
         switch (k) {
@@ -99,6 +103,7 @@ static int pack_record(msgpack_packer *pk, const gossip_record *r)
         case R_MEM: rc |= msgpack_pack_uint64(pk, r->mem_free); break;
         case R_DEV: rc |= gossip_pack_str(pk, r->devices); break;
         case R_T: rc |= msgpack_pack_int64(pk, r->signed_ms); break;
+        case R_NAT: rc |= msgpack_pack_true(pk); break;
         case R_JOB: rc |= gossip_pack_str(pk, r->job); break;
         }
     }
@@ -191,6 +196,11 @@ static int read_record_value(gossip_cur *r, int k, gossip_record *rec)
     case R_MEM: return gossip_read_uint(r, 0, UINT64_MAX, &rec->mem_free);
     case R_DEV: return gossip_read_str(r, rec->devices, sizeof rec->devices);
     case R_T: return gossip_read_i64(r, &rec->signed_ms);
+    case R_NAT:
+        /* Written only when true, so a record has one encoding. */
+        if (gossip_read_bool(r, 1, &rec->nat))
+            return -1;
+        return rec->nat ? 0 : gossip_cerr(r, "is false: the key is written only when true");
     case R_JOB: return gossip_read_str(r, rec->job, sizeof rec->job);
     }
     return -1;

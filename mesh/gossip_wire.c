@@ -29,11 +29,11 @@
  * every version). */
 enum {
     M_V, M_T, M_MESH, M_FROM, M_SEQ, M_OBS, M_TARGET, M_TPORT, M_FL, M_SECRET, M_OK,
-    M_REASON, M_UP, M_PATH, M_OFF, M_TOTAL, M_DATA, M_COUNT
+    M_REASON, M_UP, M_PATH, M_OFF, M_TOTAL, M_DATA, M_PA, M_PB, M_PN, M_PM, M_COUNT
 };
 static const char *const msg_keys[M_COUNT] = {
     "v", "t", "mesh", "from", "seq", "obs", "target", "tport", "fl", "secret", "ok",
-    "reason", "up", "path", "off", "total", "data",
+    "reason", "up", "path", "off", "total", "data", "pa", "pb", "pn", "pm",
 };
 
 /* Update keys, in the encoder's order. */
@@ -59,8 +59,9 @@ static const struct {
     [GOSSIP_MSG_UPDATE] = {"UPDATE", COMMON, 1},
     [GOSSIP_MSG_FETCH] = {"FETCH", COMMON | KEY(M_PATH) | KEY(M_OFF), 0},
     [GOSSIP_MSG_FETCH_REPLY] = {"FETCH_REPLY", COMMON | KEY(M_OK), 0},
+    [GOSSIP_MSG_PUNCH] = {"PUNCH", COMMON | KEY(M_PA) | KEY(M_PB) | KEY(M_PN) | KEY(M_PM), 0},
 };
-#define MSG_TYPE_MAX GOSSIP_MSG_FETCH_REPLY
+#define MSG_TYPE_MAX GOSSIP_MSG_PUNCH
 
 /* A FETCH_REPLY that serves a part of the file carries "off", "total" and
  * "data"; a refusal carries "reason" instead. */
@@ -302,6 +303,10 @@ int gossip_encode(const gossip_msg *m, uint8_t *buf, size_t cap, size_t *len, ch
         case M_OFF: rc |= msgpack_pack_uint64(&pk, m->offset); break;
         case M_TOTAL: rc |= msgpack_pack_uint64(&pk, m->total); break;
         case M_DATA: rc |= gossip_pack_bin(&pk, m->data, m->data_len); break;
+        case M_PA: rc |= gossip_pack_bin(&pk, m->punch_from, GOSSIP_KEY_LEN); break;
+        case M_PB: rc |= gossip_pack_bin(&pk, m->punch_to, GOSSIP_KEY_LEN); break;
+        case M_PN: rc |= msgpack_pack_uint64(&pk, m->punch_n); break;
+        case M_PM: rc |= gossip_pack_bin(&pk, m->punch_mac, GOSSIP_PUNCH_MAC_LEN); break;
         }
     }
     if (rc)
@@ -527,6 +532,11 @@ static int read_msg_value(gossip_cur *r, int k, gossip_msg *m)
     case M_OFF: return gossip_read_uint(r, 0, UINT64_MAX, &m->offset);
     case M_TOTAL: return gossip_read_uint(r, 0, UINT64_MAX, &m->total);
     case M_DATA: return read_data(r, m);
+    case M_PA: return gossip_read_bin(r, m->punch_from, GOSSIP_KEY_LEN, GOSSIP_KEY_LEN, NULL);
+    case M_PB: return gossip_read_bin(r, m->punch_to, GOSSIP_KEY_LEN, GOSSIP_KEY_LEN, NULL);
+    case M_PN: return gossip_read_uint(r, 0, UINT64_MAX, &m->punch_n);
+    case M_PM:
+        return gossip_read_bin(r, m->punch_mac, GOSSIP_PUNCH_MAC_LEN, GOSSIP_PUNCH_MAC_LEN, NULL);
     }
     return -1;
 }

@@ -291,8 +291,9 @@ int mesh_wg_uapi_parse(const char *reply, size_t len, const char *ifname, int *u
  * "Gossip", is the reference. */
 
 /* The gossip messages' `v` (docs/PROTOCOL.md, "Gossip"), apart from the data
- * plane's MESH_PROTOCOL_VERSION since that moved to 2. */
-#define GOSSIP_PROTOCOL_VERSION 1
+ * plane's MESH_PROTOCOL_VERSION since that moved to 2. 2 since hole punching
+ * (the PUNCH message and the record's "nat"). */
+#define GOSSIP_PROTOCOL_VERSION 2
 #define GOSSIP_DEFAULT_PORT 7946      /* UDP and TCP, on the overlay address only */
 #define GOSSIP_UDP_MAX 1200           /* one datagram fits an overlay packet at MTU 1320 */
 #define GOSSIP_TCP_MAX ((size_t)8u << 20) /* one TCP frame's payload (8 MiB) */
@@ -337,6 +338,9 @@ typedef struct {
     uint64_t mem_free;                  /* bytes */
     char devices[GOSSIP_DEVICES_MAX];   /* JSON text of the devices record ("" none) */
     int64_t signed_ms;                  /* Unix time in ms when the owner signed it */
+    uint8_t nat;                        /* 1: the owner configured no endpoint (behind NAT):
+                                         * every endpoint was observed by peers, so it is
+                                         * reached only after it sent first */
     char job[GOSSIP_JOB_MAX];           /* opaque text ("" none): node/ puts the member's
                                          * view of the training job there (compact JSON);
                                          * on the wire only when not empty */
@@ -418,7 +422,12 @@ typedef enum {
     GOSSIP_MSG_FETCH_REPLY = 9, /* TCP: ok; when ok offset, total (the file's size) and
                                  * data (0..GOSSIP_FETCH_CHUNK bytes, offset + data_len
                                  * <= total); when not ok reason */
+    GOSSIP_MSG_PUNCH = 10,     /* UDP: punch_from asks punch_to to send WireGuard
+                                * handshakes to its endpoints now; sent to a relay
+                                * member, which passes it on unchanged */
 } gossip_msg_type;
+
+#define GOSSIP_PUNCH_MAC_LEN 16
 
 #define GOSSIP_SYNC_REPLY 1u
 
@@ -457,6 +466,11 @@ typedef struct {
                                          * (NULL when 0); malloc'ed by the decoder, the
                                          * encoder reads it */
     size_t data_len;                    /* 0..GOSSIP_FETCH_CHUNK */
+    uint8_t punch_from[GOSSIP_KEY_LEN]; /* PUNCH: the requester's WireGuard key */
+    uint8_t punch_to[GOSSIP_KEY_LEN];   /* PUNCH: the target's WireGuard key */
+    uint64_t punch_n;                   /* PUNCH: the requester's request number (rises) */
+    uint8_t punch_mac[GOSSIP_PUNCH_MAC_LEN]; /* PUNCH: MAC under the requester-target
+                                              * pair key (gossip_punch_mac) */
 } gossip_msg;
 
 /* Encodes m (without a length prefix) into buf[0..cap); *len gets the size.
@@ -505,6 +519,10 @@ typedef struct {
     int64_t heard_ms;       /* last message received from it directly (0: never) */
     int64_t acked_ms;       /* last direct ACK to one of our PINGs (0: never) */
     int64_t suspect_ms;     /* SUSPECT: when the suspicion started */
+    int64_t rtt_ms;         /* round trip of the last direct PING -> ACK (-1: none yet) */
+    uint64_t punch_seen;    /* the last PUNCH number accepted from it (replays refused) */
+    int64_t punch_relay_ms; /* window start, and PUNCHes relayed for it in the window */
+    int punch_relayed;
     int confirmations;      /* SUSPECT: independent others that suspect it too */
     char suspectors[4][MESH_NAME_MAX];
     bool self;
@@ -529,6 +547,9 @@ typedef struct {
     void (*observe)(void *ctx, const char *addr, char *out, size_t outlen);
     /* One line for the log (no newline). May be NULL. */
     void (*log)(void *ctx, const char *line);
+    /* A PUNCH from member m for this node passed every check
+     * (docs/PROTOCOL.md, "Hole punching"): send it handshakes now. May be NULL. */
+    void (*punch)(void *ctx, const gossip_member *m);
     /* Unix time in ms, for the timestamps this node signs (its record's
      * signed_ms, the at_ms of the admissions it signs). Every now_ms below
      * is a monotonic clock that drives the timers only, so a wall clock
@@ -600,6 +621,20 @@ int gossip_merge(gossip *g, const gossip_msg *m, int64_t now_ms);
  * GOSSIP_MAX_UPDATES updates and GOSSIP_TCP_MAX bytes; the ones left out
  * are logged (the next push-pull with another member carries them). */
 int gossip_sync_message(gossip *g, gossip_msg *m, bool reply, char *err, size_t errlen);
+/* Asks the member whose WireGuard key is `to` to punch towards this node now:
+ * a PUNCH, MACed for `to`, sent to the member `via` (a relay both reach; `to`
+ * itself is allowed). -1 with err when either is no live member. */
+int gossip_punch_send(gossip *g, const uint8_t to[GOSSIP_KEY_LEN],
+                      const uint8_t via[GOSSIP_KEY_LEN], int64_t now_ms, char *err,
+                      size_t errlen);
+/* The PUNCH's inner MAC: the first 16 bytes of HMAC-SHA256 under the pair key
+ * of requester and target (gossip_mac_key) of "shardnode punch v1", the mesh
+ * id, both keys and the number (8 bytes, big-endian). */
+void gossip_punch_mac(const uint8_t key[32], const uint8_t mesh_id[GOSSIP_MESH_ID_LEN],
+                      const uint8_t from[GOSSIP_KEY_LEN], const uint8_t to[GOSSIP_KEY_LEN],
+                      uint64_t n, uint8_t mac[GOSSIP_PUNCH_MAC_LEN]);
+/* PUNCHes refused (each refusal is logged at most once a second). */
+uint64_t gossip_punch_refusals(const gossip *g);
 /* Adds an endpoint others observed for this node (NAT): re-signs the record
  * with a higher incarnation when it is new. */
 void gossip_add_observed(gossip *g, const char *endpoint, int64_t now_ms);
@@ -620,5 +655,89 @@ size_t gossip_members(const gossip *g, const gossip_member *const **list);
 const gossip_member *gossip_find_addr(const gossip *g, const char *addr);
 const gossip_member *gossip_self(const gossip *g);
 const char *gossip_state_name(gossip_state s);
+
+/* ===================== hole punching: when to try (punch.c) ============== */
+/* Which pairs of members behind NAT try to punch, and when: pure logic on
+ * the caller's monotonic clock, like gossip. The daemon reports what it
+ * knows of each member (punch_update) and the PUNCHes gossip accepted
+ * (punch_requested); punch_tick answers through hooks: ask the peer,
+ * through a relay, to punch too (request: gossip_punch_send), and send
+ * WireGuard handshakes to one of the peer's endpoints (attempt). Rules and
+ * defaults: docs/PROTOCOL.md, "Hole punching". */
+
+typedef struct {
+    int grace_ms;      /* 1000: a pair first waits this long for a handshake by itself */
+    int retry_ms;      /* 5000: the first retry (WireGuard starts at most one handshake
+                        * per peer per 5 s), doubled each round ... */
+    int retry_max_ms;  /* 60000: ... up to this */
+    int pending_ms;    /* 20000: a pair without a handshake is "pending" this long */
+    int answer_ms;     /* 1000: the least time between two attempts that answer PUNCHes */
+    int relays;        /* 2: relays asked per round */
+} punch_timing;
+
+void punch_timing_default(punch_timing *t);
+
+/* What a pair's link is, for status. */
+typedef enum {
+    PUNCH_LINK_NONE = 0,     /* the member is not live (or not known here) */
+    PUNCH_LINK_DIRECT,       /* a WireGuard handshake, and one side reachable unasked */
+    PUNCH_LINK_PUNCHED,      /* a handshake between two members behind NAT */
+    PUNCH_LINK_PENDING,      /* no handshake yet, for less than pending_ms */
+    PUNCH_LINK_UNREACHABLE,  /* no handshake for longer (later: relayed) */
+} punch_link;
+
+const char *punch_link_name(punch_link l);
+
+typedef struct {
+    void *ctx;
+    /* Ask the peer `to` to punch, through the member `via`. */
+    void (*request)(void *ctx, const uint8_t to[GOSSIP_KEY_LEN], const uint8_t via[GOSSIP_KEY_LEN]);
+    /* Send WireGuard handshakes to the peer at endpoint now. */
+    void (*attempt)(void *ctx, const uint8_t peer[GOSSIP_KEY_LEN], const char *endpoint);
+    /* One line for the log (no newline). May be NULL. */
+    void (*log)(void *ctx, const char *line);
+} punch_hooks;
+
+/* A member as the daemon sees it. */
+typedef struct {
+    uint8_t key[GOSSIP_KEY_LEN];     /* its WireGuard key */
+    const char *name;                /* for the log */
+    bool live;                       /* alive or suspect */
+    bool direct;                     /* a WireGuard handshake in the last 180 s */
+    bool nat;                        /* its record's "nat" */
+    int nendpoints;
+    const char (*endpoints)[MESH_WG_ENDPOINT_MAX]; /* its record's, in order */
+} punch_peer;
+
+/* Per pair, for status and tests. */
+typedef struct {
+    punch_link link;
+    int rounds;          /* rounds since the pair last lacked a handshake */
+    int attempts;        /* attempts (rounds and answers) in that time */
+    int requests_in;     /* PUNCHes accepted from the peer in that time */
+    int64_t since_ms;    /* when it last lacked a handshake (-1: never) */
+    int64_t punched_ms;  /* when the handshake came after punching (-1: not yet) */
+    int64_t took_ms;     /* ... that long after the pair lacked one (-1: not punched) */
+    int64_t next_ms;     /* the next round (-1: none planned) */
+} punch_stats;
+
+typedef struct punch punch;
+
+/* self_nat: this node's record says "nat" (no configured endpoint). */
+int punch_create(punch **out, const punch_timing *t, const punch_hooks *h, bool self_nat,
+                 char *err, size_t errlen);
+void punch_destroy(punch *p);
+/* The member's state now (call for every other member, each poll). */
+void punch_update(punch *p, const punch_peer *peer, int64_t now_ms);
+/* The member is gone for good (left, displaced). */
+void punch_forget(punch *p, const uint8_t key[GOSSIP_KEY_LEN]);
+/* Gossip accepted a PUNCH from this member (the gossip hook `punch`). */
+void punch_requested(punch *p, const uint8_t key[GOSSIP_KEY_LEN], int64_t now_ms);
+/* Rounds that are due. Call it at least every 100 ms. */
+void punch_tick(punch *p, int64_t now_ms);
+punch_link punch_link_of(const punch *p, const uint8_t key[GOSSIP_KEY_LEN], int64_t now_ms);
+/* 0, or -1 when the member is not known here. */
+int punch_stats_of(const punch *p, const uint8_t key[GOSSIP_KEY_LEN], int64_t now_ms,
+                   punch_stats *out);
 
 #endif

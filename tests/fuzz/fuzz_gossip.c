@@ -62,7 +62,10 @@ static int same_msg(const gossip_msg *a, const gossip_msg *b)
              strcmp(a->reason, b->reason) == 0 && a->nupdates == b->nupdates &&
              strcmp(a->path, b->path) == 0 && a->offset == b->offset && a->total == b->total &&
              a->data_len == b->data_len &&
-             (!a->data_len || memcmp(a->data, b->data, a->data_len) == 0);
+             (!a->data_len || memcmp(a->data, b->data, a->data_len) == 0) &&
+             memcmp(a->punch_from, b->punch_from, GOSSIP_KEY_LEN) == 0 &&
+             memcmp(a->punch_to, b->punch_to, GOSSIP_KEY_LEN) == 0 && a->punch_n == b->punch_n &&
+             memcmp(a->punch_mac, b->punch_mac, GOSSIP_PUNCH_MAC_LEN) == 0;
     for (int i = 0; ok && i < a->nupdates; i++)
         ok = same_update(&a->updates[i], &b->updates[i]);
     return ok;
@@ -78,7 +81,7 @@ static int same_record(const gossip_record *a, const gossip_record *b)
              a->nendpoints == b->nendpoints && strcmp(a->software, b->software) == 0 &&
              a->protocol == b->protocol && a->mem_free == b->mem_free &&
              strcmp(a->devices, b->devices) == 0 && a->signed_ms == b->signed_ms &&
-             strcmp(a->job, b->job) == 0;
+             a->nat == b->nat && strcmp(a->job, b->job) == 0;
     for (int i = 0; ok && i < a->nendpoints; i++)
         ok = strcmp(a->endpoints[i], b->endpoints[i]) == 0;
     return ok;

@@ -1,7 +1,7 @@
 /* fuzz_gossip_seeds.c — writes fuzz_gossip's seed corpus: valid messages of
  * every gossip type made by our own encoder (with and without updates, every
- * update state, FETCH and both kinds of FETCH_REPLY), and bare signed
- * records (one with a job text). The records name RFC 8032 test 1's
+ * update state, FETCH and both kinds of FETCH_REPLY, PUNCH), and bare signed
+ * records (one with a job text, one behind NAT). The records name RFC 8032 test 1's
  * key as their "id" and are signed by it, the key the fuzz target signs with,
  * so mutated records keep reaching the checks behind the signature.
  * Generated at build time, so the seeds follow the encoder.
@@ -51,6 +51,7 @@ static void record(gossip_record *r, const uint8_t pub[32], int variant)
     strcpy(r->devices, variant ? "{\"gpus\":[{\"name\":\"H100\",\"mem\":85899345920}]}" : "");
     r->signed_ms = 1760000000000;
     strcpy(r->job, variant == 1 ? "{\"job\":\"llama-tiny\",\"vote\":\"9f2c\",\"step\":12}" : "");
+    r->nat = variant == 2;
 }
 
 int main(int argc, char **argv)
@@ -103,7 +104,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof chunk; i++)
         chunk[i] = (uint8_t)(i * 37);
     int rc = 0;
-    for (int t = GOSSIP_MSG_PING; t <= GOSSIP_MSG_FETCH_REPLY && rc == 0; t++) {
+    for (int t = GOSSIP_MSG_PING; t <= GOSSIP_MSG_PUNCH && rc == 0; t++) {
         for (int variant = 0; variant < 2 && rc == 0; variant++) {
             gossip_msg m;
             memset(&m, 0, sizeof m);
@@ -151,6 +152,13 @@ int main(int argc, char **argv)
                 } else {
                     strcpy(m.reason, "no such file: jobs/x");
                 }
+                break;
+            case GOSSIP_MSG_PUNCH:
+                m.nupdates = 0;
+                memset(m.punch_from, 0x41 + variant, GOSSIP_KEY_LEN);
+                memset(m.punch_to, 0x61, GOSSIP_KEY_LEN);
+                m.punch_n = variant ? 1760000000123ull : 1;
+                memset(m.punch_mac, 0x7e, GOSSIP_PUNCH_MAC_LEN);
                 break;
             }
             size_t len = 0;

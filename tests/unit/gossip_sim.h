@@ -82,6 +82,7 @@ static struct {
     long sync_bytes;      /* encoded SYNC payloads carried by push_pull */
     uint64_t keyrng;      /* keys are drawn from this seeded PRNG: no test is flaky */
     bool refusals_ok;     /* push-pulls may refuse records (a collision being healed) */
+    int punch_in[MAXN][MAXN]; /* [target][requester]: PUNCHes gossip accepted (punch hook) */
     int64_t wall_off;     /* the wall clock (wall_ms hook) is S.now + wall_off: S.now is
                            * the monotonic clock every call gets; scenario 19 steps this */
 } S;
@@ -335,6 +336,15 @@ static void hook_log(void *ctx, const char *line)
         printf("  [%7.2f] %s log: %s\n", secs(S.now - T0), o->name, line);
 }
 
+static void hook_punch(void *ctx, const gossip_member *m)
+{
+    node *x = ctx;
+    int r = node_by_key(m->rec.wg_pub);
+    CHECK(r >= 0, "%s accepted a PUNCH from %s, no node of the world", x->name, m->rec.name);
+    if (r >= 0)
+        S.punch_in[x->idx][r]++;
+}
+
 static int64_t hook_wall(void *ctx)
 {
     (void)ctx;
@@ -420,7 +430,8 @@ static void start_node(node *x, uint64_t inc)
                              .changed = hook_changed,
                              .observe = hook_observe,
                              .log = hook_log,
-                             .wall_ms = hook_wall};
+                             .wall_ms = hook_wall,
+                             .punch = hook_punch};
     c.seed = 0x9e37u + (uint64_t)x->idx * 7919u;
     char err[256] = "";
     if (gossip_create(&x->g, &c, S.now, err, sizeof err) != 0) {

@@ -26,8 +26,8 @@
 
 static const char *type_names[] = {"?",    "PING",       "ACK",    "PING_REQ",
                                    "SYNC", "JOIN",       "JOIN_REPLY", "UPDATE",
-                                   "FETCH", "FETCH_REPLY"};
-#define LAST_TYPE GOSSIP_MSG_FETCH_REPLY
+                                   "FETCH", "FETCH_REPLY", "PUNCH"};
+#define LAST_TYPE GOSSIP_MSG_PUNCH
 
 /* A FETCH_REPLY's sample data. */
 static uint8_t chunk[300];
@@ -146,6 +146,12 @@ static gossip_msg sample_msg(gossip_msg_type t)
         m.ok = 1, m.offset = 1000, m.total = 1000 + sizeof chunk + 7;
         m.data = chunk, m.data_len = sizeof chunk;
         break;
+    case GOSSIP_MSG_PUNCH:
+        memset(m.punch_from, 0x11, GOSSIP_KEY_LEN);
+        memset(m.punch_to, 0x22, GOSSIP_KEY_LEN);
+        m.punch_n = UINT64_MAX - 1;
+        memset(m.punch_mac, 0x5c, GOSSIP_PUNCH_MAC_LEN);
+        break;
     }
     return m;
 }
@@ -194,7 +200,10 @@ static int same_msg(const gossip_msg *a, const gossip_msg *b)
              memcmp(a->secret, b->secret, GOSSIP_SECRET_LEN) == 0 && a->ok == b->ok &&
              strcmp(a->reason, b->reason) == 0 && a->nupdates == b->nupdates &&
              strcmp(a->path, b->path) == 0 && a->offset == b->offset && a->total == b->total &&
-             a->data_len == b->data_len && (!a->data_len || memcmp(a->data, b->data, a->data_len) == 0);
+             a->data_len == b->data_len && (!a->data_len || memcmp(a->data, b->data, a->data_len) == 0) &&
+             memcmp(a->punch_from, b->punch_from, GOSSIP_KEY_LEN) == 0 &&
+             memcmp(a->punch_to, b->punch_to, GOSSIP_KEY_LEN) == 0 && a->punch_n == b->punch_n &&
+             memcmp(a->punch_mac, b->punch_mac, GOSSIP_PUNCH_MAC_LEN) == 0;
     for (int i = 0; ok && i < a->nupdates; i++)
         ok = same_update(&a->updates[i], &b->updates[i]);
     return ok;
@@ -210,7 +219,7 @@ static int same_record(const gossip_record *a, const gossip_record *b)
              a->nendpoints == b->nendpoints && strcmp(a->software, b->software) == 0 &&
              a->protocol == b->protocol && a->mem_free == b->mem_free &&
              strcmp(a->devices, b->devices) == 0 && a->signed_ms == b->signed_ms &&
-             strcmp(a->job, b->job) == 0;
+             a->nat == b->nat && strcmp(a->job, b->job) == 0;
     for (int i = 0; ok && i < a->nendpoints; i++)
         ok = strcmp(a->endpoints[i], b->endpoints[i]) == 0;
     return ok;
@@ -439,6 +448,15 @@ static size_t base(field *f, gossip_msg_type t)
         f[n++] = U("total", 10 + sizeof chunk);
         f[n++] = B("data", chunk, sizeof chunk);
         break;
+    case GOSSIP_MSG_PUNCH: {
+        static const uint8_t a[GOSSIP_KEY_LEN] = {1}, b[GOSSIP_KEY_LEN] = {2};
+        static const uint8_t mac[GOSSIP_PUNCH_MAC_LEN] = {3};
+        f[n++] = B("pa", a, sizeof a);
+        f[n++] = B("pb", b, sizeof b);
+        f[n++] = U("pn", 1760000000000ull);
+        f[n++] = B("pm", mac, sizeof mac);
+        break;
+    }
     }
     return n;
 }

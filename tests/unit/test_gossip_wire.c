@@ -68,7 +68,7 @@ static void test_round_trip_every_type(void)
 static void test_doc_example(void)
 {
     static const uint8_t ping[] = {
-        0x85, 0xa1, 0x76, 0x01, 0xa1, 0x74, 0x01, 0xa4, 0x6d, 0x65, 0x73, 0x68, 0xc4,
+        0x85, 0xa1, 0x76, 0x02, 0xa1, 0x74, 0x01, 0xa4, 0x6d, 0x65, 0x73, 0x68, 0xc4,
         0x10, 0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b,
         0x0c, 0x0d, 0x0e, 0x0f, 0xa4, 0x66, 0x72, 0x6f, 0x6d, 0xa2, 0x6e, 0x31, 0xa3,
         0x73, 0x65, 0x71, 0x07,
@@ -118,11 +118,13 @@ static void test_records(void)
     memset(r.devices, 'd', GOSSIP_DEVICES_MAX - 1);
     r.devices[GOSSIP_DEVICES_MAX - 1] = 0;
     r.signed_ms = INT64_MIN;
+    r.nat = 1;
     sign_or_fail(&r, 1, &s, __LINE__);
     CHECK(s.len <= GOSSIP_RECORD_MAX, "the largest record takes %zu bytes", s.len);
     CHECK(gossip_record_open(&s, &back, err, sizeof err) == 0 && same_record(&r, &back),
           "open the largest record: %s", err);
     r.nendpoints = 0, r.devices[0] = 0, r.software[0] = 0, r.signed_ms = -1, r.left = 0;
+    r.nat = 0;
     sign_or_fail(&r, 1, &s, __LINE__);
     CHECK(gossip_record_open(&s, &back, err, sizeof err) == 0 && same_record(&r, &back),
           "open the smallest record: %s", err);

@@ -29,7 +29,7 @@ static void test_hand_made_accepted(void)
     }
     size_t n = base(f, GOSSIP_MSG_PING);
     n = set(f, n, U64W("seq", 5));
-    n = set(f, n, U64W("v", 1));
+    n = set(f, n, U64W("v", 2));
     CHECK(decode_fields(f, n, &m, err, sizeof err) == 0 && m.seq == 5, "wide ints: %s", err);
     /* An empty "up" is the same as none. */
     static const uint8_t empty_array[] = {0x90};
@@ -74,14 +74,14 @@ static void test_refusals(void)
           "array: %s", err);
 
     /* Another version first, whatever else is wrong. */
-    n = base(f, GOSSIP_MSG_PING), n = set(f, n, U("v", 2)), n = add(f, n, U("zz", 1));
-    EXPECT_REFUSED(f, n, "gossip: protocol version 2, this node speaks 1");
+    n = base(f, GOSSIP_MSG_PING), n = set(f, n, U("v", 1)), n = add(f, n, U("zz", 1));
+    EXPECT_REFUSED(f, n, "gossip: protocol version 1, this node speaks 2");
     n = base(f, GOSSIP_MSG_PING), n = drop(f, n, "v");
     EXPECT_REFUSED(f, n, "gossip PING: missing key \"v\"");
     n = base(f, GOSSIP_MSG_PING), n = drop(f, n, "t");
     EXPECT_REFUSED(f, n, "gossip message: missing key \"t\"");
-    n = base(f, GOSSIP_MSG_PING), n = set(f, n, U("t", 10));
-    EXPECT_REFUSED(f, n, "gossip message: field \"t\": is 10, not a gossip message type (1 to 9)");
+    n = base(f, GOSSIP_MSG_PING), n = set(f, n, U("t", 11));
+    EXPECT_REFUSED(f, n, "gossip message: field \"t\": is 11, not a gossip message type (1 to 10)");
     n = base(f, GOSSIP_MSG_PING), n = set(f, n, U("t", 0));
     EXPECT_REFUSED(f, n, "field \"t\": is 0, not a gossip message type");
 
@@ -257,7 +257,30 @@ static void test_record_refusals(void)
     n = record_fields(f), n = drop(f, n, "dev");
     EXPECT_RECORD(f, n, "record of node-0: missing key \"dev\"");
     n = record_fields(f), n = add(f, n, U("zz", 1)), n = add(f, n, U("zy", 1));
-    EXPECT_RECORD(f, n, "gossip record: map has 16 keys, a record has at most 15");
+    EXPECT_RECORD(f, n, "record of node-0: unknown key \"zz\"");
+    n = record_fields(f), n = add(f, n, U("zz", 1)), n = add(f, n, U("zy", 1));
+    n = add(f, n, U("zx", 1));
+    EXPECT_RECORD(f, n, "gossip record: map has 17 keys, a record has at most 16");
+    /* "nat" is written only when true: false has no place (one encoding). */
+    n = record_fields(f), n = add(f, n, BOOL("nat", 0));
+    EXPECT_RECORD(f, n, "record of node-0: field \"nat\": is false: the key is written only "
+                        "when true");
+    n = record_fields(f), n = add(f, n, BOOL("nat", 1));
+    expect_record(f, n, NULL, 0, NULL, __LINE__);
+    /* PUNCH: keys of their exact lengths, all four required, nothing else. */
+    {
+        static const uint8_t k31[31] = {1}, m15[15] = {3};
+        n = base(f, GOSSIP_MSG_PUNCH), n = set(f, n, B("pa", k31, sizeof k31));
+        EXPECT_REFUSED(f, n, "gossip PUNCH: field \"pa\"");
+        n = base(f, GOSSIP_MSG_PUNCH), n = set(f, n, B("pm", m15, sizeof m15));
+        EXPECT_REFUSED(f, n, "gossip PUNCH: field \"pm\"");
+        n = base(f, GOSSIP_MSG_PUNCH), n = drop(f, n, "pn");
+        EXPECT_REFUSED(f, n, "gossip PUNCH: missing key \"pn\"");
+        n = base(f, GOSSIP_MSG_PUNCH), n = add(f, n, U("seq", 1));
+        EXPECT_REFUSED(f, n, "gossip PUNCH: key \"seq\" is not allowed in PUNCH");
+        n = base(f, GOSSIP_MSG_PING), n = add(f, n, U("pn", 1));
+        EXPECT_REFUSED(f, n, "gossip PING: key \"pn\" is not allowed in PING");
+    }
     n = record_fields(f), n = drop(f, n, "dev"), n = add(f, n, U("port", 1));
     EXPECT_RECORD(f, n, "record of node-0: duplicate key \"port\"");
     n = record_fields(f), n = set(f, n, U("port", 0));
@@ -302,8 +325,8 @@ static void test_record_refusals(void)
 static void test_encoder_refusals(void)
 {
     gossip_msg m = sample_msg(GOSSIP_MSG_PING);
-    m.type = (gossip_msg_type)10;
-    expect_encode_refused(&m, "gossip message: field \"t\": is 10, not a gossip message type (1 to 9)", __LINE__);
+    m.type = (gossip_msg_type)11;
+    expect_encode_refused(&m, "gossip message: field \"t\": is 11, not a gossip message type (1 to 10)", __LINE__);
     m = sample_msg(GOSSIP_MSG_PING), m.from[0] = 0;
     expect_encode_refused(&m, "gossip PING: field \"from\": \"\" is not a node name", __LINE__);
     m = sample_msg(GOSSIP_MSG_PING), memset(m.from, 'a', sizeof m.from);
