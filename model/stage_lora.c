@@ -121,7 +121,7 @@ double stage_lora_memory_bytes(const llama_config *cfg, int layer_begin, int lay
             double sc = (double)nf4_matmul_scratch_floats(Ni, in, out);
             if (sc > scratch) scratch = sc;
         } else {
-            frozen += (double)out * in;
+            frozen += nl * out * in;
         }
         if (lora->modules & (1u << m)) {
             adapters += (double)lora->r * (in + out);
