@@ -236,8 +236,8 @@ static void print_table(json_t *st)
            node_json_str(st, "mesh_id") ? node_json_str(st, "mesh_id") : "?",
            node_json_str(st, "prefix") ? node_json_str(st, "prefix") : "?",
            node_json_str(st, "self") ? node_json_str(st, "self") : "?");
-    printf("%-16s %-8s %-16s %-24s %-9s %-10s %s\n", "NAME", "STATE", "ADDRESS", "ENDPOINT",
-           "LINK", "HEARD", "DEVICES");
+    printf("%-16s %-8s %-16s %-24s %-12s %-7s %-10s %s\n", "NAME", "STATE", "ADDRESS",
+           "ENDPOINT", "LINK", "RTT", "HEARD", "DEVICES");
     json_array_foreach(list, i, m) {
         const char *ep = node_json_str(m, "endpoint");
         json_t *heard = json_object_get(m, "last_heard_s");
@@ -253,17 +253,25 @@ static void print_table(json_t *st)
                      (long long)json_integer_value(cores),
                      json_array_size(gpus) ? " + GPUs" : "");
         const char *link = node_json_str(m, "link");
-        printf("%-16s %-8s %-16s %-24s %-9s %-10s %s\n", node_json_str(m, "name"),
+        json_t *rtt = json_object_get(m, "rtt_ms");
+        char r[16] = "-";
+        if (json_is_integer(rtt))
+            snprintf(r, sizeof r, json_integer_value(rtt) < 1 ? "<1ms" : "%lldms",
+                     (long long)json_integer_value(rtt));
+        printf("%-16s %-8s %-16s %-24s %-12s %-7s %-10s %s\n", node_json_str(m, "name"),
                node_json_str(m, "state"), node_json_str(m, "address"), ep ? ep : "-",
-               link ? link : "-", h, devs);
+               link ? link : "-", r, h, devs);
     }
-    /* Indirect: alive (others hear it) but no WireGuard handshake with us. */
+    /* Pairs without a WireGuard path (PROTOCOL.md, "Hole punching"). */
     json_array_foreach(list, i, m) {
-        const char *link = node_json_str(m, "link");
-        if (link && strcmp(link, "indirect") == 0)
-            printf("note: %s is alive but has no direct WireGuard path to this node (both "
-                   "behind NAT?); it is heard through other members\n",
-                   node_json_str(m, "name"));
+        const char *link = node_json_str(m, "link"), *name = node_json_str(m, "name");
+        if (link && strcmp(link, "pending") == 0)
+            printf("note: %s: no WireGuard handshake with this node yet (just joined, or "
+                   "punching through NAT); it is heard through other members\n", name);
+        else if (link && strcmp(link, "unreachable") == 0)
+            printf("note: %s is alive but this node cannot reach it directly (both behind "
+                   "NATs that punching does not get through); it is heard through other "
+                   "members, and no member relays yet\n", name);
     }
     print_job(json_object_get(st, "job"));
 }

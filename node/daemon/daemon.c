@@ -207,6 +207,101 @@ static void member_changed(void *ctx, const gossip_member *m, int before)
     }
 }
 
+/* ---- hole punching (mesh/punch.c decides, gossip carries PUNCH) ---- */
+
+static const gossip_member *member_by_key(daemon_t *d, const uint8_t key[GOSSIP_KEY_LEN])
+{
+    const gossip_member *const *ms;
+    size_t n = gossip_members(d->g, &ms);
+    for (size_t i = 0; i < n; i++)
+        if (!ms[i]->displaced && memcmp(ms[i]->rec.wg_pub, key, GOSSIP_KEY_LEN) == 0)
+            return ms[i];
+    return NULL;
+}
+
+static void punch_request_hook(void *ctx, const uint8_t to[GOSSIP_KEY_LEN],
+                               const uint8_t via[GOSSIP_KEY_LEN])
+{
+    daemon_t *d = ctx;
+    char err[256];
+    if (gossip_punch_send(d->g, to, via, daemon_now_ms(), err, sizeof err) != 0)
+        daemon_log(d, "punch: %s", err);
+}
+
+/* Points the peer at endpoint and makes WireGuard send a handshake there now:
+ * a persistent keepalive turned on sends one at once (wireguard-go and the
+ * kernel alike), and with no session that keepalive starts a handshake. */
+static void punch_attempt_hook(void *ctx, const uint8_t key[GOSSIP_KEY_LEN], const char *endpoint)
+{
+    daemon_t *d = ctx;
+    const gossip_member *m = member_by_key(d, key);
+    char cidr[GOSSIP_ADDR_MAX + 8], err[512];
+    if (!m || !d->wg) return;
+    daemon_host_cidr(m->rec.address, cidr, sizeof cidr);
+    const char *allowed[1] = {cidr};
+    if (mesh_wg_set_peer(d->wg, key, endpoint, allowed, 1, 0, err, sizeof err) != 0 ||
+        mesh_wg_set_peer(d->wg, key, endpoint, allowed, 1, DAEMON_KEEPALIVE_S, err,
+                         sizeof err) != 0)
+        daemon_log(d, "punch: wireguard: cannot point %s at %s: %s", m->rec.name, endpoint, err);
+}
+
+static void punch_log_hook(void *ctx, const char *line) { daemon_log(ctx, "%s", line); }
+
+static void gossip_punch_hook(void *ctx, const gossip_member *m)
+{
+    daemon_t *d = ctx;
+    if (d->punch) punch_requested(d->punch, m->rec.wg_pub, daemon_now_ms());
+}
+
+/* Tells punch.c what WireGuard and the view say of every other member. */
+static void punch_poll(daemon_t *d)
+{
+    if (!d->punch) return;
+    const gossip_member *const *ms;
+    size_t n = gossip_members(d->g, &ms);
+    int64_t now = daemon_now_ms();
+    for (size_t i = 0; i < n; i++) {
+        const gossip_member *m = ms[i];
+        if (m->self) continue;
+        if (m->displaced || m->state == GOSSIP_LEFT) {
+            punch_forget(d->punch, m->rec.wg_pub);
+            continue;
+        }
+        punch_peer pp = {.name = m->rec.name,
+                         .live = m->state == GOSSIP_ALIVE || m->state == GOSSIP_SUSPECT,
+                         .direct = daemon_peer_direct(daemon_peer_find(d, m->rec.wg_pub)),
+                         .nat = m->rec.nat != 0,
+                         .nendpoints = m->rec.nendpoints,
+                         .endpoints = m->rec.endpoints};
+        memcpy(pp.key, m->rec.wg_pub, GOSSIP_KEY_LEN);
+        punch_update(d->punch, &pp, now);
+    }
+}
+
+/* What status calls the pair of this node and m (docs/FORMATS.md, status):
+ * "self", "none" (not live), "loopback" (no WireGuard), else punch.c's
+ * "direct", "punched", "pending" or "unreachable". A relay, when there is
+ * one, will name itself here ("relayed via NAME") in place of
+ * "unreachable". */
+const char *daemon_link_name(daemon_t *d, const gossip_member *m, int64_t now_ms)
+{
+    if (m->self) return "self";
+    if (m->state != GOSSIP_ALIVE && m->state != GOSSIP_SUSPECT) return "none";
+    if (d->insecure || !d->punch) return "loopback";
+    punch_link l = punch_link_of(d->punch, m->rec.wg_pub, now_ms);
+    if (l == PUNCH_LINK_NONE) /* not polled yet: what WireGuard says */
+        return daemon_peer_direct(daemon_peer_find(d, m->rec.wg_pub)) ? "direct" : "pending";
+    return punch_link_name(l);
+}
+
+static int open_punch(daemon_t *d, char *err, size_t errlen)
+{
+    if (!d->wg) return 0; /* loopback: nothing to punch */
+    punch_hooks h = {.ctx = d, .request = punch_request_hook, .attempt = punch_attempt_hook,
+                     .log = punch_log_hook};
+    return punch_create(&d->punch, NULL, &h, d->endpoint[0] == '\0', err, errlen);
+}
+
 static void observe_hook(void *ctx, const char *addr, char *out, size_t outlen)
 {
     daemon_t *d = ctx;
@@ -265,6 +360,7 @@ static void wg_poll(daemon_t *d)
         }
     }
     free(info);
+    punch_poll(d);
 }
 
 /* ---- UDP ---- */
@@ -343,6 +439,7 @@ static void tick(evutil_socket_t fd, short what, void *arg)
         return;
     }
     gossip_tick(d->g, now);
+    if (d->punch) punch_tick(d->punch, now);
     pool_tick(d, now);
     dash_tick(d, now);
     if (now >= d->next_poll_ms) {
@@ -408,6 +505,7 @@ void daemon_self_record(daemon_t *d, gossip_record *r)
     r->mem_free = daemon_mem_available();
     snprintf(r->devices, sizeof r->devices, "%s", d->devices_json);
     r->signed_ms = daemon_wall_ms(); /* signed: real time */
+    r->nat = d->endpoint[0] ? 0 : 1;  /* no endpoint of its own: reached only after it sends */
 }
 
 static int open_gossip(daemon_t *d, char *err, size_t errlen)
@@ -421,7 +519,8 @@ static int open_gossip(daemon_t *d, char *err, size_t errlen)
     gc.self_adm = d->adm;
     gc.hooks = (gossip_hooks){.ctx = d, .send = udp_send, .sync = sync_hook,
                               .changed = member_changed, .observe = observe_hook,
-                              .log = gossip_log_hook, .wall_ms = gossip_wall_hook};
+                              .log = gossip_log_hook, .wall_ms = gossip_wall_hook,
+                              .punch = gossip_punch_hook};
     /* A seed, not a timer: real time differs between restarts. */
     gc.seed = (uint64_t)daemon_wall_ms() ^ ((uint64_t)d->wg_pub[0] << 32 | d->wg_pub[1]);
     int rc = gossip_create(&d->g, &gc, daemon_now_ms(), err, errlen);
@@ -466,6 +565,7 @@ void daemon_free(daemon_t *d)
     if (d->base) event_base_free(d->base);
     if (d->udp_fd >= 0) close(d->udp_fd);
     if (d->ctl_path[0]) unlink(d->ctl_path);
+    punch_destroy(d->punch);
     gossip_destroy(d->g);
     mesh_wg_close(d->wg);
     if (d->lock_fd >= 0) close(d->lock_fd);
@@ -481,6 +581,7 @@ static int run_loop(daemon_t *d, char *err, size_t errlen)
 {
     if (daemon_open_wireguard(d, d->wg_priv, d->overlay, err, errlen) != 0) return -1;
     if (open_gossip(d, err, errlen) != 0) return -1;
+    if (open_punch(d, err, errlen) != 0) return -1;
     daemon_load_members(d);
     d->udp_fd = bind_overlay(d, SOCK_DGRAM, err, errlen);
     if (d->udp_fd < 0) return -1;

@@ -87,6 +87,7 @@ typedef struct daemon_t {
 
     mesh_wg *wg;
     gossip *g;
+    punch *punch;                   /* hole punching (NULL: loopback, no WireGuard) */
     struct event_base *base;
     int udp_fd;
     struct event *udp_ev, *timer, *sigint, *sigterm;
@@ -131,6 +132,9 @@ daemon_peer *daemon_peer_of(daemon_t *d, const uint8_t key[GOSSIP_KEY_LEN]);
 /* A WireGuard handshake in the last DAEMON_DIRECT_S: a direct link. */
 bool daemon_peer_direct(const daemon_peer *p);
 int daemon_set_member_peer(daemon_t *d, const gossip_member *m, const char *endpoint);
+/* The link status shows for the pair of this node and m: "self", "none",
+ * "loopback", "direct", "punched", "pending" or "unreachable". */
+const char *daemon_link_name(daemon_t *d, const gossip_member *m, int64_t now_ms);
 void daemon_leave(daemon_t *d);
 /* This node's record as it stands (incarnation d->incarnation). */
 void daemon_self_record(daemon_t *d, gossip_record *r);

@@ -423,9 +423,7 @@ json_t *daemon_status_json(daemon_t *d)
         if (m->displaced) continue; /* out of the view: an older admission has its address or name */
         const daemon_peer *p = daemon_peer_find(d, m->rec.wg_pub);
         bool live = m->state == GOSSIP_ALIVE || m->state == GOSSIP_SUSPECT;
-        bool direct = daemon_peer_direct(p);
-        const char *link = m->self ? "self" : !live ? "none" : d->insecure ? "loopback"
-                                                       : direct ? "direct" : "indirect";
+        const char *link = daemon_link_name(d, m, now);
         char wg[KEYS_BASE64_LEN + 1];
         keys_to_base64(m->rec.wg_pub, wg);
         const char *ep = p && p->endpoint[0] ? p->endpoint
@@ -446,8 +444,22 @@ json_t *daemon_status_json(daemon_t *d)
                             heard, "link", link, "software", m->rec.software, "mem_free",
                             (json_int_t)m->rec.mem_free, "devices",
                             dev ? dev : json_object()));
-        json_object_set_new(json_array_get(list, json_array_size(list) - 1), "gossip_port",
-                            json_integer(m->rec.port));
+        json_t *row = json_array_get(list, json_array_size(list) - 1);
+        json_object_set_new(row, "gossip_port", json_integer(m->rec.port));
+        /* The pair's link: its round trip (the last direct gossip probe), and
+         * what punching did (PROTOCOL.md, "Hole punching"). */
+        json_object_set_new(row, "nat", json_boolean(m->rec.nat));
+        json_object_set_new(row, "rtt_ms", !m->self && live && m->rtt_ms >= 0
+                                               ? json_integer((json_int_t)m->rtt_ms)
+                                               : json_null());
+        punch_stats ps;
+        if (!m->self && d->punch && punch_stats_of(d->punch, m->rec.wg_pub, now, &ps) == 0 &&
+            (ps.attempts || ps.requests_in))
+            json_object_set_new(
+                row, "punch",
+                json_pack("{s:i, s:i, s:i, s:o}", "rounds", ps.rounds, "attempts", ps.attempts,
+                          "requests_in", ps.requests_in, "punched_after_s",
+                          ps.took_ms >= 0 ? json_real((double)ps.took_ms / 1e3) : json_null()));
     }
     json_t *st = json_pack("{s:s, s:s, s:s, s:s, s:i, s:o, s:o}", "self", d->name, "mesh_id",
                            mesh_hex, "prefix", d->prefix, "interface", d->ifname, "gossip_port",
@@ -456,6 +468,10 @@ json_t *daemon_status_json(daemon_t *d)
     if (st)
         json_object_set_new(st, "gossip_unauthenticated",
                             json_integer((json_int_t)gossip_auth_drops(d->g)));
+    /* PUNCHes refused (PROTOCOL.md, "Hole punching"). */
+    if (st)
+        json_object_set_new(st, "punch_refused",
+                            json_integer((json_int_t)gossip_punch_refusals(d->g)));
     return st;
 }
 

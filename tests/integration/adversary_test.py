@@ -76,7 +76,7 @@ def mp(v):
 
 MESH = bytes.fromhex(P["mesh"])
 def msg(t, **kw):
-    m = {"v": 1, "t": t, "mesh": MESH, "from": P["as"]}
+    m = {"v": 2, "t": t, "mesh": MESH, "from": P["as"]}
     m.update(kw)
     return mp(m)
 
