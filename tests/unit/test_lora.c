@@ -266,6 +266,61 @@ out:
     stage_free(j);
 }
 
+/* NF4 matrices adopted as stored (what hf_load_stage does with a
+ * bitsandbytes checkpoint) compute what quantizing at load computes; a
+ * matrix of another shape is refused naming the tensor. */
+static void test_adopt(void)
+{
+    llama_config c = small_config();
+    stage_lora l = {2, 4.0, false, 1u << STAGE_LORA_K | 1u << STAGE_LORA_UP, true};
+    stage *w = NULL, *a = NULL, *b = NULL;
+    char err[256];
+    if (stage_create(&w, &c, 1, 2, false, false, 1, 8, 1, err, sizeof err) ||
+        stage_create_lora(&a, &c, 1, 2, false, false, 1, 8, 1, &l, err, sizeof err) ||
+        stage_create_lora(&b, &c, 1, 2, false, false, 1, 8, 1, &l, err, sizeof err)) {
+        CHECK(0, "%s", err);
+        goto out;
+    }
+    stage_init_weights(w, 9);
+    int adopted = 0;
+    for (int i = 0; i < stage_frozen_count(a); i++) {
+        const stage_param *p = stage_frozen_at(a, i);
+        const float *src = stage_param_data(w, p->name);
+        CHECK(stage_frozen_write(a, i, src, p->numel, err, sizeof err) == 0, "%s", err);
+        if (!stage_frozen_is_nf4(b, i)) {
+            CHECK(stage_frozen_write(b, i, src, p->numel, err, sizeof err) == 0, "%s", err);
+            continue;
+        }
+        void *buf = malloc(nf4_bytes(p->shape[0], p->shape[1]));
+        float *absmax = malloc((size_t)nf4_blocks(p->shape[0], p->shape[1]) * sizeof *absmax);
+        nf4_matrix q;
+        nf4_init(&q, p->shape[0], p->shape[1], buf);
+        nf4_quantize(&q, src, absmax);
+        free(absmax);
+        nf4_matrix wrong = q;
+        wrong.rows++;
+        CHECK(stage_frozen_adopt_nf4(b, i, &wrong, buf, err, sizeof err) != 0 &&
+                  strstr(err, p->name),
+              "a matrix of another shape refused naming %s: %s", p->name, err);
+        CHECK(stage_frozen_adopt_nf4(b, i, &q, buf, err, sizeof err) == 0, "%s", err);
+        adopted++;
+    }
+    CHECK(adopted == 7, "7 NF4 matrices adopted, not %d", adopted);
+    stage_init_adapters(a, 2);
+    stage_init_adapters(b, 2);
+    int N = 8, C = c.hidden_size;
+    float x[8 * 64];
+    for (int i = 0; i < N * C; i++) x[i] = cosf(0.11f * (float)i);
+    CHECK(stage_forward(a, 0, NULL, x, NULL, NULL, NULL, err, sizeof err) == 0 &&
+              stage_forward(b, 0, NULL, x, NULL, NULL, NULL, err, sizeof err) == 0 &&
+              memcmp(stage_output(a, 0), stage_output(b, 0), sizeof x) == 0,
+          "adopted NF4 and NF4 quantized at load: the same output bits");
+out:
+    stage_free(w);
+    stage_free(a);
+    stage_free(b);
+}
+
 /* Full fine-tuning against NF4 base + LoRA (r 16, every projection) for the
  * whole model and a middle stage of 4 layers: the model's state alone
  * (micro-batch [1, 1]: weights, gradients, moments, scratch) must be at most
@@ -301,6 +356,7 @@ int main(void)
     test_job_keys();
     test_frozen_memory();
     test_hf_nf4();
+    test_adopt();
     llama_config c768 = {768, 2048, 12, 12, 4, 4096, 1024, 64, 1e-5f, 10000.0f, false};
     llama_config c2048 = {2048, 5632, 22, 32, 4, 32000, 2048, 64, 1e-5f, 10000.0f, false};
     memory_figures("768x12", &c768);
