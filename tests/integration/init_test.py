@@ -153,8 +153,10 @@ def test_init(work):
         mesh = json.load(f)
     check(node["name"] == "alice" and node["listen_port"] == 51999, f"node.json {node}")
     check(node["endpoint"] == "198.51.100.7:51999", f"endpoint {node['endpoint']}")
-    check(node["protocol_version"] == 1 and isinstance(node["software_version"], str),
-          "versions in node.json")
+    # the data plane's MESH_PROTOCOL_VERSION (2 since COMMIT carries flags)
+    check(node["protocol_version"] == 2 and isinstance(node["software_version"], str),
+          "versions in node.json: %r, %r" % (node.get("protocol_version"),
+                                              node.get("software_version")))
     wg_priv = read_key_file(os.path.join(state, "wg.key"))
     id_priv = read_key_file(os.path.join(state, "id.key"))
     wg_pub, id_pub = b64key(node["wg_public_key"]), b64key(node["id_public_key"])

@@ -258,6 +258,13 @@ class Net:
             self.exec(r, ["sysctl", "-qw", "net.ipv4.ip_forward=1"])
             rule = ["iptables", "-t", "nat", "-A", "POSTROUTING", "-o", "wan0", "-j", "MASQUERADE"]
             self.exec(r, rule + (["--random-fully"] if symmetric else []))
+            # As home routers do (OpenWrt's wan zone, most others): unsolicited
+            # UDP to the router's own WAN address is dropped. Dropped in
+            # filter INPUT, its conntrack entry is never confirmed, so it
+            # cannot take the port a member's later outbound packet needs
+            # (which is what makes simultaneous hole punching work).
+            self.exec(r, ["iptables", "-A", "INPUT", "-i", "wan0", "-p", "udp", "-m", "conntrack",
+                          "--ctstate", "NEW", "-j", "DROP"])
 
     def wire(self, ns, name, hub_name):
         """A veth from the hub's bridge into ns, both ends MTU 1400, up."""
