@@ -86,6 +86,99 @@ static int64_t carve(int64_t floats)
     return ((floats + 15) & ~(int64_t)15) * 4;
 }
 
+/* ---- NF4 and LoRA ------------------------------------------------------------ */
+
+/* kernels/cpu/nf4.c's layout: quant_map[16] | nested_map[256] | nested
+ * absmax (one per 256 blocks) | offset, as floats, then the codes (two per
+ * byte) and one 8-bit absmax code per block of 64. */
+int64_t cost_nf4_bytes(int64_t rows, int64_t cols)
+{
+    if (rows < 0 || cols < 0 || (cols && rows > COST_INF / 2 / cols)) return 0;
+    int64_t n = rows * cols, blocks = (n + 63) / 64, nested = (blocks + 255) / 256;
+    return (16 + 256 + nested + 1) * 4 + (n + 1) / 2 + blocks;
+}
+
+/* kernels/cpu/nf4_matmul.c's (and matmul.c's) output tiles for an M x N
+ * product: 256 x 256, halved until there are 16 of them. */
+static void nf4_tiles(int64_t M, int64_t N, int64_t *tm, int64_t *tn)
+{
+    int64_t TM = 256, TN = 256;
+    while (((M + TM - 1) / TM) * ((N + TN - 1) / TN) < 16) {
+        if (TN > 64 && (TN >= TM || TM <= 32))
+            TN /= 2;
+        else if (TM > 32)
+            TM /= 2;
+        else
+            break;
+    }
+    *tm = TM;
+    *tn = TN;
+}
+
+/* The forward dequantizes [tile columns of OC, IC], the input gradient
+ * [OC, tile columns of IC]: the larger of the two per thread. */
+int64_t cost_nf4_scratch_floats(int64_t N, int64_t IC, int64_t OC)
+{
+    int64_t tm, tf, tb;
+    nf4_tiles(N, OC, &tm, &tf);
+    nf4_tiles(N, IC, &tm, &tb);
+    int64_t fwd = sat_mul(tf < OC ? tf : OC, IC), bwd = sat_mul(OC, tb < IC ? tb : IC);
+    return fwd > bwd ? fwd : bwd;
+}
+
+/* [out, in] of every projection (model/stage_lora.c, module_shape), with
+ * head_dim = hidden / heads. */
+static void lora_modules(const cost_shape *s, int64_t out[COST_LORA_MODULES],
+                         int64_t in[COST_LORA_MODULES])
+{
+    int64_t C = s->hidden, F = s->intermediate, KVD = s->kv_heads * (C / s->heads);
+    const int64_t o[COST_LORA_MODULES] = {C, KVD, KVD, C, F, F, C};
+    const int64_t i[COST_LORA_MODULES] = {C, C, C, C, C, C, F};
+    for (int m = 0; m < COST_LORA_MODULES; m++) out[m] = o[m], in[m] = i[m];
+}
+
+/* The frozen base and the adapters (model/stage_lora.c): a layer's norms in
+ * fp32, its seven matrices in fp32 or NF4, the adapters' A [r, in] and
+ * B [out, r] with fp32 weights, gradients and two moments; the embedding and
+ * the head frozen in fp32; per in-flight micro-batch the adapters' v =
+ * scaling x A^T [N, r] (each carved to 16 floats); per stage the rows of
+ * one module [N, max(C, F)], dv [N, r] and the norms' gradient sink [C],
+ * and with NF4 one tile scratch per slot (the widest module's). */
+static void lora_bytes(cost_bytes *out, const cost_shape *s, int64_t N)
+{
+    int64_t C = s->hidden, F = s->intermediate, V = s->vocab, r = s->lora_r;
+    int64_t mo[COST_LORA_MODULES], mi[COST_LORA_MODULES];
+    lora_modules(s, mo, mi);
+    int64_t adapters = 0, base = 0, saved = 0, scratch = 0;
+    for (int m = 0; m < COST_LORA_MODULES; m++) {
+        if (s->nf4) {
+            base = sat_add(base, cost_nf4_bytes(mo[m], mi[m]));
+            int64_t sc = cost_nf4_scratch_floats(N, mi[m], mo[m]);
+            if (sc > scratch) scratch = sc;
+        } else {
+            base = sat_add(base, mo[m] * mi[m] * 4);
+        }
+        if (s->lora_modules & (1u << m)) {
+            adapters += r * (mi[m] + mo[m]);
+            saved = sat_add(saved, carve(sat_mul(N, r)));
+        }
+    }
+    out->frozen[COST_EMBED] = 4 * V * C;
+    out->frozen[COST_LAYER] = sat_add(8 * C, base);
+    out->frozen[COST_HEAD] = 4 * (C + V * C);
+    for (int u = 0; u < COST_UNITS; u++) {
+        out->trainable[u] = u == COST_LAYER ? adapters : 0;
+        out->weight[u] = sat_add(out->frozen[u], 4 * out->trainable[u]);
+        out->grad[u] = 4 * out->trainable[u];
+        out->moments[u] = 8 * out->trainable[u];
+    }
+    out->head_state_tied_first = 4 * C;   /* the norm; the head is the frozen embedding */
+    out->act[COST_LAYER] = sat_add(out->act[COST_LAYER], saved);
+    int64_t rows = sat_mul(N, C > F ? C : F);
+    out->stage = sat_add(out->stage, sat_mul(sat_add(sat_add(rows, sat_mul(N, r)), C), 4));
+    out->stage_scratch = sat_mul(scratch, 4);
+}
+
 int cost_bytes_compute(cost_bytes *out, const cost_shape *s, int64_t b, int wire_bytes,
                        char *err, size_t errlen)
 {
@@ -102,6 +195,15 @@ int cost_bytes_compute(cost_bytes *out, const cost_shape *s, int64_t b, int wire
     if (wire_bytes != 2 && wire_bytes != 4)
         return sched_errf(err, errlen, "wire dtype of %d bytes: must be 2 (bf16) or 4 (fp32)",
                     wire_bytes);
+    if (s->lora_r < 0 || s->lora_r > 65536 ||
+        (s->lora_r > 0 && ((s->lora_modules & ((1u << COST_LORA_MODULES) - 1)) == 0 ||
+                           (s->lora_modules >> COST_LORA_MODULES) != 0)))
+        return sched_errf(err, errlen, "LoRA settings: rank %lld must be in [1, 65536] (0: full "
+                          "fine-tuning) and the target modules some of the seven projections "
+                          "(mask 0x%x)", (long long)s->lora_r, s->lora_modules);
+    if (s->nf4 && s->lora_r == 0)
+        return sched_errf(err, errlen, "an NF4 base is frozen: it needs LoRA adapters to train "
+                          "(lora rank 0)");
     int64_t C = s->hidden, F = s->intermediate, V = s->vocab, T = s->seq;
     int64_t HD = C / s->heads, KVD = s->kv_heads * HD, QKV = (s->heads + 2 * s->kv_heads) * HD;
     int64_t N = sat_mul(b, T);
@@ -110,6 +212,7 @@ int cost_bytes_compute(cost_bytes *out, const cost_shape *s, int64_t b, int wire
     out->params[COST_LAYER] = 2 * C + 2 * C * C + 2 * KVD * C + 3 * F * C;
     out->params[COST_HEAD] = C + V * C;   /* lm_head, or the tied copy on a last stage */
     for (int u = 0; u < COST_UNITS; u++) {
+        out->trainable[u] = out->params[u];
         out->weight[u] = out->params[u] * 4;
         out->grad[u] = out->params[u] * 4;
         out->moments[u] = out->params[u] * 8;
@@ -133,6 +236,7 @@ int cost_bytes_compute(cost_bytes *out, const cost_shape *s, int64_t b, int wire
                               sat_add(carve(sat_mul(N, 2 * F)), carve(sat_mul(N, F))));
     out->att_scratch = carve(T * T);
     out->boundary = sat_mul(sat_mul(N, C), wire_bytes);
+    if (s->lora_r > 0) lora_bytes(out, s, N);
     /* Keep every figure far below INT64_MAX: the planner multiplies them
      * by in-flight counts and layer counts. */
     const int64_t big = (int64_t)1 << 52;
@@ -147,7 +251,8 @@ int cost_bytes_compute(cost_bytes *out, const cost_shape *s, int64_t b, int wire
 int64_t cost_stage_memory(const cost_bytes *cb, bool tied, int scratch_slots, bool embed,
                           int64_t layers, bool head, int64_t in_flight)
 {
-    int64_t state = 0, act = cb->slot, fixed = cb->stage;
+    int64_t state = 0, act = cb->slot;
+    int64_t fixed = sat_add(cb->stage, sat_mul(scratch_slots, cb->stage_scratch));
     if (embed) {
         state = cb->weight[COST_EMBED] + cb->grad[COST_EMBED] + cb->moments[COST_EMBED];
         act = sat_add(act, cb->act[COST_EMBED]);
@@ -185,7 +290,11 @@ int cost_profile_from_spec(cost_profile *out, const cost_spec *sp, const cost_sh
         return sched_errf(err, errlen, "device spec: peak, efficiency in (0, 1], bandwidth and "
                     "scratch slots must be positive, memory not negative");
     cost_bytes cb;
-    if (cost_bytes_compute(&cb, shape, b, 4, err, errlen)) return -1;
+    cost_shape full = *shape;   /* a profile times full fine-tuning */
+    full.lora_r = 0;
+    full.lora_modules = 0;
+    full.nf4 = false;
+    if (cost_bytes_compute(&cb, &full, b, 4, err, errlen)) return -1;
     int64_t C = shape->hidden, V = shape->vocab, T = shape->seq, N = b * T;
     int64_t HD = C / shape->heads;
     int64_t matrices = cb.params[COST_LAYER] - 2 * C;
@@ -210,6 +319,28 @@ int cost_profile_from_spec(cost_profile *out, const cost_spec *sp, const cost_sh
     out->memory_bytes = sp->memory_bytes;
     out->scratch_slots = sp->scratch_slots;
     return 0;
+}
+
+void cost_profile_for_shape(cost_profile *out, const cost_profile *pf, const cost_shape *s)
+{
+    *out = *pf;
+    if (s->lora_r <= 0 || s->heads < 1 || s->hidden % s->heads) return;
+    int64_t C = s->hidden, KVD = s->kv_heads * (C / s->heads), F = s->intermediate;
+    int64_t M = 2 * C * C + 2 * KVD * C + 3 * F * C, P = M + 2 * C, A = 0;
+    int64_t mo[COST_LORA_MODULES], mi[COST_LORA_MODULES];
+    lora_modules(s, mo, mi);
+    for (int m = 0; m < COST_LORA_MODULES; m++)
+        if (s->lora_modules & (1u << m)) A = sat_add(A, sat_mul(s->lora_r, mi[m] + mo[m]));
+    int64_t att = sat_mul(4 * C, s->seq);   /* per token: scores and values, forward */
+    int64_t fwd_full = sat_add(2 * M, att), bwd_full = sat_add(4 * M, 2 * att);
+    int64_t fwd_lora = sat_add(fwd_full, sat_mul(2, A));
+    int64_t bwd_lora = sat_add(sat_add(2 * M, 2 * att), sat_mul(4, A));
+    out->fwd_ns[COST_LAYER] = muldiv(pf->fwd_ns[COST_LAYER], fwd_lora, fwd_full, false);
+    out->bwd_ns[COST_LAYER] = muldiv(pf->bwd_ns[COST_LAYER], bwd_lora, bwd_full, false);
+    out->opt_ns[COST_LAYER] = muldiv(pf->opt_ns[COST_LAYER], A, P, false);
+    out->bwd_ns[COST_EMBED] = 0;
+    out->bwd_ns[COST_HEAD] = pf->bwd_ns[COST_HEAD] / 2;
+    out->opt_ns[COST_EMBED] = out->opt_ns[COST_HEAD] = 0;
 }
 
 /* ---- link measurement ---------------------------------------------------- */
@@ -307,7 +438,9 @@ int cost_evaluate(plan *p, const plan_fleet *f, const plan_job *job, char *err, 
             return sched_errf(err, errlen, "plan: stage %d (layers [%d, %d)) does not continue a "
                         "chain over %d layers with the embedding first and the head last",
                         s, a, e, L);
-        const cost_profile *pf = &f->nodes[i].prof;
+        cost_profile adj;
+        cost_profile_for_shape(&adj, &f->nodes[i].prof, &job->shape);
+        const cost_profile *pf = &adj;
         int64_t k = e - a, B = pf->micro_batch, b = p->micro_batch;
         int64_t fw = sat_mul(k, cost_scale(pf->fwd_ns[COST_LAYER], b, B));
         int64_t bw = sat_mul(k, cost_scale(pf->bwd_ns[COST_LAYER], b, B));

@@ -123,7 +123,9 @@ static plan_problem *problem_build(const plan_fleet *f, const plan_job *job, con
     pr->canon = canon;
     int64_t worst = 0;
     for (int c = 0; c < n; c++) {
-        const cost_profile *pf = &f->nodes[canon[c]].prof;
+        cost_profile adj;   /* the job's kind of step (LoRA: cost_profile_for_shape) */
+        cost_profile_for_shape(&adj, &f->nodes[canon[c]].prof, &job->shape);
+        const cost_profile *pf = &adj;
         int64_t B = pf->micro_batch;
         pr->E[c] = cost_scale(pf->fwd_ns[COST_EMBED], b, B) + cost_scale(pf->bwd_ns[COST_EMBED], b, B);
         pr->Y[c] = cost_scale(pf->fwd_ns[COST_LAYER], b, B) + cost_scale(pf->bwd_ns[COST_LAYER], b, B);
@@ -363,9 +365,14 @@ static int diagnose(const plan_fleet *f, const plan_job *job, const int *canon, 
     if (total < L)
         return sched_errf(err, errlen, "the fleet cannot hold the model: its %d nodes hold at most "
                     "%lld of the %d decoder layers even with one micro-batch in flight (%s); the "
-                    "other %lld are missing: about %s more memory (%s per layer: weights, gradients, "
-                    "AdamW moments, activations)", n, (long long)total, L, list,
-                    (long long)(L - total), a, b);
+                    "other %lld are missing: about %s more memory (%s per layer: %s)", n,
+                    (long long)total, L, list, (long long)(L - total), a, b,
+                    job->shape.lora_r > 0
+                        ? (job->shape.nf4 ? "NF4 base, adapters with their gradients and AdamW "
+                                            "moments, activations"
+                                          : "frozen fp32 base, adapters with their gradients and "
+                                            "AdamW moments, activations")
+                        : "weights, gradients, AdamW moments, activations");
     /* the layers fit one by one, but not with 1F1B's p - s micro-batches in
      * flight on stage s: show where a uniform split by memory falls short */
     int *order = malloc((size_t)n * sizeof *order);

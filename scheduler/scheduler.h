@@ -60,17 +60,35 @@ int sched_max_in_flight(const sched_op *ops, int n);
  * decoder layers, the last stage the final norm, LM head and loss. */
 enum { COST_EMBED = 0, COST_LAYER = 1, COST_HEAD = 2, COST_UNITS = 3 };
 
+/* The projections LoRA can adapt, in model/'s order (stage_lora's
+ * STAGE_LORA_Q...; tests/unit/test_cost_lora.c checks they agree). */
+enum { COST_LORA_Q, COST_LORA_K, COST_LORA_V, COST_LORA_O, COST_LORA_GATE, COST_LORA_UP,
+       COST_LORA_DOWN, COST_LORA_MODULES };
+
 typedef struct {
     int layers;                                 /* L */
     int64_t hidden, intermediate, heads, kv_heads, vocab;
     int64_t seq;                                /* T: tokens per sequence */
     bool tied;                                  /* the head shares the embedding */
+    /* The job's kind of training (its "lora" and "base" keys). lora_r 0:
+     * full fine-tuning (the zero value). Else only adapters of rank lora_r
+     * on the projections of lora_modules (bit COST_LORA_Q...) train; the
+     * base is frozen in fp32, or with nf4 its layer matrices in NF4. */
+    int64_t lora_r;
+    unsigned lora_modules;
+    bool nf4;
 } cost_shape;
 
 /* Bytes of a model at micro-batch size b, as model/stage.c lays a stage out
- * (fp32 weights, gradients and both AdamW moments; the activation arena). */
+ * (fp32 weights, gradients and both AdamW moments; the activation arena).
+ * With LoRA as model/stage_lora.c does: weight is the frozen base (fp32, or
+ * the layer matrices in NF4) plus the adapters, grad and moments the
+ * adapters' alone (fp32), act adds the adapters' saved x A^T, and every
+ * stage has the adapters' work rows and, with NF4, a tile per scratch slot. */
 typedef struct {
-    int64_t params[COST_UNITS];                 /* parameters of one unit */
+    int64_t params[COST_UNITS];                 /* parameters of one unit (the model's) */
+    int64_t trainable[COST_UNITS];              /* those AdamW updates: params, or the adapters */
+    int64_t frozen[COST_UNITS];                 /* bytes of weight that never train (LoRA) */
     int64_t weight[COST_UNITS], grad[COST_UNITS], moments[COST_UNITS];
     int64_t act[COST_UNITS];                    /* kept per in-flight micro-batch */
     int64_t head_state_tied_first;  /* head's weights+grads+moments on a stage that also
@@ -80,13 +98,23 @@ typedef struct {
     int64_t stage;            /* once per stage: input-gradient buffers, RoPE tables */
     int64_t layer_work;       /* once per stage holding layers: backward scratch */
     int64_t att_scratch;      /* per attention scratch slot of a stage holding layers */
+    int64_t stage_scratch;    /* per scratch slot on any stage: NF4 products' tiles (LoRA) */
     int64_t boundary;         /* activations (or their gradient) crossing one cut */
 } cost_bytes;
 
 /* wire_bytes: 4 (fp32) or 2 (bf16) per element on the wire. Fails when the
- * shape is not positive or its figures do not fit the arithmetic. */
+ * shape is not positive, its LoRA settings are out of range (r in
+ * [1, 65536], modules some of the seven, NF4 only with LoRA) or its figures
+ * do not fit the arithmetic. */
 int cost_bytes_compute(cost_bytes *out, const cost_shape *shape, int64_t micro_batch,
                        int wire_bytes, char *err, size_t errlen);
+/* bitsandbytes' NF4 of a [rows, cols] matrix as kernels/ stores it
+ * (nf4_bytes): 4-bit codes, an 8-bit absmax per 64 values, an fp32 nested
+ * absmax per 256 blocks, the offset and both maps. 0 for a bad shape. */
+int64_t cost_nf4_bytes(int64_t rows, int64_t cols);
+/* Floats of one thread's tile scratch for NF4 products of N rows through a
+ * [OC, IC] matrix (nf4_matmul_scratch_floats). */
+int64_t cost_nf4_scratch_floats(int64_t N, int64_t IC, int64_t OC);
 
 /* What one device does at one micro-batch shape: measured by `shardnode
  * profile`, or estimated from a spec sheet (cost_profile_from_spec). */
@@ -97,6 +125,23 @@ typedef struct {
     int64_t memory_bytes;                       /* usable memory */
     int scratch_slots;                          /* attention scratch buffers (CPU: threads) */
 } cost_profile;
+
+/* A profile times full fine-tuning, whatever the job: `shardnode profile`
+ * measures it and a spec sheet is modelled for it. A LoRA job's step is
+ * derived from it (LoRA shapes; a full fine-tuning shape copies pf):
+ *   forward   x (2M + 4CT + 2A) / (2M + 4CT)   per layer, per token: M the
+ *             layer's matrix parameters, A its adapters' (r (in + out) per
+ *             module), 4CT the attention's scores and values; NF4 products
+ *             cost what fp32 ones do (bench_nf4: 0.87-1.13x);
+ *   backward  x (2M + 8CT + 4A) / (4M + 8CT)   no weight-gradient products
+ *             for the frozen base, the adapters' four small ones;
+ *             the head's backward halved (no LM head gradient), the
+ *             embedding's none;
+ *   AdamW     x A / P per layer (P the layer's parameters), none for the
+ *             embedding and the head.
+ * Matrix products dominate a step; the norms' and activations' elementwise
+ * work is scaled with them. Integer arithmetic, rounded down. */
+void cost_profile_for_shape(cost_profile *out, const cost_profile *pf, const cost_shape *shape);
 
 /* A public spec sheet (configs/devices.json), in integers. */
 typedef struct {
@@ -110,7 +155,8 @@ typedef struct {
 
 /* Times of a roofline: matrix products at mfu of peak plus one pass over
  * the weights and activations at memory bandwidth; backward twice the
- * forward; AdamW reads 16 and writes 12 bytes per parameter. */
+ * forward; AdamW reads 16 and writes 12 bytes per parameter. Full
+ * fine-tuning's, like a measured profile, whatever shape's LoRA settings. */
 int cost_profile_from_spec(cost_profile *out, const cost_spec *spec, const cost_shape *shape,
                            int64_t micro_batch, char *err, size_t errlen);
 

@@ -16,10 +16,10 @@
 
 cost_shape fleet_shape(const llama_config *cfg, int64_t seq)
 {
-    return (cost_shape){cfg->num_hidden_layers,   cfg->hidden_size,
-                        cfg->intermediate_size,   cfg->num_attention_heads,
-                        cfg->num_key_value_heads, cfg->vocab_size,
-                        seq,                      cfg->tie_word_embeddings};
+    return (cost_shape){.layers = cfg->num_hidden_layers,     .hidden = cfg->hidden_size,
+                        .intermediate = cfg->intermediate_size, .heads = cfg->num_attention_heads,
+                        .kv_heads = cfg->num_key_value_heads,   .vocab = cfg->vocab_size,
+                        .seq = seq,                             .tied = cfg->tie_word_embeddings};
 }
 
 /* Only the listed keys: a typo ("bandwith_mbps") must not silently become

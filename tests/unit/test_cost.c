@@ -33,9 +33,10 @@ static llama_config config(bool tied)
 
 static cost_shape shape_of(const llama_config *c, int T)
 {
-    return (cost_shape){c->num_hidden_layers, c->hidden_size, c->intermediate_size,
-                        c->num_attention_heads, c->num_key_value_heads, c->vocab_size, T,
-                        c->tie_word_embeddings};
+    return (cost_shape){.layers = c->num_hidden_layers, .hidden = c->hidden_size,
+                        .intermediate = c->intermediate_size, .heads = c->num_attention_heads,
+                        .kv_heads = c->num_key_value_heads, .vocab = c->vocab_size, .seq = T,
+                        .tied = c->tie_word_embeddings};
 }
 
 static size_t count_params(const llama_config *c, int a, int b, bool first, bool last)
@@ -197,7 +198,8 @@ static void test_link_estimate(void)
 /* Two nodes, numbers small enough to check by hand. */
 static void test_evaluate(void)
 {
-    cost_shape sh = {4, 32, 64, 4, 2, 50, 8, false};
+    cost_shape sh = {.layers = 4, .hidden = 32, .intermediate = 64, .heads = 4, .kv_heads = 2,
+                      .vocab = 50, .seq = 8};
     plan_job job = {.shape = sh, .batch = 4, .max_micro_batch = 1, .wire_bytes = 4};
     plan_node nodes[2];
     memset(nodes, 0, sizeof nodes);

@@ -36,7 +36,8 @@ static plan_job small_job(int L)
 {
     plan_job j;
     memset(&j, 0, sizeof j);
-    j.shape = (cost_shape){L, 32, 64, 4, 2, 50, 8, false};
+    j.shape = (cost_shape){.layers = L, .hidden = 32, .intermediate = 64, .heads = 4, .kv_heads = 2,
+                           .vocab = 50, .seq = 8};
     j.batch = 4;
     j.max_micro_batch = 4;
     j.wire_bytes = 4;

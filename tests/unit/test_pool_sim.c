@@ -124,7 +124,8 @@ static uint64_t rnd(void)
     return S.rng * 0x2545F4914F6CDD1Dull;
 }
 
-static const cost_shape SHAPE = {4, 64, 128, 4, 2, 300, 32, false};
+static const cost_shape SHAPE = {.layers = 4, .hidden = 64, .intermediate = 128, .heads = 4,
+                                  .kv_heads = 2, .vocab = 300, .seq = 32};
 
 static void world_free(void)
 {
