@@ -4,6 +4,7 @@
 #include "commands.h"
 #include "node_base.h"
 #include "plan_svg.h"
+#include "pool_job.h"
 #include "runtime.h"
 
 #include <jansson.h>
@@ -160,6 +161,21 @@ static json_t *plan_json(const report *r, const fleet_file *ff, const plan_job *
     return o;
 }
 
+/* "full fine-tuning", or "LoRA r 16 on q_proj, v_proj, NF4 base". */
+static void kind_text(char *buf, size_t len, const cost_shape *s)
+{
+    if (s->lora_r <= 0) {
+        snprintf(buf, len, "full fine-tuning");
+        return;
+    }
+    size_t used = (size_t)snprintf(buf, len, "LoRA r %lld on ", (long long)s->lora_r);
+    for (int m = 0, k = 0; m < STAGE_LORA_MODULES && used < len; m++)
+        if (s->lora_modules & (1u << m))
+            used += (size_t)snprintf(buf + used, len - used, "%s%s", k++ ? ", " : "",
+                                     stage_lora_module_name(m));
+    if (used < len) snprintf(buf + used, len - used, ", %s base", s->nf4 ? "NF4" : "frozen fp32");
+}
+
 /* The uniform split a user who knows only memory sizes would pick: the p
  * nodes with the most memory (largest first, as early stages keep more
  * micro-batches in flight), for the best p. Returns that p (0: none fits;
@@ -201,8 +217,9 @@ static const char *method_name(plan_method m)
 
 int cmd_plan(int argc, char **argv)
 {
-    const char *fleet = NULL, *model = NULL, *micro = "1", *seq = NULL, *batch = "32",
-               *devices = NULL, *method = "auto", *wire = "f32", *budget = "0", *svg = NULL;
+    const char *fleet = NULL, *model = NULL, *micro = NULL, *seq = NULL, *batch = NULL,
+               *devices = NULL, *method = "auto", *wire = "f32", *budget = "0", *svg = NULL,
+               *job_path = NULL;
     bool exhaustive = false, as_json = false;
     const args_option opts[] = {
         {"--fleet", &fleet, NULL},        {"--model", &model, NULL},
@@ -211,13 +228,15 @@ int cmd_plan(int argc, char **argv)
         {"--method", &method, NULL},      {"--wire", &wire, NULL},
         {"--budget", &budget, NULL},
         {"--exhaustive", NULL, &exhaustive}, {"--json", NULL, &as_json},
-        {"--svg", &svg, NULL},
+        {"--svg", &svg, NULL},            {"--job", &job_path, NULL},
     };
-    const char *required[] = {"--fleet", "--model", NULL};
+    const char *required[] = {"--fleet", NULL};
     int nopts = (int)(sizeof opts / sizeof opts[0]), rc = 1;
     char err[1024];
     long B, T = 0, N, budget_n;
     llama_config cfg;
+    job_spec js;
+    bool has_job = false;
     fleet_file ff = {0};
     report rp = {"plan", false, "", NULL, {0}, false};
     report ua = {"uniform, all nodes", false, "", NULL, {0}, false};
@@ -228,27 +247,63 @@ int cmd_plan(int argc, char **argv)
     int *order = NULL;
     plan_method pm = PLAN_AUTO;
     if (args_parse(argc, argv, 2, opts, nopts, err, sizeof err) ||
-        args_require(opts, nopts, required, err, sizeof err) ||
-        llama_config_load(&cfg, model, err, sizeof err) ||
+        args_require(opts, nopts, required, err, sizeof err)) {
+        fprintf(stderr, "shardnode plan: %s\n", err);
+        return 2;
+    }
+    /* --job: the model, sequence, batch, micro-batch and LoRA/NF4 settings
+     * of a job file, as the pool plans it; else --model and the flags */
+    if (job_path && (model || micro || seq || batch)) {
+        fprintf(stderr, "shardnode plan: --job %s gives the model, --seq, --batch and "
+                        "--micro-batch; do not give them as well\n", job_path);
+        return 2;
+    }
+    if (!job_path && !model) {
+        fprintf(stderr, "shardnode plan: --model or --job is required\n");
+        return 2;
+    }
+    if (job_path) {
+        if (job_load(&js, job_path, err, sizeof err)) {
+            fprintf(stderr, "shardnode plan: %s\n", err);
+            return 2;
+        }
+        has_job = true;
+        model = js.config;
+    }
+    char seq_s[32], batch_s[32], micro_s[32];
+    if (has_job) {
+        snprintf(seq_s, sizeof seq_s, "%d", js.seq_len);
+        snprintf(batch_s, sizeof batch_s, "%d", js.batch);
+        snprintf(micro_s, sizeof micro_s, "%d", js.micro_batch);
+        seq = seq_s, batch = batch_s, micro = micro_s;
+    }
+    if (!micro) micro = "1";
+    if (!batch) batch = "32";
+    if (llama_config_load(&cfg, model, err, sizeof err) ||
         args_int(micro, "--micro-batch", 1, 1 << 20, &B, err, sizeof err) ||
         args_int(batch, "--batch", 1, 1 << 24, &N, err, sizeof err) ||
         args_int(budget, "--budget", 0, 1L << 40, &budget_n, err, sizeof err) ||
         (seq && args_int(seq, "--seq", 1, cfg.max_position_embeddings, &T, err, sizeof err))) {
         fprintf(stderr, "shardnode plan: %s\n", err);
+        if (has_job) job_free(&js);
         return 2;
     }
     if (!seq) T = cfg.max_position_embeddings < 1024 ? cfg.max_position_embeddings : 1024;
     if (strcmp(method, "auto") && strcmp(method, "exact") && strcmp(method, "heuristic")) {
         fprintf(stderr, "shardnode plan: --method \"%s\": expected auto, exact or heuristic\n", method);
+        if (has_job) job_free(&js);
         return 2;
     }
     if (strcmp(wire, "f32") && strcmp(wire, "bf16")) {   /* as a cluster file's wire_dtype */
         fprintf(stderr, "shardnode plan: --wire \"%s\": expected f32 or bf16\n", wire);
+        if (has_job) job_free(&js);
         return 2;
     }
     pm = !strcmp(method, "exact") ? PLAN_EXACT : !strcmp(method, "heuristic") ? PLAN_HEURISTIC
                                                                              : PLAN_AUTO;
-    cost_shape shape = fleet_shape(&cfg, T);
+    cost_shape shape = has_job ? pool_job_shape(&cfg, &js) : fleet_shape(&cfg, T);
+    char kind[160];
+    kind_text(kind, sizeof kind, &shape);
     if (fleet_load(&ff, fleet, devices, &shape, B, err, sizeof err)) {
         /* A profile measured for another model or sequence: say which model
          * the plan is for, so both files of the mismatch are named. */
@@ -262,6 +317,7 @@ int cmd_plan(int argc, char **argv)
     plan_job job = {.shape = shape,
                     .batch = N,
                     .max_micro_batch = B,
+                    .min_micro_batch = has_job ? B : 0,   /* a job keeps its micro-batch */
                     .wire_bytes = strcmp(wire, "bf16") ? 4 : 2,
                     .margin_permille = ff.margin_permille,
                     .search_budget = budget_n};
@@ -278,7 +334,10 @@ int cmd_plan(int argc, char **argv)
     }
     plan_stats st = {0}, xst = {0};
     double t0 = now_ms();
-    if (plan_compute(rp.p, &ff.fleet, &job, pm, &st, err, sizeof err)) goto fail;
+    if (plan_compute(rp.p, &ff.fleet, &job, pm, &st, err, sizeof err)) {
+        fprintf(stderr, "shardnode plan: %s does not fit: %s\n", kind, err);
+        goto out;
+    }
     double plan_ms = now_ms() - t0, ex_ms = 0;
     rp.ok = true;
     for (int i = 0; i < n; i++) order[i] = i;
@@ -303,6 +362,7 @@ int cmd_plan(int argc, char **argv)
     cost_bytes_compute(&cb, &shape, 1, 4, NULL, 0);
     int64_t params = cb.params[COST_EMBED] + shape.layers * cb.params[COST_LAYER] +
                      (shape.tied ? shape.hidden : cb.params[COST_HEAD]);
+    int64_t trainable = shape.lora_r > 0 ? shape.layers * cb.trainable[COST_LAYER] : params;
     if (as_json) {
         json_t *o = json_pack("{s:{s:s,s:s,s:i},s:{s:s,s:i,s:I,s:I,s:I},s:{s:I,s:I,s:I,s:s,s:f}}",
                               "fleet", "name", ff.name, "path", fleet, "nodes", n,
@@ -312,6 +372,20 @@ int cmd_plan(int argc, char **argv)
                               "job", "batch", (json_int_t)N, "seq", (json_int_t)T,
                               "max_micro_batch", (json_int_t)B, "wire", wire,
                               "memory_margin", ff.margin_permille / 1000.0);
+        json_t *jo = json_object_get(o, "job");
+        if (has_job) json_object_set_new(jo, "path", json_string(job_path));
+        json_object_set_new(jo, "trainable_parameters", json_integer((json_int_t)trainable));
+        if (shape.lora_r > 0) {
+            json_t *mods = json_array();
+            for (int m = 0; m < STAGE_LORA_MODULES; m++)
+                if (shape.lora_modules & (1u << m))
+                    json_array_append_new(mods, json_string(stage_lora_module_name(m)));
+            json_object_set_new(jo, "lora", json_pack("{s:I,s:o,s:s}", "r",
+                                (json_int_t)shape.lora_r, "target_modules", mods, "base",
+                                shape.nf4 ? "nf4" : "fp32"));
+        } else {
+            json_object_set_new(jo, "lora", json_null());
+        }
         json_t *pj = plan_json(&rp, &ff, &job, NULL);
         json_object_set_new(pj, "method", json_string(method_name(st.method)));
         json_object_set_new(pj, "orders", json_integer((json_int_t)st.orders));
@@ -339,9 +413,17 @@ int cmd_plan(int argc, char **argv)
     } else {
         printf("fleet \"%s\" (%s): %d nodes\n", ff.name, fleet, n);
         printf("model %s: %d layers, hidden %lld, vocab %lld, %.2f B parameters; batch %ld x %ld "
-               "tokens, micro-batches of at most %ld; %s on the wire; %.1f%% memory margin\n\n",
+               "tokens, micro-batches of %s %ld; %s on the wire; %.1f%% memory margin\n",
                model, shape.layers, (long long)shape.hidden, (long long)shape.vocab,
-               (double)params * 1e-9, N, T, B, wire, ff.margin_permille / 10.0);
+               (double)params * 1e-9, N, T, has_job ? "exactly" : "at most", B, wire,
+               ff.margin_permille / 10.0);
+        if (shape.lora_r > 0)
+            printf("training: %s (job %s); %.2f M trainable parameters\n\n", kind,
+                   has_job ? job_path : "-", (double)trainable * 1e-6);
+        else if (has_job)
+            printf("training: full fine-tuning (job %s)\n\n", job_path);
+        else
+            printf("training: full fine-tuning\n\n");
         printf("plan: %d stage%s, hash %s, %s search over %lld orders in %.1f ms\n",
                rp.p->nstages, rp.p->nstages == 1 ? "" : "s", hash, method_name(st.method),
                (long long)st.orders, plan_ms);
@@ -381,6 +463,7 @@ fail:
     fprintf(stderr, "shardnode plan: %s\n", err);
 out:
     fleet_free(&ff);
+    if (has_job) job_free(&js);
     free(rp.p);
     free(ua.p);
     free(un.p);

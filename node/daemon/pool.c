@@ -278,7 +278,7 @@ static void setup(daemon_t *d)
     char err[POOL_TEXT_MAX];
     if (s.ok && job_load(&js, path, err, sizeof err) == 0) {
         if (llama_config_load(&cfg, js.config, err, sizeof err) == 0) {
-            s.shape = p->shape = fleet_shape(&cfg, js.seq_len);
+            s.shape = p->shape = pool_job_shape(&cfg, &js);   /* LoRA and NF4 too */
             s.batch = js.batch;
             s.micro_batch = js.micro_batch;
             s.steps = js.steps;

@@ -284,9 +284,12 @@ bool core_too_small(pool_core *c, const pool_member *m, int n)
     cost_format_bytes(a, sizeof a, need);
     cost_format_bytes(b, sizeof b, have);
     cost_format_bytes(d, sizeof d, need - have);
-    snprintf(c->doc.why, sizeof c->doc.why, "the model needs at least %s (weights, gradients and "
-             "AdamW moments of %d layers) and the %d member(s) that compute have %s free: %s "
-             "missing", a, c->shape.layers, members, b, d);
+    snprintf(c->doc.why, sizeof c->doc.why, "the model needs at least %s (%s of %d layers) and "
+             "the %d member(s) that compute have %s free: %s missing", a,
+             c->shape.lora_r > 0 ? (c->shape.nf4 ? "the NF4 base and the LoRA adapters"
+                                                 : "the frozen base and the LoRA adapters")
+                                 : "weights, gradients and AdamW moments",
+             c->shape.layers, members, b, d);
     return true;
 }
 

@@ -720,3 +720,21 @@ done:
     pool_lacks_free(&out);
     return rc;
 }
+
+/* scheduler/ names the seven projections in model/'s order. */
+_Static_assert((int)COST_LORA_Q == (int)STAGE_LORA_Q && (int)COST_LORA_O == (int)STAGE_LORA_O &&
+                   (int)COST_LORA_DOWN == (int)STAGE_LORA_DOWN &&
+                   (int)COST_LORA_MODULES == (int)STAGE_LORA_MODULES,
+               "cost_shape's lora_modules bits are stage_lora's modules bits");
+
+cost_shape pool_job_shape(const llama_config *cfg, const job_spec *js)
+{
+    cost_shape s = fleet_shape(cfg, js->seq_len);
+    const stage_lora *l = job_lora(js);
+    if (l) {
+        s.lora_r = l->r;
+        s.lora_modules = l->modules;
+        s.nf4 = l->nf4;
+    }
+    return s;
+}

@@ -12,6 +12,7 @@
 #define SHARDNODE_POOL_JOB_H
 
 #include "mesh.h"
+#include "runtime.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -126,6 +127,12 @@ int pool_lacks_add(pool_lacks *lacks, const char *role, const char *path, const 
                    const char *why);
 int pool_lacks_copy(pool_lacks *dst, const pool_lacks *src);
 void pool_lacks_free(pool_lacks *lacks);
+
+/* The cost model's shape of a job (what every member plans with): the
+ * model's (cfg, the job's config) at the job's sequence length, with the
+ * job's LoRA rank and target modules and its NF4 base (cost_shape's lora_r,
+ * lora_modules, nf4; full fine-tuning without "lora"). */
+cost_shape pool_job_shape(const llama_config *cfg, const job_spec *js);
 
 /* pool_fetch.c: opens STATE/REL for FETCH to serve, read-only, refusing a
  * symbolic link anywhere in REL (each component is opened with O_NOFOLLOW,
