@@ -348,6 +348,8 @@ typedef struct {
     unsigned modules;   /* bit m: module m (STAGE_LORA_Q...) has an adapter */
     bool nf4;           /* the base's layer matrices in NF4 */
 } stage_lora;
+/* [out, in] of module m's base matrix in a model of config c. */
+void stage_lora_module_shape(const llama_config *c, int m, int *out, int *in);
 /* "q_proj", ..., "down_proj"; NULL outside [0, STAGE_LORA_MODULES). */
 const char *stage_lora_module_name(int m);
 /* As PEFT: (float)(alpha / r), or (float)(alpha / sqrt(r)) with rslora. */
@@ -379,11 +381,36 @@ const stage_param *stage_frozen_at(const stage *s, int i);
 bool stage_frozen_is_nf4(const stage *s, int i);
 /* fp32 data of frozen tensor i, NULL for an NF4 one. */
 float *stage_frozen_data(stage *s, int i);
+/* Frozen tensor i as fp32 into dst (n = its numel): copied, or an NF4
+ * matrix dequantized (nf4_dequantize: what the products compute with). */
+int stage_frozen_read(stage *s, int i, float *dst, size_t n, char *err, size_t errlen);
 /* Sets frozen tensor i from fp32 values (n of them): copied, or quantized
  * to NF4 (a scratch of its blocks is allocated for the call). */
 int stage_frozen_write(stage *s, int i, const float *w, size_t n, char *err, size_t errlen);
 /* Bytes the frozen base holds (fp32 tensors and NF4 buffers). */
 double stage_frozen_bytes(const stage *s);
+
+/* ---- adapters merged into the base (stage_merge.c) ------------------------
+ * W = W0 + scaling B A, as PEFT's merge_and_unload computes it in fp32
+ * (B A, then times scaling, then added); W0 of an NF4 base dequantized. */
+/* PEFT's name of module m's adapter of layer l (lora_A or, with b, lora_B):
+ * base_model.model.model.layers.L.self_attn.q_proj.lora_A.weight, ... */
+void stage_lora_adapter_name(char *buf, size_t len, int layer, int m, bool b);
+/* Adds scaling B A to w [out, in] (A [r, in], B [out, r]). */
+int stage_merge_delta(float *w, const float *A, const float *B, int out, int in, int r,
+                      float scaling, char *err, size_t errlen);
+/* A stage whose every tensor trains (stage_create; its layers' projections
+ * under their HF names) gets the adapters of f (PEFT names) merged into
+ * the projections that lora targets: the stage then computes what the
+ * base with the adapters computes. err names a missing adapter. */
+int stage_merge_adapters(stage *s, const stage_lora *lora, const safetensors_file *f,
+                         char *err, size_t errlen);
+/* The frozen base of a stage with adapters, each targeted projection with
+ * its adapter merged in, written as model.safetensors (F32, HF names,
+ * model order; streamed through atomic_file: memory holds one tensor
+ * besides the stage). *params (if not NULL) gets the values written. */
+int stage_lora_write_merged(stage *s, const char *path, uint64_t *params, char *err,
+                            size_t errlen);
 
 /* Pointer to the parameter `name` in the stage's buffer, or NULL. */
 float *stage_param_data(stage *s, const char *name);

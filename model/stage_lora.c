@@ -74,8 +74,7 @@ int stage_lora_check(const stage_lora *l, char *err, size_t errlen)
     return 0;
 }
 
-/* [out, in] of module m. */
-static void module_shape(const llama_config *c, int m, int *out, int *in)
+void stage_lora_module_shape(const llama_config *c, int m, int *out, int *in)
 {
     int C = c->hidden_size, F = c->intermediate_size;
     int QD = c->num_attention_heads * c->head_dim, KVD = c->num_key_value_heads * c->head_dim;
@@ -115,7 +114,7 @@ double stage_lora_memory_bytes(const llama_config *cfg, int layer_begin, int lay
     int Ni = N > 1e9 ? 1000000000 : (int)N;
     for (int m = 0; m < STAGE_LORA_MODULES; m++) {
         int out, in;
-        module_shape(cfg, m, &out, &in);
+        stage_lora_module_shape(cfg, m, &out, &in);
         if (lora->nf4) {
             nf4 += (double)nf4_bytes(out, in);
             double sc = (double)nf4_matmul_scratch_floats(Ni, in, out);
@@ -193,7 +192,7 @@ int stage_lora_setup(stage *s, const stage_lora *lc, char *err, size_t errlen)
     for (int l = 0; l < s->nl; l++)
         for (int m = 0; m < STAGE_LORA_MODULES; m++) {
             lora_mod *md = &L->mods[l * STAGE_LORA_MODULES + m];
-            module_shape(c, m, &md->out, &md->in);
+            stage_lora_module_shape(c, m, &md->out, &md->in);
             module_cols(s, m, &md->col, &md->ld);
             if (lc->nf4) {
                 if (!(md->qbuf = alloc_aligned(nf4_bytes(md->out, md->in)))) goto oom;
@@ -443,6 +442,18 @@ bool stage_frozen_is_nf4(const stage *s, int i)
 float *stage_frozen_data(stage *s, int i)
 {
     return stage_frozen_is_nf4(s, i) ? NULL : s->lora->base + s->lora->frozen[i].offset;
+}
+
+int stage_frozen_read(stage *s, int i, float *dst, size_t n, char *err, size_t errlen)
+{
+    struct stage_lora_state *L = s->lora;
+    const stage_param *p = &L->frozen[i];
+    if (n != p->numel)
+        return model_errf(err, errlen, "%s: room for %zu values, the stage holds %zu", p->name,
+                          n, p->numel);
+    if (stage_frozen_is_nf4(s, i)) nf4_dequantize(&L->mods[L->fmod[i]].q, dst);
+    else memcpy(dst, L->base + p->offset, n * sizeof *dst);
+    return 0;
 }
 
 int stage_frozen_write(stage *s, int i, const float *w, size_t n, char *err, size_t errlen)
