@@ -1,15 +1,25 @@
 /* generate_cmd.c — `shardnode generate`: continue a prompt with a trained
  * model, printing the prompt and then each new piece of text as it comes.
  *
- *   shardnode generate --model DIR --prompt TEXT [--tokens N]
+ *   shardnode generate --model DIR [--adapter DIR] --prompt TEXT [--tokens N]
  *                      [--temperature T] [--seed S] [--threads N]
+ *   shardnode generate --model DIR [--adapter DIR] --logits IDS --out FILE
  *
- * DIR is what `shardnode train` writes: config.json, model.safetensors (HF
- * names) and tokenizer.json. Output ends with a newline; generation stops
- * after N tokens (default 100), at the tokenizer's end-of-text token (not
- * printed), or when the model's context (max_position_embeddings) is full. */
+ * DIR is an HF model directory as `shardnode train`, `export` and `import`
+ * write it: config.json, model.safetensors or shards with an index (F32,
+ * F16, BF16, or bitsandbytes 4-bit dequantized) and tokenizer.json.
+ * --adapter names a PEFT LoRA adapter directory (adapter_config.json,
+ * adapter_model.safetensors), merged into the weights at load. Output ends
+ * with a newline; generation stops after N tokens (default 100), at the
+ * tokenizer's end-of-text token (not printed), or when the model's context
+ * (max_position_embeddings) is full. --logits 5,17,2 instead pushes those
+ * token ids one by one and writes the logits after each, [n, vocab_size]
+ * F32 "logits" with the I32 "input_ids", into the safetensors FILE. */
 #include "commands.h"
 #include "node_base.h"
+#include "runtime.h"
+
+#include "import.h"
 
 #include "kernels.h"
 #include "model.h"
@@ -95,20 +105,114 @@ static int print_new_text(const tokenizer *tok, const char *tok_path, const int3
     return 0;
 }
 
+/* The whole model of DIR (hf_open: one file or shards) in one stage, with
+ * the adapter of ADAPTER (a PEFT directory, or NULL) merged in. B = T = 1
+ * keeps the stage's activation arena small: the generator only reads its
+ * weights. */
+static int load_model(const llama_config *cfg, const char *model, const char *adapter,
+                      stage **out, char *err, size_t errlen)
+{
+    char path[4096];
+    hf_model *m = NULL;
+    safetensors_file *af = NULL;
+    stage_lora lora;
+    stage *s = NULL;
+    int rc = -1;
+    if (adapter &&
+        (join_path(path, sizeof path, adapter, "adapter_config.json", err, errlen) ||
+         peft_config_read(path, &lora, err, errlen) ||
+         join_path(path, sizeof path, adapter, "adapter_model.safetensors", err, errlen) ||
+         safetensors_open(&af, path, err, errlen)))
+        goto done;
+    if (stage_create(&s, cfg, 0, cfg->num_hidden_layers, true, true, 1, 1, 1, err, errlen)) {
+        prefix_err(err, errlen, model);
+        goto done;
+    }
+    if (hf_open(&m, model, err, errlen) || hf_load_stage(m, s, err, errlen)) goto done;
+    if (af && stage_merge_adapters(s, &lora, af, err, errlen)) goto done;
+    *out = s;
+    s = NULL;
+    rc = 0;
+done:
+    hf_close(m);
+    safetensors_close(af);
+    stage_free(s);
+    return rc;
+}
+
+/* --logits IDS --out FILE: the logits after each id, as safetensors. */
+static int write_logits(const llama_config *cfg, const char *model, const char *adapter,
+                        const char *ids_text, const char *out, char *err, size_t errlen)
+{
+    size_t n = 1;
+    for (const char *p = ids_text; *p; p++) n += *p == ',';
+    int32_t *ids = malloc(n * sizeof *ids);
+    float *logits = NULL;
+    stage *s = NULL;
+    generator *g = NULL;
+    int rc = -1;
+    if (!ids) return node_errf(err, errlen, "--logits: out of memory");
+    const char *p = ids_text;
+    for (size_t i = 0; i < n; i++) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || (*end != ',' && *end) || v < 0 || v >= cfg->vocab_size) {
+            node_errf(err, errlen, "--logits \"%.200s\": entry %zu is not a token id in "
+                      "[0, %d)", ids_text, i + 1, cfg->vocab_size);
+            goto done;
+        }
+        ids[i] = (int32_t)v;
+        p = *end ? end + 1 : end;
+    }
+    if (n > (size_t)cfg->max_position_embeddings) {
+        node_errf(err, errlen, "--logits: %zu ids, more than the model's context of %d", n,
+                  cfg->max_position_embeddings);
+        goto done;
+    }
+    size_t V = (size_t)cfg->vocab_size;
+    if (!(logits = malloc(n * V * sizeof *logits))) {
+        node_errf(err, errlen, "--logits: out of memory");
+        goto done;
+    }
+    if (load_model(cfg, model, adapter, &s, err, errlen) ||
+        generator_create(&g, cfg, s, (int)n, err, errlen))
+        goto done;
+    for (size_t i = 0; i < n; i++) {
+        const float *l;
+        if (generator_push(g, ids[i], &l, err, errlen)) goto done;
+        memcpy(logits + i * V, l, V * sizeof *l);
+    }
+    safetensors_entry e[2] = {
+        {"logits", SAFETENSORS_F32, 2, {(int64_t)n, (int64_t)V}, logits},
+        {"input_ids", SAFETENSORS_I32, 1, {(int64_t)n}, ids}};
+    if (safetensors_write(out, e, 2, err, errlen)) goto done;
+    printf("generate: logits of %zu positions x %zu tokens into %s%s%s%s\n", n, V, out,
+           adapter ? " (adapter " : "", adapter ? adapter : "", adapter ? " merged)" : "");
+    rc = 0;
+done:
+    generator_free(g);
+    stage_free(s);
+    free(ids);
+    free(logits);
+    return rc;
+}
+
 int cmd_generate(int argc, char **argv)
 {
     const char *model = NULL, *prompt = NULL, *tokens = "100", *temperature = "0.8",
-               *seed = "1", *threads = NULL;
+               *seed = "1", *threads = NULL, *adapter = NULL, *logits_ids = NULL,
+               *logits_out = NULL;
     const args_option opts[] = {
         {"--model", &model, NULL},     {"--prompt", &prompt, NULL},
         {"--tokens", &tokens, NULL},   {"--temperature", &temperature, NULL},
         {"--seed", &seed, NULL},       {"--threads", &threads, NULL},
+        {"--adapter", &adapter, NULL}, {"--logits", &logits_ids, NULL},
+        {"--out", &logits_out, NULL},
     };
-    const char *required[] = {"--model", "--prompt", NULL};
+    const char *required[] = {"--model", NULL};
     int nopts = (int)(sizeof opts / sizeof opts[0]);
-    char err[1024], config_path[4096], weights_path[4096], tok_path[4096];
+    char err[1024], config_path[4096], tok_path[4096];
     llama_config cfg;
-    safetensors_file *wf = NULL;
     stage *s = NULL;
     tokenizer *tok = NULL;
     generator *g = NULL;
@@ -125,6 +229,10 @@ int cmd_generate(int argc, char **argv)
     if (args_parse(argc, argv, 2, opts, nopts, err, sizeof err) ||
         args_require(opts, nopts, required, err, sizeof err))
         goto done;
+    if (!prompt == !logits_ids || !logits_ids != !logits_out) {
+        node_errf(err, sizeof err, "give --prompt TEXT, or --logits IDS with --out FILE");
+        goto done;
+    }
     if (args_int(tokens, "--tokens", 0, 1L << 24, &ntokens, err, sizeof err) ||
         parse_temperature(temperature, &temp, err, sizeof err) ||
         args_int(seed, "--seed", 0, 0x7fffffffffffffffL, &seed_value, err, sizeof err) ||
@@ -132,8 +240,6 @@ int cmd_generate(int argc, char **argv)
         goto done;
     if (nthreads) kernels_set_threads((int)nthreads);
     if (join_path(config_path, sizeof config_path, model, "config.json", err, sizeof err) ||
-        join_path(weights_path, sizeof weights_path, model, "model.safetensors", err,
-                  sizeof err) ||
         join_path(tok_path, sizeof tok_path, model, "tokenizer.json", err, sizeof err))
         goto done;
 
@@ -147,6 +253,12 @@ int cmd_generate(int argc, char **argv)
         goto done;
     }
     eos = tokenizer_eos_id(tok);
+    if (logits_ids) {
+        rc = write_logits(&cfg, model, adapter, logits_ids, logits_out, err, sizeof err)
+                 ? 1
+                 : 0;
+        goto done;
+    }
 
     /* Special tokens written in the prompt (e.g. "<|endoftext|>") become
      * their ids, as HF tokenizers encode by default: a prompt can then say
@@ -184,16 +296,7 @@ int cmd_generate(int argc, char **argv)
     max_len = want < (size_t)cfg.max_position_embeddings ? (int)want
                                                          : cfg.max_position_embeddings;
 
-    /* B = T = 1 keeps the stage's activation arena small: the generator
-     * only reads its weights. */
-    if (stage_create(&s, &cfg, 0, cfg.num_hidden_layers, true, true, 1, 1, 1, err, sizeof err)) {
-        prefix_err(err, sizeof err, config_path);
-        goto done;
-    }
-    if (safetensors_open(&wf, weights_path, err, sizeof err)) goto done;
-    if (stage_load_weights(s, wf, err, sizeof err)) goto done;
-    safetensors_close(wf);   /* weights are copied: release the mapping */
-    wf = NULL;
+    if (load_model(&cfg, model, adapter, &s, err, sizeof err)) goto done;
     if (generator_create(&g, &cfg, s, max_len, err, sizeof err)) {
         prefix_err(err, sizeof err, model);
         goto done;
@@ -251,7 +354,6 @@ done:
     }
     generator_free(g);
     stage_free(s);
-    safetensors_close(wf);
     if (tok) tokenizer_free(tok);
     free(prompt_ids);
     free(gen);

@@ -1,6 +1,7 @@
 /* export_merge.c — one model from the stage files of a pipeline run
  * (stage-NAME.safetensors): model.safetensors, config.json and
- * tokenizer.json as a single-node run writes them. Used by `shardnode
+ * tokenizer.json as a single-node run writes them; for a LoRA job, whose
+ * stage files hold adapters, a PEFT adapter directory (peft.c). Used by `shardnode
  * export` (export_cmd.c) and by the pool's gathering (pool_export,
  * daemon/pool_fetch.c). */
 #include "node_base.h"
@@ -25,6 +26,10 @@ int export_merge(const char *job_path, const char *stage_dir, const char *const 
     if (job_load(&job, job_path, err, errlen) ||
         llama_config_load(&cfg, job.config, err, errlen))
         goto done;
+    if (job.has_lora) {   /* the stage files hold adapters: a PEFT directory */
+        rc = peft_export(&job, &cfg, stage_dir, names, n, out, false, err, errlen);
+        goto done;
+    }
     for (int i = 0; i < n; i++) {
         snprintf(path, sizeof path, "%s/stage-%s.safetensors", stage_dir, names[i]);
         if (safetensors_open(&files[i], path, err, errlen)) goto done;

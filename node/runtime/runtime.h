@@ -206,5 +206,30 @@ int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
  * and tokenizer the job file names. */
 int export_merge(const char *job_path, const char *stage_dir, const char *const *names, int n,
                  const char *out, char *err, size_t errlen);
+/* (A job with "lora" gets peft_export's adapter directory instead.) */
+
+/* ---- peft.c: a LoRA job's adapters as Hugging Face PEFT reads them ------
+ * peft_export reads every adapter of the model from STAGE_DIR: the stage
+ * files stage-NAME.safetensors of the nstages names, or with nstages 0 a
+ * single process's adapter_model.safetensors. Into OUT (created): a PEFT
+ * adapter directory (adapter_model.safetensors under PEFT's names,
+ * adapter_config.json, tokenizer.json) or, with merge, a whole HF model
+ * (model.safetensors with W0 + scaling B A for every targeted projection,
+ * W0 of an NF4 base dequantized; config.json, tokenizer.json and the
+ * base's tokenizer_config.json when it has one). The merge builds the
+ * whole model's base as the job does (job_init_stage). */
+int peft_export(const job_spec *j, const llama_config *cfg, const char *stage_dir,
+                const char *const *names, int nstages, const char *out, bool merge, char *err,
+                size_t errlen);
+/* adapter_config.json of job j: LoraConfig's fields as PEFT 0.13 saves
+ * them (peft_type LORA, task_type CAUSAL_LM, r, lora_alpha, lora_dropout,
+ * target_modules, use_rslora, bias none, fan_in_fan_out false,
+ * inference_mode true, base_model_name_or_path the base model's path). */
+int peft_config_write(const char *path, const job_spec *j, char *err, size_t errlen);
+/* Reads a PEFT adapter_config.json into a stage_lora (nf4 false): plain
+ * LoRA only (no DoRA, rank or alpha patterns, layers_to_transform,
+ * modules_to_save, fan_in_fan_out or bias), target_modules of a LLaMA's
+ * projections or "all-linear"; err names the file and the key. */
+int peft_config_read(const char *path, stage_lora *out, char *err, size_t errlen);
 
 #endif
