@@ -12,10 +12,12 @@
  * The adapters come from the single process's OUT/adapter_model.safetensors
  * or from a pipeline's stage files (stage-NAME.safetensors, each holding
  * the adapters of its layers). */
+#define _DEFAULT_SOURCE /* realpath */
 #include "node_base.h"
 #include "runtime.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -89,7 +91,11 @@ int peft_config_write(const char *path, const job_spec *j, char *err, size_t err
     json_t *alpha = l->alpha == floor(l->alpha) && l->alpha < 1e15
                         ? json_integer((json_int_t)l->alpha)
                         : json_real(l->alpha);
+    /* absolute when it exists: a path relative to where export ran would
+     * mean nothing elsewhere */
     const char *base = j->base_model ? j->base_model : j->init_weights;
+    char abs[PATH_MAX];
+    if (base && realpath(base, abs)) base = abs;
     json_t *o = json_object();
     if (!o || !mods || !alpha) {
         json_decref(o);
