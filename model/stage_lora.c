@@ -117,7 +117,7 @@ double stage_lora_memory_bytes(const llama_config *cfg, int layer_begin, int lay
         stage_lora_module_shape(cfg, m, &out, &in);
         if (lora->nf4) {
             nf4 += (double)nf4_bytes(out, in);
-            double sc = (double)nf4_matmul_scratch_floats(Ni, in, out);
+            double sc = nl > 0 ? (double)nf4_matmul_scratch_floats(Ni, in, out) : 0;
             if (sc > scratch) scratch = sc;
         } else {
             frozen += nl * out * in;
@@ -212,7 +212,8 @@ int stage_lora_setup(stage *s, const stage_lora *lc, char *err, size_t errlen)
         }
     L->per_slot = vsz;
     size_t scratch = 0;
-    if (lc->nf4)
+    if (lc->nf4 && s->nl > 0) /* a stage of no layers (embedding or head alone) has no
+                               * NF4 products, and L->mods no entries to size them by */
         for (int m = 0; m < STAGE_LORA_MODULES; m++) {
             size_t sc = nf4_matmul_scratch_floats(s->N, L->mods[m].in, L->mods[m].out);
             if (sc > scratch) scratch = sc;

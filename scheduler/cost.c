@@ -252,7 +252,8 @@ int64_t cost_stage_memory(const cost_bytes *cb, bool tied, int scratch_slots, bo
                           int64_t layers, bool head, int64_t in_flight)
 {
     int64_t state = 0, act = cb->slot;
-    int64_t fixed = sat_add(cb->stage, sat_mul(scratch_slots, cb->stage_scratch));
+    /* NF4 products' scratch only where there are layers to multiply */
+    int64_t fixed = sat_add(cb->stage, layers > 0 ? sat_mul(scratch_slots, cb->stage_scratch) : 0);
     if (embed) {
         state = cb->weight[COST_EMBED] + cb->grad[COST_EMBED] + cb->moments[COST_EMBED];
         act = sat_add(act, cb->act[COST_EMBED]);

@@ -186,6 +186,27 @@ out:
     stage_free(q);
 }
 
+/* Stages of no layers, which the planner may choose (the embedding alone,
+ * the head alone), with an NF4 base: created (they once read past the
+ * module table sizing NF4 scratch they do not have), with no adapters. */
+static void test_no_layers(void)
+{
+    llama_config c = small_config();
+    stage_lora l = {4, 8.0, false, 1u << STAGE_LORA_Q | 1u << STAGE_LORA_DOWN, true};
+    char err[256];
+    for (int k = 0; k < 2; k++) {
+        stage *s = NULL;
+        int at = k == 0 ? 0 : c.num_hidden_layers;
+        int rc = stage_create_lora(&s, &c, at, at, k == 0, k == 1, 2, 8, 1, &l, err, sizeof err);
+        CHECK(rc == 0 && s, "an NF4 LoRA stage of layers [%d, %d) (%s alone): %s", at, at,
+              k == 0 ? "embedding" : "head", rc ? err : "");
+        if (s)
+            CHECK(stage_num_params(s) == 0 && stage_param_count(s) == 0,
+                  "a stage of no layers has no adapters (%zu parameters)", stage_num_params(s));
+        stage_free(s);
+    }
+}
+
 /* A middle stage with an NF4 base: from an HF directory (hf_load_stage),
  * from the same file (stage_load_weights) and through job_init_stage with
  * "base": the same output bits. */
@@ -355,6 +376,7 @@ int main(void)
 {
     test_job_keys();
     test_frozen_memory();
+    test_no_layers();
     test_hf_nf4();
     test_adopt();
     llama_config c768 = {768, 2048, 12, 12, 4, 4096, 1024, 64, 1e-5f, 10000.0f, false};
