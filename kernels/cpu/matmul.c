@@ -67,12 +67,8 @@ void gemm_single(int transa, int transb, int m, int n, int K, const float *a, in
     }
 }
 
-/* c[M,N] = alpha op(a)[M,K] op(b)[K,N] + beta c, tile by tile. */
-static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
-                        const float *a, int lda, const float *b, int ldb, float beta, float *c,
-                        int ldc)
+void gemm_tile_sizes(int M, int N, int *tm, int *tn)
 {
-    if (M <= 0 || N <= 0) return;
     int TM = MATMUL_TM, TN = MATMUL_TN;
     while ((long)((M + TM - 1) / TM) * ((N + TN - 1) / TN) < MATMUL_MIN_TILES) {
         if (TN > 64 && (TN >= TM || TM <= 32))
@@ -82,6 +78,18 @@ static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, in
         else
             break;
     }
+    *tm = TM;
+    *tn = TN;
+}
+
+/* c[M,N] = alpha op(a)[M,K] op(b)[K,N] + beta c, tile by tile. */
+static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
+                        const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                        int ldc)
+{
+    if (M <= 0 || N <= 0) return;
+    int TM, TN;
+    gemm_tile_sizes(M, N, &TM, &TN);
     int mt = (M + TM - 1) / TM, nt = (N + TN - 1) / TN;
     int own = gemm_choice() == GEMM_AVX512 && (beta == 0.0f || beta == 1.0f);
 #pragma omp parallel for schedule(dynamic, 1)

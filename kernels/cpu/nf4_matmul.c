@@ -20,31 +20,14 @@
 
 #include <omp.h>
 
-#define NF4_TM 256      /* as matmul.c: rows of an output tile, at most */
-#define NF4_TN 256      /* columns */
-#define NF4_MIN_TILES 16
-
-/* matmul.c's tile sizes for an M x N output. */
-static void tile_sizes(int M, int N, int *tm, int *tn)
-{
-    int TM = NF4_TM, TN = NF4_TN;
-    while ((long)((M + TM - 1) / TM) * ((N + TN - 1) / TN) < NF4_MIN_TILES) {
-        if (TN > 64 && (TN >= TM || TM <= 32))
-            TN /= 2;
-        else if (TM > 32)
-            TM /= 2;
-        else
-            break;
-    }
-    *tm = TM;
-    *tn = TN;
-}
+/* The tiles are matmul.c's (gemm_tile_sizes), so a product on an NF4 weight
+ * adds in the same order as one on its dequantized fp32 copy. */
 
 size_t nf4_matmul_scratch_floats(int N, int IC, int OC)
 {
     int tm, tn_f, tn_b;
-    tile_sizes(N, OC, &tm, &tn_f);
-    tile_sizes(N, IC, &tm, &tn_b);
+    gemm_tile_sizes(N, OC, &tm, &tn_f);
+    gemm_tile_sizes(N, IC, &tm, &tn_b);
     size_t fwd = (size_t)(tn_f < OC ? tn_f : OC) * (size_t)IC;
     size_t bwd = (size_t)OC * (size_t)(tn_b < IC ? tn_b : IC);
     return fwd > bwd ? fwd : bwd;
@@ -62,7 +45,7 @@ void nf4_matmul_forward(float *out, const float *inp, const nf4_matrix *w, int N
     const int IC = (int)w->cols, OC = (int)w->rows;
     if (N <= 0 || OC <= 0 || nscratch < 1) return;
     int TM, TN;
-    tile_sizes(N, OC, &TM, &TN);
+    gemm_tile_sizes(N, OC, &TM, &TN);
     const int mt = (N + TM - 1) / TM, nt = (OC + TN - 1) / TN;
     const size_t slot = nf4_matmul_scratch_floats(N, IC, OC);
 #pragma omp parallel num_threads(threads_for(nscratch))
@@ -90,7 +73,7 @@ void nf4_matmul_backward(float *dinp, const float *dout, const nf4_matrix *w, in
     const int IC = (int)w->cols, OC = (int)w->rows;
     if (N <= 0 || IC <= 0 || nscratch < 1) return;
     int TM, TN;
-    tile_sizes(N, IC, &TM, &TN);
+    gemm_tile_sizes(N, IC, &TM, &TN);
     const int mt = (N + TM - 1) / TM, nt = (IC + TN - 1) / TN;
     const size_t slot = nf4_matmul_scratch_floats(N, IC, OC);
 #pragma omp parallel num_threads(threads_for(nscratch))
