@@ -514,7 +514,11 @@ def main():
     ap.add_argument("--seed", type=int, default=4242)
     args = ap.parse_args()
     sn = os.path.abspath(args.shardnode)
-    os.makedirs(args.workdir, exist_ok=True)
+    # Every run starts from an empty workdir: a second run in the same tree
+    # appended the resumed run's metrics to the first run's and compared 12
+    # losses with 8.
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    os.makedirs(args.workdir)
     torch.set_num_threads(2)
     t0 = time.time()
     try:
