@@ -38,8 +38,17 @@ venv_ok() {
 }
 if ! venv_ok; then
     echo "deps: installing the Python reference clients into .venv/"
-    [ -x .venv/bin/python ] || /usr/bin/python3 -m venv --system-site-packages .venv
-    # shellcheck disable=SC2086
-    .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps $PY_PINS
-    venv_ok || { echo "deps: .venv/ does not hold the pinned versions after pip install" >&2; exit 1; }
+    # Without the package index (offline, or it failed), everything but the
+    # tests that compare with these clients still works: say so loudly,
+    # remove the partial venv, and those tests skip (77) saying why.
+    if { [ -x .venv/bin/python ] || /usr/bin/python3 -m venv --system-site-packages .venv; } &&
+       .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps $PY_PINS &&
+       venv_ok; then
+        :
+    else
+        rm -rf .venv
+        echo "deps: WARNING: could not install the pinned Python reference clients into .venv/" >&2
+        echo "deps: (no package index?) reference.gguf, reference.nf4 and reference.peft, which need" >&2
+        echo "deps: them will be skipped; run scripts/deps.sh again once the index is reachable" >&2
+    fi
 fi
