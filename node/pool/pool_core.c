@@ -453,6 +453,11 @@ bool pool_core_run_active(const pool_core *c, const pool_member *m, int n)
 {
     const pool_plan *pl = pool_core_committed(c);
     if (!c->doc.bundle || c->doc.stop || !pl) return false;
+    /* The submitter that gathered the model knows its job ended, whatever
+     * the stage holders' documents say by now (one that left, or moved on,
+     * no longer says "done"): `train --wait` said done, and a new job is
+     * not refused as "running". */
+    if (c->exported && (c->doc.has & POOL_HAS_RUN) && c->doc.run.gathered == 1) return false;
     bool active = false;
     for (int s = 0; s < pl->nstages; s++)
         for (int k = 0; k < pl->stage[s].nholders; k++) {
