@@ -27,14 +27,10 @@ import shutil
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-VENV_PY = os.path.join(ROOT, ".venv", "bin", "python")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import refvenv  # noqa: E402
 
-if os.path.realpath(sys.prefix) != os.path.realpath(os.path.join(ROOT, ".venv")):
-    if not os.path.exists(VENV_PY):
-        print("SKIP: %s is missing: run scripts/deps.sh (safetensors)" % VENV_PY)
-        sys.exit(77)
-    os.execv(VENV_PY, [VENV_PY] + sys.argv)
+refvenv.enter("safetensors")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

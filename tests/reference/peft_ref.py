@@ -41,17 +41,11 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-VENV_PY = os.path.join(ROOT, ".venv", "bin", "python")
-
-if os.path.realpath(sys.prefix) != os.path.realpath(os.path.join(ROOT, ".venv")):
-    if not os.path.exists(VENV_PY):
-        print("SKIP: %s is missing: run scripts/deps.sh to install the Python reference "
-              "clients (peft, transformers, tokenizers, safetensors)" % VENV_PY)
-        sys.exit(77)
-    os.execv(VENV_PY, [VENV_PY] + sys.argv)
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import refvenv  # noqa: E402
+
+refvenv.enter("peft, transformers, tokenizers, safetensors")
+
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import gguf_ref  # noqa: E402
