@@ -12,6 +12,7 @@
 
 #include <jansson.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -304,10 +305,52 @@ static void on_stop_signal(int sig)
 }
 
 /* `train --cluster C --node NAME`: this node's stage of a pipeline run. */
-static int run_cluster(trainer *t, const char *job, const char *cluster_path, const char *node,
-                       long threads, long stop, bool resume, const char *metrics, char *err,
-                       size_t errlen)
+/* The *.safetensors files of DIR (sorted by name, malloc'ed), or -1. */
+static int dir_files(const char *dir, char ***out, int *n, char *err, size_t errlen)
 {
+    DIR *d = opendir(dir);
+    if (!d) return node_errf(err, errlen, "--resume-from %.900s: %s", dir, strerror(errno));
+    char **list = NULL;
+    int k = 0, cap = 0, rc = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (l < 13 || strcmp(de->d_name + l - 12, ".safetensors") != 0) continue;
+        if (k == cap) {
+            cap = cap ? 2 * cap : 8;
+            char **g = realloc(list, (size_t)cap * sizeof *g);
+            if (!g) { rc = node_errf(err, errlen, "out of memory"); break; }
+            list = g;
+        }
+        size_t pl = strlen(dir) + l + 2;
+        if (!(list[k] = malloc(pl))) { rc = node_errf(err, errlen, "out of memory"); break; }
+        snprintf(list[k++], pl, "%s/%s", dir, de->d_name);
+    }
+    closedir(d);
+    if (!rc && k == 0) rc = node_errf(err, errlen, "--resume-from %.900s: no .safetensors file "
+                                      "in it", dir);
+    if (rc) {
+        for (int i = 0; i < k; i++) free(list[i]);
+        free(list);
+        return -1;
+    }
+    for (int i = 1; i < k; i++) /* sorted: the same files load in the same order */
+        for (int j = i; j > 0 && strcmp(list[j - 1], list[j]) > 0; j--) {
+            char *x = list[j];
+            list[j] = list[j - 1];
+            list[j - 1] = x;
+        }
+    *out = list;
+    *n = k;
+    return 0;
+}
+
+static int run_cluster(trainer *t, const char *job, const char *cluster_path, const char *node,
+                       long threads, long stop, bool resume, const char *metrics,
+                       const char *snapshots, const char *resume_from, char *err, size_t errlen)
+{
+    char **files = NULL;
+    int nfiles = 0;
     cluster_spec *cl = calloc(1, sizeof *cl);
     int rc = -1, self;
     if (!cl) return -1;
@@ -329,7 +372,7 @@ static int run_cluster(trainer *t, const char *job, const char *cluster_path, co
         snprintf(err, errlen, "--steps %ld is past the job's last step (%ld)", stop, t->job.steps);
         goto out;
     }
-    if (metrics && !(t->metrics = fopen(metrics, resume ? "a" : "w"))) {
+    if (metrics && !(t->metrics = fopen(metrics, resume || resume_from ? "a" : "w"))) {
         snprintf(err, errlen, "%s: cannot open for writing: %s", metrics, strerror(errno));
         goto out;
     }
@@ -345,10 +388,28 @@ static int run_cluster(trainer *t, const char *job, const char *cluster_path, co
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGUSR1, &sa, NULL);
-    engine_options eo = {stop > 0 ? stop : t->job.steps, resume ? ckpt : NULL, ckpt,
-                         &stop_signal, -1};
+    engine_options eo = {.stop = stop > 0 ? stop : t->job.steps,
+                         .resume = resume ? ckpt : NULL,
+                         .checkpoint = ckpt,
+                         .stop_request = &stop_signal,
+                         .stopped_at = -1};
+    if (snapshots) {
+        eo.snapshot_dir = snapshots;
+        eo.snapshot_every = t->job.snapshot_every;
+    }
+    if (resume_from) {
+        if (resume) {
+            snprintf(err, errlen, "--resume and --resume-from both say where to start; give one");
+            goto out;
+        }
+        if (dir_files(resume_from, &files, &nfiles, err, errlen)) goto out;
+        eo.resume_files = (const char *const *)files;
+        eo.nresume_files = nfiles;
+    }
     rc = engine_train(&t->job, &t->cfg, t->data, cl, self, &eo, t->metrics, err, errlen);
 out:
+    for (int i = 0; i < nfiles; i++) free(files[i]);
+    free(files);
     free(cl);
     return rc;
 }
@@ -502,7 +563,7 @@ static int run_mesh(const char *state, const char *job, bool stop, bool wait)
 int cmd_train(int argc, char **argv)
 {
     const char *job = NULL, *steps = NULL, *metrics = NULL, *threads = NULL, *cluster = NULL,
-               *node = NULL, *state = NULL;
+               *node = NULL, *state = NULL, *snapshots = NULL, *resume_from = NULL;
     bool resume = false, stop_job = false, wait = false;
     const args_option opts[] = {
         {"--job", &job, NULL},         {"--steps", &steps, NULL},
@@ -510,6 +571,7 @@ int cmd_train(int argc, char **argv)
         {"--resume", NULL, &resume},   {"--cluster", &cluster, NULL},
         {"--node", &node, NULL},       {"--state", &state, NULL},
         {"--stop", NULL, &stop_job},   {"--wait", NULL, &wait},
+        {"--snapshots", &snapshots, NULL}, {"--resume-from", &resume_from, NULL},
     };
     const char *required[] = {"--job", NULL};
     int nopts = (int)(sizeof opts / sizeof opts[0]);
@@ -519,7 +581,8 @@ int cmd_train(int argc, char **argv)
     memset(&t, 0, sizeof t);
     int rc = 1;
     if (args_parse(argc, argv, 2, opts, nopts, err, sizeof err) == 0 && state) {
-        if (steps || metrics || threads || cluster || node || resume) {
+        if (steps || metrics || threads || cluster || node || resume || snapshots ||
+            resume_from) {
             fprintf(stderr, "shardnode train: --state submits to the mesh; it takes --job, "
                             "--wait or --stop only\n");
             return 2;
@@ -530,12 +593,17 @@ int cmd_train(int argc, char **argv)
         fprintf(stderr, "shardnode train: --stop and --wait need --state DIR\n");
         return 2;
     }
+    if ((snapshots || resume_from) && !cluster) {
+        fprintf(stderr, "shardnode train: --snapshots and --resume-from are for a pipeline "
+                        "stage: they need --cluster\n");
+        return 2;
+    }
     if (args_parse(argc, argv, 2, opts, nopts, err, sizeof err) ||
         args_require(opts, nopts, required, err, sizeof err) ||
         (steps && args_int(steps, "--steps", 1, 1L << 40, &stop, err, sizeof err)) ||
         (threads && args_int(threads, "--threads", 1, 1024, &nthreads, err, sizeof err)) ||
-        (cluster ? run_cluster(&t, job, cluster, node, nthreads, stop, resume, metrics, err,
-                              sizeof err)
+        (cluster ? run_cluster(&t, job, cluster, node, nthreads, stop, resume, metrics,
+                               snapshots, resume_from, err, sizeof err)
                  : trainer_open(&t, job, nthreads, err, sizeof err) ||
                    trainer_open_data(&t, true, err, sizeof err)) ||
         (!cluster && run(&t, stop, resume, metrics, err, sizeof err)))

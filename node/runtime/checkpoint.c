@@ -6,6 +6,8 @@
  * other randomness in a step. */
 #include "runtime.h"
 
+#include "node_base.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,12 +97,11 @@ static void config_difference(const char *a, const char *b, char *out, size_t le
              ty ? ty : "(nothing)");
 }
 
-int checkpoint_load(const char *path, chain *c, const job_spec *job, long *step, char *err,
-                    size_t errlen)
+/* Checks one checkpoint file's metadata against the chain's config and the
+ * job; its step into *step. */
+static int check_file(safetensors_file *f, const char *path, const chain *c, const job_spec *job,
+                      long *step, char *err, size_t errlen)
 {
-    safetensors_file *f = NULL;
-    if (safetensors_open(&f, path, err, errlen)) return -1;
-    int rc = -1;
     const char *format = safetensors_metadata(f, "shardnode");
     const char *steps = safetensors_metadata(f, "step");
     const char *cfg = safetensors_metadata(f, "config");
@@ -108,33 +109,51 @@ int checkpoint_load(const char *path, chain *c, const job_spec *job, long *step,
     checkpoint_config_string(&c->cfg, want, sizeof want);
     char *end = NULL;
     long s = steps ? strtol(steps, &end, 10) : -1;
-    if (!format || strcmp(format, CKPT_FORMAT) != 0) {
-        snprintf(err, errlen, "%s: not a shardnode checkpoint (no \"shardnode\": \"%s\" "
-                 "metadata)", path, CKPT_FORMAT);
-        goto out;
-    }
-    if (!steps || !end || *end || s < 0) {
-        snprintf(err, errlen, "%s: checkpoint metadata \"step\" is missing or invalid", path);
-        goto out;
-    }
+    if (!format || strcmp(format, CKPT_FORMAT) != 0)
+        return node_errf(err, errlen, "%s: not a shardnode checkpoint (no \"shardnode\": \"%s\" "
+                         "metadata)", path, CKPT_FORMAT);
+    if (!steps || !end || *end || s < 0)
+        return node_errf(err, errlen, "%s: checkpoint metadata \"step\" is missing or invalid",
+                         path);
     if (!cfg || strcmp(cfg, want) != 0) {
         config_difference(cfg ? cfg : "", want, diff, sizeof diff);
-        snprintf(err, errlen, "%s: checkpoint is from a different model config: %s", path,
-                 diff);
-        goto out;
+        return node_errf(err, errlen, "%s: checkpoint is from a different model config: %s",
+                         path, diff);
     }
     const char *saved_job = safetensors_metadata(f, "job");
     if (job && saved_job && *saved_job) {
         job_spec old;
         char what[256];
-        if (job_parse(&old, path, saved_job, err, errlen)) goto out;
+        if (job_parse(&old, path, saved_job, err, errlen)) return -1;
         int same = job_compare(&old, job, what, sizeof what);
         job_free(&old);
-        if (same != 0) {
-            snprintf(err, errlen, "%s: the job changed since this checkpoint (%s); resume with "
-                     "the same job, or start a new out_dir", path, what);
+        if (same != 0)
+            return node_errf(err, errlen, "%s: the job changed since this checkpoint (%s); "
+                             "resume with the same job, or start a new out_dir", path, what);
+    }
+    *step = s;
+    return 0;
+}
+
+int checkpoint_load_files(const char *const *paths, int n, chain *c, const job_spec *job,
+                          long *step, char *err, size_t errlen)
+{
+    if (n < 1) return node_errf(err, errlen, "no checkpoint file to load");
+    safetensors_file **f = calloc((size_t)n, sizeof *f);
+    if (!f) return node_errf(err, errlen, "out of memory");
+    int rc = -1;
+    long s0 = -1;
+    for (int i = 0; i < n; i++) {
+        long s;
+        if (safetensors_open(&f[i], paths[i], err, errlen) ||
+            check_file(f[i], paths[i], c, job, &s, err, errlen))
+            goto out;
+        if (i && s != s0) {
+            node_errf(err, errlen, "%s holds step %ld, %s step %ld: a stage's state comes from "
+                      "one step", paths[i], s, paths[0], s0);
             goto out;
         }
+        s0 = s;
     }
     for (int kind = 0; kind < 3; kind++)
         for (int i = 0; i < c->plan.nstages; i++)
@@ -142,16 +161,35 @@ int checkpoint_load(const char *path, chain *c, const job_spec *job, long *step,
                 const stage_param *p = stage_param_at(c->stages[i], k);
                 char name[128];
                 snprintf(name, sizeof name, "%s%s", kind_prefix[kind], p->name);
-                if (safetensors_read_f32(f, name, p->ndim, p->shape,
+                int from = -1;
+                for (int j = 0; j < n && from < 0; j++)
+                    if (safetensors_find(f[j], name)) from = j;
+                if (from < 0) {
+                    if (n == 1) /* the file's own message names the tensor */
+                        from = 0;
+                    else {
+                        node_errf(err, errlen, "tensor %s is in none of the %d checkpoint files "
+                                  "(first: %s)", name, n, paths[0]);
+                        goto out;
+                    }
+                }
+                if (safetensors_read_f32(f[from], name, p->ndim, p->shape,
                                          kind_buffer(c->stages[i], kind) + p->offset, err,
                                          errlen))
                     goto out;
             }
-    *step = s;
+    *step = s0;
     rc = 0;
 out:
-    safetensors_close(f);
+    for (int i = 0; i < n; i++) safetensors_close(f[i]);
+    free(f);
     return rc;
+}
+
+int checkpoint_load(const char *path, chain *c, const job_spec *job, long *step, char *err,
+                    size_t errlen)
+{
+    return checkpoint_load_files(&path, 1, c, job, step, err, errlen);
 }
 
 int checkpoint_export(const char *path, chain *c, char *err, size_t errlen)

@@ -25,11 +25,13 @@
 #include "kernels.h"
 
 #include <jansson.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define STASH_MAX 512
 
@@ -671,6 +673,39 @@ static int save_state(engine *e, const char *path, long done, char *err, size_t 
     return checkpoint_save(path, &c, done, e->job->text, err, errlen);
 }
 
+/* DIR/L<b>-<e>-s<step>.safetensors: the stage's snapshot after `done`
+ * steps; older snapshots of the same layers but the newest two go. */
+static int snapshot(engine *e, const char *dir, long done, char *err, size_t errlen)
+{
+    const cluster_node *me = &e->cl->nodes[e->self];
+    char path[4200], prefix[64];
+    snprintf(prefix, sizeof prefix, "L%d-%d-s", me->begin, me->end);
+    snprintf(path, sizeof path, "%s/%s%ld.safetensors", dir, prefix, done);
+    if (save_state(e, path, done, err, errlen)) return -1;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    long keep[2] = {done, -1};
+    struct dirent *de;
+    /* the newest other step kept beside this one */
+    while ((de = readdir(d))) {
+        char *end = NULL;
+        if (strncmp(de->d_name, prefix, strlen(prefix)) != 0) continue;
+        long st = strtol(de->d_name + strlen(prefix), &end, 10);
+        if (end && strcmp(end, ".safetensors") == 0 && st < done && st > keep[1]) keep[1] = st;
+    }
+    rewinddir(d);
+    while ((de = readdir(d))) {
+        char *end = NULL;
+        if (strncmp(de->d_name, prefix, strlen(prefix)) != 0) continue;
+        long st = strtol(de->d_name + strlen(prefix), &end, 10);
+        if (!end || strcmp(end, ".safetensors") != 0 || st == keep[0] || st == keep[1]) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    return 0;
+}
+
 int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
                  const cluster_spec *cl, int self, engine_options *opt, FILE *metrics, char *err,
                  size_t errlen)
@@ -693,11 +728,16 @@ int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
     sched_op *ops = NULL;
     if (engine_open(e, err, errlen)) goto out;
     /* a frozen base is not in the checkpoint: loaded first */
-    if ((!opt->resume || job->has_lora) && job_init_stage(job, cfg, e->st, err, errlen))
+    bool resuming = opt->resume || opt->nresume_files > 0;
+    if ((!resuming || job->has_lora) && job_init_stage(job, cfg, e->st, err, errlen))
         goto out;
-    if (opt->resume) {
+    if (resuming) {
         chain c = one_stage(e);
-        if (checkpoint_load(opt->resume, &c, job, &start, err, errlen)) goto out;
+        const char *one[1] = {opt->resume};
+        if (checkpoint_load_files(opt->resume ? one : opt->resume_files,
+                                  opt->resume ? 1 : opt->nresume_files, &c, job, &start, err,
+                                  errlen))
+            goto out;
         if (start >= stop) {
             snprintf(err, errlen, "%s: holds %ld steps done; nothing to run up to step %ld",
                      opt->resume, start, stop);
@@ -715,7 +755,7 @@ int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
            cl->policy == SCHED_GPIPE ? "GPipe" : "1F1B", e->nslots,
            start ? " (resumed)" : "");
     if (start) printf("train: node %s resumes after step %ld from %s\n", me->name, start,
-                      opt->resume);
+                      opt->resume ? opt->resume : "snapshots");
     fflush(stdout);
     double t0 = now_s();
     long done = start;
@@ -744,6 +784,11 @@ int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
         }
         if (opt->checkpoint && job->checkpoint_interval && done % job->checkpoint_interval == 0 &&
             done < stop && save_state(e, opt->checkpoint, done, err, errlen)) {
+            abort_run(e, err);
+            goto out;
+        }
+        if (opt->snapshot_dir && opt->snapshot_every > 0 && done % opt->snapshot_every == 0 &&
+            done < stop && snapshot(e, opt->snapshot_dir, done, err, errlen)) {
             abort_run(e, err);
             goto out;
         }

@@ -107,6 +107,7 @@ typedef struct {
     double val_fraction;
     int seq_len, batch, micro_batch;
     long steps, warmup_steps, val_interval, checkpoint_interval, log_interval;
+    long snapshot_every;         /* a pool run's stage snapshots (0: the plan chooses) */
     int val_batches, threads;
     double lr, min_lr, weight_decay, beta1, beta2, eps, grad_clip;
     uint64_t seed;
@@ -150,6 +151,11 @@ int checkpoint_save(const char *path, chain *c, long step, const char *job_text,
  * config is refused, naming the first field that differs). */
 int checkpoint_load(const char *path, chain *c, const job_spec *job, long *step, char *err,
                     size_t errlen);
+/* The same from several files of one step (the snapshots of other stages'
+ * layer ranges, docs/ARCHITECTURE.md "Recovery"): each tensor from the
+ * first file that holds it; one missing from all of them is named. */
+int checkpoint_load_files(const char *const *paths, int n, chain *c, const job_spec *job,
+                          long *step, char *err, size_t errlen);
 /* Writes the weights alone under their HF names (model.safetensors). */
 int checkpoint_export(const char *path, chain *c, char *err, size_t errlen);
 void checkpoint_config_string(const llama_config *c, char *buf, size_t len);
@@ -188,6 +194,14 @@ typedef struct {
                              * handler), the whole pipeline stops at the next step boundary:
                              * every stage after the same step */
     long stopped_at;        /* out: steps done when engine_train returned 0 */
+    /* A pool run's recovery (docs/ARCHITECTURE.md, "Recovery"): */
+    const char *snapshot_dir; /* every snapshot_every steps (before the last), the stage's
+                             * state into DIR/L<begin>-<end>-s<step>.safetensors (the newest
+                             * two of its layers are kept); NULL: none */
+    long snapshot_every;
+    const char *const *resume_files; /* instead of resume: the stage's state from these
+                             * snapshots of one step (any layer ranges that cover it) */
+    int nresume_files;
 } engine_options;
 /* Trains this node's stage of the cluster up to opt->stop: the schedule's
  * forwards and backwards over the mesh, the tied-weight and gradient-norm
