@@ -138,15 +138,22 @@ void tokenizer_free(tokenizer *t);
 int tokenizer_vocab_size(const tokenizer *t);
 /* Id of a special token such as "<|endoftext|>", or -1. */
 int32_t tokenizer_special_id(const tokenizer *t, const char *name);
-/* Id of the end-of-text token the data pipeline puts between documents:
- * "<|endoftext|>", else "<|end_of_text|>", else "</s>", else -1. */
+/* Id of the end-of-text token the data pipeline puts between documents
+ * and after examples, and where generation stops: the eos_token of the
+ * tokenizer_config.json beside the loaded tokenizer.json when it names one,
+ * else "<|endoftext|>", else "<|end_of_text|>", else "</s>", else -1. */
 int32_t tokenizer_eos_id(const tokenizer *t);
 /* Encodes len bytes (any bytes, not only UTF-8). With allow_special, special
  * tokens written in the text become their ids; otherwise they are plain text.
  * *ids is malloc'ed (caller frees), *n its length. */
 int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool allow_special,
                      int32_t **ids, size_t *n, char *err, size_t errlen);
-/* decode(encode(s)) == s for every byte string, unless the pre-tokenizer
+/* The bytes that have no token in the vocabulary (at most 256 into bytes,
+ * which may be NULL): encoding drops them, as HF tokenizers' BPE does
+ * without byte_fallback or an unk_token. Returns how many. */
+int tokenizer_missing_bytes(const tokenizer *t, unsigned char *bytes);
+/* decode(encode(s)) == s for every byte string whose bytes all have a
+ * token (tokenizer_missing_bytes), unless the pre-tokenizer
  * has ByteLevel's add_prefix_space (HF's default when the key is absent):
  * then, as in HF, a space goes before each piece of text that does not
  * start with one (the text, and each piece after an added token). Ids out

@@ -124,6 +124,7 @@ tokenizer *tok_new(void)
     tokenizer *t = calloc(1, sizeof *t);
     if (!t) return NULL;
     for (int b = 0; b < 256; b++) t->byte_id[b] = -1;
+    t->eos_config = -1;
     return t;
 }
 
@@ -249,19 +250,33 @@ int tok_index_vocab(tokenizer *t, const char *src, char *err, size_t errlen)
             return -1;
         }
     }
+    /* A vocabulary may lack some bytes (SmolLM's has no token for 21 control
+     * and non-UTF-8 bytes): HF's BPE without byte_fallback or unk_token
+     * drops such a byte when encoding, and so do we (tokenizer_missing_bytes
+     * says which). A vocabulary with none of them is no byte-level BPE. */
+    int present = 0;
     for (int b = 0; b < 256; b++) {
         char c = (char)b;
         t->byte_id[b] = tok_lookup(t, &c, 1);
-        if (t->byte_id[b] < 0) {
-            char s[5];
-            s[tok_utf8_put(tok_byte_to_cp((unsigned char)b), s)] = 0;
-            model_errf(err, errlen,
-                    "%s: the vocabulary has no token for byte 0x%02X (\"%s\"): "
-                    "byte-level BPE needs all 256", src, b, s);
-            return -1;
-        }
+        present += t->byte_id[b] >= 0;
+    }
+    if (!present) {
+        model_errf(err, errlen, "%s: the vocabulary has no single-byte token: not a "
+                "byte-level BPE", src);
+        return -1;
     }
     return 0;
+}
+
+int tokenizer_missing_bytes(const tokenizer *t, unsigned char *bytes)
+{
+    int n = 0;
+    for (int b = 0; b < 256; b++)
+        if (t->byte_id[b] < 0) {
+            if (bytes) bytes[n] = (unsigned char)b;
+            n++;
+        }
+    return n;
 }
 
 /* ---- merges ---------------------------------------------------------------- */
@@ -451,12 +466,19 @@ static int bpe_chunk(encoder *e, const char *chunk, size_t len)
     if (len > INT32_MAX) return -1;
     if (model_grow((void **)&e->sym, sizeof *e->sym, len, &e->capsym)) return -1;
     bpe_sym *s = e->sym;
-    int32_t n = (int32_t)len;
-    for (int32_t i = 0; i < n; i++) {
-        s[i].id = t->byte_id[(unsigned char)chunk[i]];
-        s[i].prev = i - 1;
-        s[i].next = i + 1 < n ? i + 1 : -1;
+    int32_t n = 0;
+    for (size_t k = 0; k < len; k++) {
+        /* A byte without a token is left out, as HF does: its neighbours
+         * become adjacent and may merge. */
+        int32_t id = t->byte_id[(unsigned char)chunk[k]];
+        if (id < 0) continue;
+        s[n].id = id;
+        s[n].prev = n - 1;
+        s[n].next = -1;
+        if (n > 0) s[n - 1].next = n;
+        n++;
     }
+    if (n == 0) return 0;
     e->nheap = 0;
     for (int32_t i = 0; i + 1 < n; i++)
         if (push_pair(e, i)) return -1;
@@ -499,7 +521,10 @@ static int encode_chunk(void *ctx, const char *chunk, size_t len)
 {
     encoder *e = ctx;
     const tokenizer *t = e->t;
-    if (len == 1) return push_id(e, t->byte_id[(unsigned char)chunk[0]]);
+    if (len == 1) {
+        int32_t id = t->byte_id[(unsigned char)chunk[0]];
+        return id >= 0 ? push_id(e, id) : 0;
+    }
     if ((e->used + 1) * 2 > e->nslots && cache_grow(e)) return -1;
     uint64_t h = tok_hash_bytes(chunk, len);
     size_t mask = e->nslots - 1, i = h & mask;
@@ -631,6 +656,7 @@ int32_t tokenizer_special_id(const tokenizer *t, const char *name)
 
 int32_t tokenizer_eos_id(const tokenizer *t)
 {
+    if (t->eos_config >= 0) return t->eos_config;
     static const char *const names[] = {"<|endoftext|>", "<|end_of_text|>", "</s>"};
     for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
         int32_t id = tokenizer_special_id(t, names[k]);

@@ -69,6 +69,7 @@ struct tokenizer {
     bool add_prefix_space;
     bool ignore_merges;       /* model.ignore_merges: a chunk in the vocabulary is one token */
     pcre2_code *re;
+    int32_t eos_config;       /* tokenizer_config.json's eos_token; -1: none */
 };
 
 /* ---- tokenizer.c ---- */

@@ -406,6 +406,47 @@ static int load_added(tokenizer *t, const json_t *root, const char *src, char *e
     return 0;
 }
 
+/* The eos_token of the tokenizer_config.json beside path, if there is
+ * one (transformers' file: a string, or an AddedToken object with
+ * "content"): it must be one of the added tokens, and becomes what
+ * tokenizer_eos_id gives (SmolLM2-Instruct's "<|im_end|>" ends a chat turn,
+ * not "<|endoftext|>"). A file without eos_token changes nothing. */
+static int load_config_eos(tokenizer *t, const char *path, char *err, size_t errlen)
+{
+    const char *slash = strrchr(path, '/');
+    size_t dlen = slash ? (size_t)(slash - path) + 1 : 0;
+    char *cfg = malloc(dlen + sizeof "tokenizer_config.json");
+    if (!cfg) return model_errf(err, errlen, "%s: out of memory", path);
+    memcpy(cfg, path, dlen);
+    memcpy(cfg + dlen, "tokenizer_config.json", sizeof "tokenizer_config.json");
+    json_error_t jerr;
+    json_t *root = json_load_file(cfg, JSON_REJECT_DUPLICATES, &jerr), *eos;
+    int rc = 0;
+    if (!root) {
+        if (json_error_code(&jerr) != json_error_cannot_open_file)
+            rc = model_errf(err, errlen, "%s: invalid JSON at line %d, column %d: %s", cfg,
+                            jerr.line, jerr.column, jerr.text);
+    } else if (!json_is_object(root)) {
+        rc = model_errf(err, errlen, "%s: expected a JSON object, got %s", cfg,
+                        model_json_kind(root));
+    } else if ((eos = get(root, "eos_token"))) {
+        const char *name = json_is_object(eos) ? json_string_value(get(eos, "content"))
+                                               : json_string_value(eos);
+        int32_t id = name ? tokenizer_special_id(t, name) : -1;
+        if (!name)
+            rc = model_errf(err, errlen, "%s: eos_token must be a string or an object with "
+                            "\"content\", got %s", cfg, model_json_kind(eos));
+        else if (id < 0)
+            rc = model_errf(err, errlen, "%s: eos_token \"%s\" is not one of the added "
+                            "tokens of %s", cfg, name, path);
+        else
+            t->eos_config = id;
+    }
+    json_decref(root);
+    free(cfg);
+    return rc;
+}
+
 int tokenizer_load(tokenizer **out, const char *path, char *err, size_t errlen)
 {
     json_error_t jerr;
@@ -445,7 +486,8 @@ int tokenizer_load(tokenizer **out, const char *path, char *err, size_t errlen)
         load_merges(t, json_object_get(model, "merges"), path, err, errlen) ||
         load_added(t, root, path, err, errlen) ||
         tok_set_pretokenizer(t, ps.style, ps.pattern, ps.literal, ps.add_prefix_space, path,
-                             err, errlen))
+                             err, errlen) ||
+        load_config_eos(t, path, err, errlen))
         goto fail;
     json_decref(root);
     *out = t;

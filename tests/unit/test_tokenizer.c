@@ -590,6 +590,61 @@ static void test_training_deterministic(void)
           strstr(err, "<|x|>"), "a special given twice accepted: %s", err);
 }
 
+/* A vocabulary without some bytes (SmolLM2's lacks 21) loads; encoding
+ * drops those bytes as HF tokenizers does, and their neighbours merge. A
+ * tokenizer_config.json beside the file names the end-of-text token. */
+static void test_missing_bytes_and_config_eos(void)
+{
+    spec s = {.skip_byte = 'b', .extra = "\"ac\":256", .merges = "\"a c\"",
+              .added = "{\"id\":257,\"content\":\"<|endoftext|>\",\"special\":true},"
+                       "{\"id\":258,\"content\":\"<|im_end|>\",\"special\":true}"};
+    tokenizer *t = load_spec(&s, "nobyte.json");
+    if (!t) return;
+    unsigned char missing[256];
+    CHECK(tokenizer_missing_bytes(t, missing) == 1 && missing[0] == 'b', "missing bytes %d",
+          tokenizer_missing_bytes(t, NULL));
+    EXPECT_IDS(t, "abc", false, 256);         /* b dropped: a and c merge */
+    EXPECT_IDS(t, "xbbx", false, 'x', 'x');
+    int32_t *ids;
+    size_t n;
+    char err[512] = "";
+    CHECK(tokenizer_encode(t, "b", 1, false, &ids, &n, err, sizeof err) == 0 && n == 0,
+          "a text of missing bytes alone: %s", err);
+    free(ids);
+    CHECK(tokenizer_eos_id(t) == 257, "eos without tokenizer_config.json %d",
+          tokenizer_eos_id(t));
+    tokenizer_free(t);
+
+    const char *cfg = tmp_path("tokenizer_config.json");
+    write_file(cfg, "{\"eos_token\": \"<|im_end|>\", \"bos_token\": null}");
+    t = load_spec(&s, "nobyte.json");
+    CHECK(t && tokenizer_eos_id(t) == 258, "eos from tokenizer_config.json %d",
+          t ? tokenizer_eos_id(t) : -1);
+    tokenizer_free(t);
+    write_file(cfg, "{\"eos_token\": {\"content\": \"<|endoftext|>\", \"special\": true}}");
+    t = load_spec(&s, "nobyte.json");
+    CHECK(t && tokenizer_eos_id(t) == 257, "eos as an AddedToken object %d",
+          t ? tokenizer_eos_id(t) : -1);
+    tokenizer_free(t);
+    static const char *const bad[][2] = {{"{\"eos_token\": \"</s>\"}", "\"</s>\" is not one"},
+                                         {"{\"eos_token\": 7}", "eos_token must be"},
+                                         {"{\"eos_token\": ", "invalid JSON"},
+                                         {"[]", "expected a JSON object"}};
+    for (int i = 0; i < 4; i++) {
+        char *json = build_json(&s);
+        const char *path = tmp_path("nobyte.json");
+        write_file(path, json);
+        free(json);
+        write_file(cfg, bad[i][0]);
+        t = NULL;
+        int rc = tokenizer_load(&t, path, err, sizeof err);
+        CHECK(rc == -1 && !t && strstr(err, cfg) && strstr(err, bad[i][1]),
+              "tokenizer_config.json %s: rc %d: %s", bad[i][0], rc, err);
+        tokenizer_free(t);
+    }
+    unlink(cfg);
+}
+
 /* Loading `s` must fail with a message naming the file and `needle`. */
 static void expect_refused(int line, const spec *s, const char *raw, const char *needle)
 {
@@ -648,9 +703,9 @@ static void test_refusals(void)
     s.extra = "\"ab\":65";
     EXPECT_REFUSED(&s, NULL, "id 65");
     s.extra = NULL;
-    s.skip_byte = 'A';
-    EXPECT_REFUSED(&s, NULL, "byte 0x41");
-    s.skip_byte = -1;
+    EXPECT_REFUSED(NULL, "{\"pre_tokenizer\":{\"type\":\"ByteLevel\"},\"decoder\":{\"type\":"
+                         "\"ByteLevel\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"ab\":0},"
+                         "\"merges\":[]}}", "no single-byte token");
     s.added = "{\"id\":66,\"content\":\"<|x|>\",\"special\":true}";
     EXPECT_REFUSED(&s, NULL, "added_tokens[0] \"<|x|>\" has id 66");
     s.added = NULL;
@@ -707,6 +762,7 @@ int main(void)
     test_save_load_same();
     test_training_deterministic();
     test_refusals();
+    test_missing_bytes_and_config_eos();
     test_decode_errors();
     DIR *d = opendir(tmp_dir);
     for (struct dirent *e; d && (e = readdir(d));)
