@@ -161,5 +161,11 @@ void nf4_matmul_forward(float *out, const float *inp, const nf4_matrix *w, int N
                         int accumulate, float *scratch, int nscratch);
 void nf4_matmul_backward(float *dinp, const float *dout, const nf4_matrix *w, int N,
                          float *scratch, int nscratch);
+/* The same with out's rows ldo floats apart (out may be some columns of a
+ * wider matrix) and dout's rows ldd apart. */
+void nf4_matmul_forward_ld(float *out, int ldo, const float *inp, const nf4_matrix *w, int N,
+                           int accumulate, float *scratch, int nscratch);
+void nf4_matmul_backward_ld(float *dinp, const float *dout, int ldd, const nf4_matrix *w,
+                            int N, float *scratch, int nscratch);
 
 #endif

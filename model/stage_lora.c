@@ -323,9 +323,10 @@ static void get_cols(float *x, const float *in, int ld, int col, int w, int N)
         memcpy(x + (size_t)n * w, in + (size_t)n * ld + col, (size_t)w * sizeof *x);
 }
 
+/* Serial: x is one v [N, r], a few thousand floats; a parallel region
+ * costs more than it saves (and each is a barrier, costly on a loaded CPU). */
 static void scale(float *x, size_t n, float a)
 {
-#pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) x[i] *= a;
 }
 
@@ -351,8 +352,11 @@ void stage_lora_forward(stage *s, int slot, int l, int g, float *out, const floa
         lora_mod *md = &L->mods[l * STAGE_LORA_MODULES + m];
         bool whole = nm == 1;
         if (L->cfg.nf4) {
-            if (whole) {
-                nf4_matmul_forward(out, inp, &md->q, N, accumulate, L->nf4s, s->nscratch);
+            /* straight into the module's columns (the same bits as through
+             * tmp; accumulating, tmp keeps the sum's order as before) */
+            if (whole || !accumulate) {
+                nf4_matmul_forward_ld(out + md->col, md->ld, inp, &md->q, N, accumulate,
+                                      L->nf4s, s->nscratch);
             } else {
                 nf4_matmul_forward(L->tmp, inp, &md->q, N, 0, L->nf4s, s->nscratch);
                 put_cols(out, md->ld, md->col, L->tmp, md->out, N, accumulate);
@@ -383,14 +387,18 @@ void stage_lora_backward(stage *s, int slot, int l, int g, float *dinp, const fl
     }
     for (int m = m0; m < m0 + nm; m++) {
         lora_mod *md = &L->mods[l * STAGE_LORA_MODULES + m];
-        if (!L->cfg.nf4 && !md->A) continue;
+        if (!md->A) { /* the base alone: read dout's columns in place */
+            if (L->cfg.nf4)
+                nf4_matmul_backward_ld(dinp, dout + md->col, md->ld, &md->q, N, L->nf4s,
+                                       s->nscratch);
+            continue;
+        }
         const float *dy = dout;
         if (nm > 1) {
             get_cols(L->tmp, dout, md->ld, md->col, md->out, N);
             dy = L->tmp;
         }
         if (L->cfg.nf4) nf4_matmul_backward(dinp, dy, &md->q, N, L->nf4s, s->nscratch);
-        if (!md->A) continue;
         const float *v = L->vsave + (size_t)slot * L->per_slot + md->voff;
         kernels_zero(L->dv, (size_t)N * r);
         matmul_backward(L->dv, md->dB, dy, v, md->B, N, r, md->out);

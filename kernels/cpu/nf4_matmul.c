@@ -5,11 +5,15 @@
  * them (the same sizes, functions of the shape alone), and each tile is one
  * single-threaded gemm_single over the whole inner dimension, the kernel
  * matmul uses. Its B operand is the tile's slice of W dequantized into the
- * thread's scratch: rows [j0, j0+n) of W ([n, IC], contiguous in W's order)
- * for the forward, columns [j0, j0+n) of every row ([OC, n]) for the
- * backward. So an output element is computed by the same call on the same
- * values as matmul_forward / matmul_backward on the dequantized W: the same
- * bits, whatever the thread count. No whole fp32 copy of W ever exists.
+ * thread's scratch, laid out so that the kernel reads it by rows: rows
+ * [j0, j0+n) of W transposed ([IC, n]) for the forward, columns [j0, j0+n)
+ * of every row ([OC, n]) for the backward. matmul_forward hands the kernel
+ * W itself, transposed (the AVX-512 kernel gathers it into its panels; here
+ * the panels are plain copies, once per tile, not a gather per tile); the
+ * values and the order of every element's multiply-adds are the same. So an
+ * output element equals matmul_forward's / matmul_backward's on the
+ * dequantized W bit for bit, whatever the thread count (unit.test_nf4
+ * checks it with both kernels). No whole fp32 copy of W ever exists.
  *
  * Tiles are numbered slice-major (all row tiles of one W slice in a row) and
  * a thread keeps the slice it dequantized last, so with few threads a slice
@@ -39,8 +43,39 @@ static int threads_for(int nscratch)
     return t < nscratch ? t : nscratch;
 }
 
+/* wt[k * n + j] = W[j0 + j][k] for j < n, k < IC: the slice of rows
+ * [j0, j0 + n) of W transposed, so the tile's B operand is read with
+ * contiguous rows (the kernel copies such panels instead of transposing
+ * them, once per tile). Groups of 16 rows, 64 columns at a time: each
+ * k writes 16 consecutive floats. */
+enum { DQ_ROWS = 16, DQ_COLS = 64 };
+
+static void dequantize_rows_transposed(const nf4_matrix *w, int j0, int n, float *wt)
+{
+    const int IC = (int)w->cols;
+    float buf[DQ_ROWS][DQ_COLS];
+    for (int g = 0; g < n; g += DQ_ROWS) {
+        int rows = n - g < DQ_ROWS ? n - g : DQ_ROWS;
+        for (int k0 = 0; k0 < IC; k0 += DQ_COLS) {
+            int kc = IC - k0 < DQ_COLS ? IC - k0 : DQ_COLS;
+            for (int r = 0; r < rows; r++)
+                nf4_dequantize_range(w, (int64_t)(j0 + g + r) * IC + k0, kc, buf[r]);
+            for (int k = 0; k < kc; k++) {
+                float *d = wt + (size_t)(k0 + k) * n + g;
+                for (int r = 0; r < rows; r++) d[r] = buf[r][k];
+            }
+        }
+    }
+}
+
 void nf4_matmul_forward(float *out, const float *inp, const nf4_matrix *w, int N,
                         int accumulate, float *scratch, int nscratch)
+{
+    nf4_matmul_forward_ld(out, (int)w->rows, inp, w, N, accumulate, scratch, nscratch);
+}
+
+void nf4_matmul_forward_ld(float *out, int ldo, const float *inp, const nf4_matrix *w, int N,
+                           int accumulate, float *scratch, int nscratch)
 {
     const int IC = (int)w->cols, OC = (int)w->rows;
     if (N <= 0 || OC <= 0 || nscratch < 1) return;
@@ -58,17 +93,23 @@ void nf4_matmul_forward(float *out, const float *inp, const nf4_matrix *w, int N
             int m = N - i0 < TM ? N - i0 : TM;
             int n = OC - j0 < TN ? OC - j0 : TN;
             if (have != jt) {
-                nf4_dequantize_range(w, (int64_t)j0 * IC, (int64_t)n * IC, wt);
+                dequantize_rows_transposed(w, j0, n, wt);
                 have = jt;
             }
-            gemm_single(0, 1, m, n, IC, inp + (size_t)i0 * IC, IC, wt, IC, accumulate,
-                        out + (size_t)i0 * OC + j0, OC);
+            gemm_single(0, 0, m, n, IC, inp + (size_t)i0 * IC, IC, wt, n, accumulate,
+                        out + (size_t)i0 * ldo + j0, ldo);
         }
     }
 }
 
 void nf4_matmul_backward(float *dinp, const float *dout, const nf4_matrix *w, int N,
                          float *scratch, int nscratch)
+{
+    nf4_matmul_backward_ld(dinp, dout, (int)w->rows, w, N, scratch, nscratch);
+}
+
+void nf4_matmul_backward_ld(float *dinp, const float *dout, int ldd, const nf4_matrix *w,
+                            int N, float *scratch, int nscratch)
 {
     const int IC = (int)w->cols, OC = (int)w->rows;
     if (N <= 0 || IC <= 0 || nscratch < 1) return;
@@ -90,7 +131,7 @@ void nf4_matmul_backward(float *dinp, const float *dout, const nf4_matrix *w, in
                     nf4_dequantize_range(w, (int64_t)r * IC + j0, n, wt + (size_t)r * n);
                 have = jt;
             }
-            gemm_single(0, 0, m, n, OC, dout + (size_t)i0 * OC, OC, wt, n, 1,
+            gemm_single(0, 0, m, n, OC, dout + (size_t)i0 * ldd, ldd, wt, n, 1,
                         dinp + (size_t)i0 * IC + j0, IC);
         }
     }

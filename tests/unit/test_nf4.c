@@ -172,6 +172,49 @@ static void test_matmul(void)
     }
 }
 
+/* The _ld forms: out's rows wider than OC (a module's columns of a fused
+ * product), dout's rows wider than OC: the same bits as the plain forms,
+ * and nothing outside the columns touched. */
+static void test_matmul_ld(void)
+{
+    const int N = 70, IC = 130, OC = 96, LD = 300, COL = 37, T = 2;
+    float *w = malloc((size_t)OC * IC * 4), *x = malloc((size_t)N * IC * 4);
+    float *wide = malloc((size_t)N * LD * 4), *out = malloc((size_t)N * OC * 4);
+    float *dy = malloc((size_t)N * OC * 4), *dx = malloc((size_t)N * IC * 4);
+    float *dx2 = malloc((size_t)N * IC * 4);
+    for (int i = 0; i < OC * IC; i++) w[i] = frand() * 0.02f;
+    for (int i = 0; i < N * IC; i++) x[i] = frand();
+    for (int i = 0; i < N * LD; i++) wide[i] = frand();
+    void *buf;
+    nf4_matrix q = quantize(w, OC, IC, &buf);
+    float *scratch = malloc(nf4_matmul_scratch_floats(N, IC, OC) * T * sizeof(float));
+    kernels_set_threads(T);
+    nf4_matmul_forward(out, x, &q, N, 0, scratch, T);
+    float *keep = malloc((size_t)N * LD * 4);
+    memcpy(keep, wide, (size_t)N * LD * 4);
+    nf4_matmul_forward_ld(wide + COL, LD, x, &q, N, 0, scratch, T);
+    int same = 1, untouched = 1;
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < LD; j++) {
+            float v = wide[(size_t)n * LD + j];
+            if (j >= COL && j < COL + OC) same &= !memcmp(&v, &out[(size_t)n * OC + j - COL], 4);
+            else untouched &= !memcmp(&v, &keep[(size_t)n * LD + j], 4);
+        }
+    CHECK(same, "forward_ld into columns [%d, %d) of rows of %d: differs from forward", COL,
+          COL + OC, LD);
+    CHECK(untouched, "forward_ld wrote outside its columns");
+    for (int n = 0; n < N; n++)
+        memcpy(dy + (size_t)n * OC, wide + (size_t)n * LD + COL, (size_t)OC * 4);
+    for (int i = 0; i < N * IC; i++) dx[i] = dx2[i] = 0.25f;
+    nf4_matmul_backward(dx, dy, &q, N, scratch, T);
+    nf4_matmul_backward_ld(dx2, wide + COL, LD, &q, N, scratch, T);
+    CHECK(!memcmp(dx, dx2, (size_t)N * IC * 4), "backward_ld on columns of rows of %d: "
+          "differs from backward", LD);
+    kernels_set_threads(1);
+    free(buf), free(w), free(x), free(wide), free(out), free(dy), free(dx), free(dx2);
+    free(scratch), free(keep);
+}
+
 static void test_quant_state(void)
 {
     static const char *good = "{\"quant_type\": \"nf4\", \"blocksize\": 64, \"dtype\": "
@@ -410,6 +453,7 @@ int main(int argc, char **argv)
     test_packing();
     test_roundtrip_and_bytes();
     test_matmul();
+    test_matmul_ld();
     test_quant_state();
     test_bnb_file();
     printf("test_nf4 (%s kernel): %s\n", kernels_gemm_name(), failures ? "FAILED" : "ok");
