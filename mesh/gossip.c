@@ -713,6 +713,9 @@ void gossip_receive(gossip *g, const char *addr, int port, const void *buf, size
     case GOSSIP_MSG_PUNCH:
         gossip_punch_receive(g, from, &m, now_ms);
         break;
+    case GOSSIP_MSG_RELAY:
+        gossip_relay_receive(g, from, &m, now_ms);
+        break;
     default:
         gossip_log(g, "gossip: dropped a %d message from %s: not for UDP", (int)m.type,
                    from->rec.name);

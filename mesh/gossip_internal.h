@@ -62,6 +62,9 @@ struct gossip {
     uint64_t punch_last_n;     /* the number of this node's last PUNCH */
     uint64_t punch_refused;    /* PUNCHes refused */
     int64_t punch_log_ms;      /* when the last refusal was logged */
+    /* Relays (gossip_relay.c). */
+    uint64_t relay_last_n, relay_refused;
+    int64_t relay_log_ms;
 };
 
 static inline gossip_member *self_of(gossip *g) { return g->m[0]; }
@@ -84,6 +87,8 @@ void gossip_send_to(gossip *g, const char *addr, int port, gossip_msg *m);
 
 /* gossip_punch.c: a PUNCH datagram from member `from` (MAC checked). */
 void gossip_punch_receive(gossip *g, gossip_member *from, const gossip_msg *m, int64_t now_ms);
+/* gossip_relay.c: a RELAY datagram from member `from` (MAC checked). */
+void gossip_relay_receive(gossip *g, gossip_member *from, const gossip_msg *m, int64_t now_ms);
 
 /* gossip_admit.c */
 bool gossip_adm_same(const gossip_admission *a, const gossip_admission *b);

@@ -29,11 +29,12 @@
  * every version). */
 enum {
     M_V, M_T, M_MESH, M_FROM, M_SEQ, M_OBS, M_TARGET, M_TPORT, M_FL, M_SECRET, M_OK,
-    M_REASON, M_UP, M_PATH, M_OFF, M_TOTAL, M_DATA, M_PA, M_PB, M_PN, M_PM, M_COUNT
+    M_REASON, M_UP, M_PATH, M_OFF, M_TOTAL, M_DATA, M_PA, M_PB, M_PN, M_PM, M_RV, M_RP,
+    M_COUNT
 };
 static const char *const msg_keys[M_COUNT] = {
     "v", "t", "mesh", "from", "seq", "obs", "target", "tport", "fl", "secret", "ok",
-    "reason", "up", "path", "off", "total", "data", "pa", "pb", "pn", "pm",
+    "reason", "up", "path", "off", "total", "data", "pa", "pb", "pn", "pm", "rv", "rp",
 };
 
 /* Update keys, in the encoder's order. */
@@ -60,8 +61,10 @@ static const struct {
     [GOSSIP_MSG_FETCH] = {"FETCH", COMMON | KEY(M_PATH) | KEY(M_OFF), 0},
     [GOSSIP_MSG_FETCH_REPLY] = {"FETCH_REPLY", COMMON | KEY(M_OK), 0},
     [GOSSIP_MSG_PUNCH] = {"PUNCH", COMMON | KEY(M_PA) | KEY(M_PB) | KEY(M_PN) | KEY(M_PM), 0},
+    [GOSSIP_MSG_RELAY] = {"RELAY", COMMON | KEY(M_PA) | KEY(M_PB) | KEY(M_PN) | KEY(M_PM) |
+                                       KEY(M_RV) | KEY(M_RP), 0},
 };
-#define MSG_TYPE_MAX GOSSIP_MSG_PUNCH
+#define MSG_TYPE_MAX GOSSIP_MSG_RELAY
 
 /* A FETCH_REPLY that serves a part of the file carries "off", "total" and
  * "data"; a refusal carries "reason" instead. */
@@ -307,6 +310,8 @@ int gossip_encode(const gossip_msg *m, uint8_t *buf, size_t cap, size_t *len, ch
         case M_PB: rc |= gossip_pack_bin(&pk, m->punch_to, GOSSIP_KEY_LEN); break;
         case M_PN: rc |= msgpack_pack_uint64(&pk, m->punch_n); break;
         case M_PM: rc |= gossip_pack_bin(&pk, m->punch_mac, GOSSIP_PUNCH_MAC_LEN); break;
+        case M_RV: rc |= gossip_pack_bin(&pk, m->relay_via, GOSSIP_KEY_LEN); break;
+        case M_RP: rc |= msgpack_pack_uint32(&pk, m->relay_ports); break;
         }
     }
     if (rc)
@@ -537,6 +542,12 @@ static int read_msg_value(gossip_cur *r, int k, gossip_msg *m)
     case M_PN: return gossip_read_uint(r, 0, UINT64_MAX, &m->punch_n);
     case M_PM:
         return gossip_read_bin(r, m->punch_mac, GOSSIP_PUNCH_MAC_LEN, GOSSIP_PUNCH_MAC_LEN, NULL);
+    case M_RV: return gossip_read_bin(r, m->relay_via, GOSSIP_KEY_LEN, GOSSIP_KEY_LEN, NULL);
+    case M_RP:
+        if (gossip_read_uint(r, 0, UINT32_MAX, &u))
+            return -1;
+        m->relay_ports = (uint32_t)u;
+        return 0;
     }
     return -1;
 }

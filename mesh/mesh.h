@@ -425,6 +425,9 @@ typedef enum {
     GOSSIP_MSG_PUNCH = 10,     /* UDP: punch_from asks punch_to to send WireGuard
                                 * handshakes to its endpoints now; sent to a relay
                                 * member, which passes it on unchanged */
+    GOSSIP_MSG_RELAY = 11,     /* UDP: punch_from asks relay_via to forward its WireGuard
+                                * datagrams to and from punch_to (relay_ports 0); the
+                                * relay answers both with the ports it opened */
 } gossip_msg_type;
 
 #define GOSSIP_PUNCH_MAC_LEN 16
@@ -470,7 +473,11 @@ typedef struct {
     uint8_t punch_to[GOSSIP_KEY_LEN];   /* PUNCH: the target's WireGuard key */
     uint64_t punch_n;                   /* PUNCH: the requester's request number (rises) */
     uint8_t punch_mac[GOSSIP_PUNCH_MAC_LEN]; /* PUNCH: MAC under the requester-target
-                                              * pair key (gossip_punch_mac) */
+                                              * pair key (gossip_punch_mac); RELAY: the
+                                              * same pair's (gossip_relay_mac) */
+    uint8_t relay_via[GOSSIP_KEY_LEN];  /* RELAY: the relay's WireGuard key */
+    uint32_t relay_ports;               /* RELAY: 0 (a request), or the relay's UDP port
+                                         * for punch_from << 16 | its port for punch_to */
 } gossip_msg;
 
 /* Encodes m (without a length prefix) into buf[0..cap); *len gets the size.
@@ -523,6 +530,9 @@ typedef struct {
     uint64_t punch_seen;    /* the last PUNCH number accepted from it (replays refused) */
     int64_t punch_relay_ms; /* window start, and PUNCHes relayed for it in the window */
     int punch_relayed;
+    uint64_t relay_seen;    /* the last RELAY number accepted in its name */
+    int64_t relay_ms;       /* window start, and RELAY requests answered for it in it */
+    int relay_asked;
     int confirmations;      /* SUSPECT: independent others that suspect it too */
     char suspectors[4][MESH_NAME_MAX];
     bool self;
@@ -550,6 +560,19 @@ typedef struct {
     /* A PUNCH from member m for this node passed every check
      * (docs/PROTOCOL.md, "Hole punching"): send it handshakes now. May be NULL. */
     void (*punch)(void *ctx, const gossip_member *m);
+    /* RELAY (docs/PROTOCOL.md, "Relays"), each after every check. May be NULL
+     * (this node then neither relays nor takes offers).
+     * relay_open: `a` asks this node to relay between it and `b`; fill the
+     * UDP ports opened for each side and return 0, or -1 to refuse (this
+     * node does not relay: --no-relay, behind NAT, out of sockets).
+     * relay_offer: `via` relays between this node and `peer` (peer asked it,
+     * under the pair's MAC): this node's datagrams for peer go to via's
+     * port `port`. `granted` says this node asked (via answered it), else
+     * the peer did. */
+    int (*relay_open)(void *ctx, const gossip_member *a, const gossip_member *b,
+                      uint16_t *port_a, uint16_t *port_b);
+    void (*relay_offer)(void *ctx, const gossip_member *peer, const gossip_member *via,
+                        uint16_t port, bool granted);
     /* Unix time in ms, for the timestamps this node signs (its record's
      * signed_ms, the at_ms of the admissions it signs). Every now_ms below
      * is a monotonic clock that drives the timers only, so a wall clock
@@ -635,6 +658,20 @@ void gossip_punch_mac(const uint8_t key[32], const uint8_t mesh_id[GOSSIP_MESH_I
                       uint64_t n, uint8_t mac[GOSSIP_PUNCH_MAC_LEN]);
 /* PUNCHes refused (each refusal is logged at most once a second). */
 uint64_t gossip_punch_refusals(const gossip *g);
+/* Asks the member `via` to relay between this node and the member `peer`: a
+ * RELAY request carrying a MAC for `peer` (so via can pass on only what this
+ * node asked). -1 with err when either is no live member. */
+int gossip_relay_send(gossip *g, const uint8_t peer[GOSSIP_KEY_LEN],
+                      const uint8_t via[GOSSIP_KEY_LEN], int64_t now_ms, char *err,
+                      size_t errlen);
+/* The RELAY's inner MAC: as gossip_punch_mac, of "shardnode relay v1", the
+ * mesh id, requester, peer and relay keys and the number. */
+void gossip_relay_mac(const uint8_t key[32], const uint8_t mesh_id[GOSSIP_MESH_ID_LEN],
+                      const uint8_t from[GOSSIP_KEY_LEN], const uint8_t to[GOSSIP_KEY_LEN],
+                      const uint8_t via[GOSSIP_KEY_LEN], uint64_t n,
+                      uint8_t mac[GOSSIP_PUNCH_MAC_LEN]);
+/* RELAY messages refused. */
+uint64_t gossip_relay_refusals(const gossip *g);
 /* Adds an endpoint others observed for this node (NAT): re-signs the record
  * with a higher incarnation when it is new. */
 void gossip_add_observed(gossip *g, const char *endpoint, int64_t now_ms);
@@ -739,5 +776,78 @@ punch_link punch_link_of(const punch *p, const uint8_t key[GOSSIP_KEY_LEN], int6
 /* 0, or -1 when the member is not known here. */
 int punch_stats_of(const punch *p, const uint8_t key[GOSSIP_KEY_LEN], int64_t now_ms,
                    punch_stats *out);
+
+/* ===================== relays: which member, and when (relay.c) ========== */
+/* For each peer this node cannot reach directly (punching gave up: the
+ * pair is "unreachable"), which member relays the pair's WireGuard
+ * datagrams: pure logic on the caller's clock, like punch.c. The side with
+ * the smaller WireGuard key asks (request hook: gossip_relay_send) the
+ * candidate with the least measured round trip among live members this
+ * node reaches directly that are not behind NAT; the relay's answer
+ * (relay_granted) or, on the other side, its offer (relay_offered) puts the
+ * pair on it (use hook: point WireGuard at the relay's port). A relay that
+ * stops answering, dies or loses its direct link is dropped (unuse hook)
+ * and another asked at once. Every handback_ms the pair tries a direct
+ * path again for trial_ms (unuse, then punching's attempts); a direct
+ * handshake in that time ends relaying. Rules and defaults:
+ * docs/PROTOCOL.md, "Relays". */
+
+typedef struct {
+    int grant_ms;      /* 4000: a relay that has not answered a request by then is skipped */
+    int skip_ms;       /* 60000: ... for this long */
+    int handback_ms;   /* 300000: how often a relayed pair tries a direct path again */
+    int trial_ms;      /* 8000: how long such a trial lasts */
+    int refresh_ms;    /* 15000: the asking side repeats its request this often */
+} relay_timing;
+
+void relay_timing_default(relay_timing *t);
+
+typedef struct {
+    void *ctx;
+    /* Ask `via` to relay between this node and `peer`. */
+    void (*request)(void *ctx, const uint8_t peer[GOSSIP_KEY_LEN], const uint8_t via[GOSSIP_KEY_LEN]);
+    /* Send peer's WireGuard datagrams to via's UDP port `port` now. */
+    void (*use)(void *ctx, const uint8_t peer[GOSSIP_KEY_LEN], const uint8_t via[GOSSIP_KEY_LEN],
+                uint16_t port);
+    /* Stop relaying: point peer back at its own endpoint (punching's). */
+    void (*unuse)(void *ctx, const uint8_t peer[GOSSIP_KEY_LEN]);
+    void (*log)(void *ctx, const char *line);  /* may be NULL */
+} relay_hooks;
+
+/* A member as the daemon sees it (call relay_update for every other member). */
+typedef struct {
+    uint8_t key[GOSSIP_KEY_LEN];
+    const char *name;
+    bool live;         /* alive or suspect */
+    bool nat;          /* its record's "nat" */
+    bool direct;       /* a WireGuard handshake with it over a direct path */
+    bool unreachable;  /* punching gave up on it (punch_link UNREACHABLE) */
+    int64_t rtt_ms;    /* gossip's last direct round trip (-1: none) */
+} relay_peer;
+
+typedef struct {
+    bool relayed;                      /* the pair's datagrams go through `via` */
+    uint8_t via[GOSSIP_KEY_LEN];       /* relayed, or asked (requested) */
+    bool requested;                    /* asked, no answer yet */
+    bool trial;                        /* trying a direct path again */
+    uint16_t port;                     /* relayed: via's UDP port for this side */
+    int requests, switches;            /* requests sent; relays the pair moved between */
+    int64_t since_ms;                  /* relayed since (-1: not) */
+} relay_stats;
+
+typedef struct relays relays;
+
+int relay_create(relays **out, const relay_timing *t, const relay_hooks *h,
+                 const uint8_t self_key[GOSSIP_KEY_LEN], char *err, size_t errlen);
+void relay_destroy(relays *r);
+void relay_update(relays *r, const relay_peer *peer, int64_t now_ms);
+void relay_forget(relays *r, const uint8_t key[GOSSIP_KEY_LEN]);
+/* The relay `via` answered this node's request (granted) or the peer's
+ * (offered): the pair's datagrams go to via's port `port`. */
+void relay_offered(relays *r, const uint8_t peer[GOSSIP_KEY_LEN], const uint8_t via[GOSSIP_KEY_LEN],
+                   uint16_t port, bool granted, int64_t now_ms);
+void relay_tick(relays *r, int64_t now_ms);
+/* 0 and *out, or -1 when peer is not known here. */
+int relay_stats_of(const relays *r, const uint8_t peer[GOSSIP_KEY_LEN], relay_stats *out);
 
 #endif

@@ -104,7 +104,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof chunk; i++)
         chunk[i] = (uint8_t)(i * 37);
     int rc = 0;
-    for (int t = GOSSIP_MSG_PING; t <= GOSSIP_MSG_PUNCH && rc == 0; t++) {
+    for (int t = GOSSIP_MSG_PING; t <= GOSSIP_MSG_RELAY && rc == 0; t++) {
         for (int variant = 0; variant < 2 && rc == 0; variant++) {
             gossip_msg m;
             memset(&m, 0, sizeof m);
@@ -159,6 +159,15 @@ int main(int argc, char **argv)
                 memset(m.punch_to, 0x61, GOSSIP_KEY_LEN);
                 m.punch_n = variant ? 1760000000123ull : 1;
                 memset(m.punch_mac, 0x7e, GOSSIP_PUNCH_MAC_LEN);
+                break;
+            case GOSSIP_MSG_RELAY:
+                m.nupdates = 0;
+                memset(m.punch_from, 0x41 + variant, GOSSIP_KEY_LEN);
+                memset(m.punch_to, 0x61, GOSSIP_KEY_LEN);
+                memset(m.relay_via, 0x71, GOSSIP_KEY_LEN);
+                m.punch_n = variant ? 1760000000123ull : 1;
+                memset(m.punch_mac, 0x7e, GOSSIP_PUNCH_MAC_LEN);
+                m.relay_ports = variant ? (40001u << 16 | 40002u) : 0;
                 break;
             }
             size_t len = 0;

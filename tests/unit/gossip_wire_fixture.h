@@ -27,7 +27,7 @@
 static const char *type_names[] = {"?",    "PING",       "ACK",    "PING_REQ",
                                    "SYNC", "JOIN",       "JOIN_REPLY", "UPDATE",
                                    "FETCH", "FETCH_REPLY", "PUNCH"};
-#define LAST_TYPE GOSSIP_MSG_PUNCH
+#define LAST_TYPE GOSSIP_MSG_RELAY
 
 /* A FETCH_REPLY's sample data. */
 static uint8_t chunk[300];
@@ -151,6 +151,14 @@ static gossip_msg sample_msg(gossip_msg_type t)
         memset(m.punch_to, 0x22, GOSSIP_KEY_LEN);
         m.punch_n = UINT64_MAX - 1;
         memset(m.punch_mac, 0x5c, GOSSIP_PUNCH_MAC_LEN);
+        break;
+    case GOSSIP_MSG_RELAY:
+        memset(m.punch_from, 0x11, GOSSIP_KEY_LEN);
+        memset(m.punch_to, 0x22, GOSSIP_KEY_LEN);
+        memset(m.relay_via, 0x33, GOSSIP_KEY_LEN);
+        m.punch_n = 1760000000001ull;
+        memset(m.punch_mac, 0x5d, GOSSIP_PUNCH_MAC_LEN);
+        m.relay_ports = 40001u << 16 | 40002u;
         break;
     }
     return m;
@@ -455,6 +463,17 @@ static size_t base(field *f, gossip_msg_type t)
         f[n++] = B("pb", b, sizeof b);
         f[n++] = U("pn", 1760000000000ull);
         f[n++] = B("pm", mac, sizeof mac);
+        break;
+    }
+    case GOSSIP_MSG_RELAY: {
+        static const uint8_t a[GOSSIP_KEY_LEN] = {1}, b[GOSSIP_KEY_LEN] = {2}, v[GOSSIP_KEY_LEN] = {4};
+        static const uint8_t mac[GOSSIP_PUNCH_MAC_LEN] = {3};
+        f[n++] = B("pa", a, sizeof a);
+        f[n++] = B("pb", b, sizeof b);
+        f[n++] = U("pn", 1760000000000ull);
+        f[n++] = B("pm", mac, sizeof mac);
+        f[n++] = B("rv", v, sizeof v);
+        f[n++] = U("rp", 0);
         break;
     }
     }

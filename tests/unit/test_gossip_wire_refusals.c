@@ -80,8 +80,8 @@ static void test_refusals(void)
     EXPECT_REFUSED(f, n, "gossip PING: missing key \"v\"");
     n = base(f, GOSSIP_MSG_PING), n = drop(f, n, "t");
     EXPECT_REFUSED(f, n, "gossip message: missing key \"t\"");
-    n = base(f, GOSSIP_MSG_PING), n = set(f, n, U("t", 11));
-    EXPECT_REFUSED(f, n, "gossip message: field \"t\": is 11, not a gossip message type (1 to 10)");
+    n = base(f, GOSSIP_MSG_PING), n = set(f, n, U("t", 12));
+    EXPECT_REFUSED(f, n, "gossip message: field \"t\": is 12, not a gossip message type (1 to 11)");
     n = base(f, GOSSIP_MSG_PING), n = set(f, n, U("t", 0));
     EXPECT_REFUSED(f, n, "field \"t\": is 0, not a gossip message type");
 
@@ -280,6 +280,15 @@ static void test_record_refusals(void)
         EXPECT_REFUSED(f, n, "gossip PUNCH: key \"seq\" is not allowed in PUNCH");
         n = base(f, GOSSIP_MSG_PING), n = add(f, n, U("pn", 1));
         EXPECT_REFUSED(f, n, "gossip PING: key \"pn\" is not allowed in PING");
+        /* RELAY (docs/PROTOCOL.md, "Relays"). */
+        n = base(f, GOSSIP_MSG_RELAY), n = drop(f, n, "rv");
+        EXPECT_REFUSED(f, n, "gossip RELAY: missing key \"rv\"");
+        n = base(f, GOSSIP_MSG_RELAY), n = set(f, n, B("rv", k31, sizeof k31));
+        EXPECT_REFUSED(f, n, "gossip RELAY: field \"rv\"");
+        n = base(f, GOSSIP_MSG_RELAY), n = set(f, n, U("rp", 1ull << 32));
+        EXPECT_REFUSED(f, n, "gossip RELAY: field \"rp\"");
+        n = base(f, GOSSIP_MSG_PUNCH), n = add(f, n, U("rp", 1));
+        EXPECT_REFUSED(f, n, "gossip PUNCH: key \"rp\" is not allowed in PUNCH");
     }
     n = record_fields(f), n = drop(f, n, "dev"), n = add(f, n, U("port", 1));
     EXPECT_RECORD(f, n, "record of node-0: duplicate key \"port\"");
@@ -325,8 +334,8 @@ static void test_record_refusals(void)
 static void test_encoder_refusals(void)
 {
     gossip_msg m = sample_msg(GOSSIP_MSG_PING);
-    m.type = (gossip_msg_type)11;
-    expect_encode_refused(&m, "gossip message: field \"t\": is 11, not a gossip message type (1 to 10)", __LINE__);
+    m.type = (gossip_msg_type)12;
+    expect_encode_refused(&m, "gossip message: field \"t\": is 12, not a gossip message type (1 to 11)", __LINE__);
     m = sample_msg(GOSSIP_MSG_PING), m.from[0] = 0;
     expect_encode_refused(&m, "gossip PING: field \"from\": \"\" is not a node name", __LINE__);
     m = sample_msg(GOSSIP_MSG_PING), memset(m.from, 'a', sizeof m.from);
