@@ -125,6 +125,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "import") == 0) return cmd_import(argc, argv);
     if (strcmp(argv[1], "probe-links") == 0) return cmd_probe_links(argc, argv);
     if (strcmp(argv[1], "fetch") == 0) return cmd_fetch(argc, argv);
+    if (strcmp(argv[1], "stage-resume") == 0) return cmd_stage_resume(argc, argv);
     if (strcmp(argv[1], "plan") == 0) return cmd_plan(argc, argv);
     if (strcmp(argv[1], "profile") == 0) return cmd_profile(argc, argv);
     if (strcmp(argv[1], "link") == 0) return cmd_link(argc, argv);

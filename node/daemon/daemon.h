@@ -70,5 +70,6 @@ int pool_export(const char *state, const char *out, char *err, size_t errlen);
 
 int cmd_probe_links(int argc, char **argv); /* run by the daemon */
 int cmd_fetch(int argc, char **argv);       /* run by the daemon */
+int cmd_stage_resume(int argc, char **argv); /* run by the daemon (pool_resume.c) */
 
 #endif

@@ -11,6 +11,7 @@
 #include "pool_internal.h"
 #include "runtime.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
@@ -94,6 +95,7 @@ static void stop_children(pool *p)
     kill_child(&p->probe_pid);
     kill_child(&p->run_pid);
     kill_child(&p->export_pid);
+    kill_child(&p->pull_pid);
 }
 
 /* The last non-empty line of a file: only its tail is read, so a metrics
@@ -282,6 +284,7 @@ static void setup(daemon_t *d)
             s.batch = js.batch;
             s.micro_batch = js.micro_batch;
             s.steps = js.steps;
+            s.snapshot_every = js.snapshot_every;
         } else {
             s.ok = false;
             snprintf(s.error, sizeof s.error, "%s", err);
@@ -476,7 +479,11 @@ static void fetched(daemon_t *d, int st)
     if (ok) pool_job_blob_free(&blob);
 }
 
-static void start_run(daemon_t *d)
+/* This node's stage of the committed plan: `shardnode train --cluster`,
+ * snapshotting into STATE/jobs/ID/snap; a plan that resumes after a step
+ * (a recovery) starts it through `shardnode stage-resume`, which gathers the
+ * snapshots a's targets name first. */
+static void start_run(daemon_t *d, const pool_action *a)
 {
     pool *p = d->pool;
     const pool_plan *c = pool_core_committed(p->core);
@@ -487,15 +494,127 @@ static void start_run(daemon_t *d)
         pool_core_run_ended(p->core, false, c ? err : "no committed plan", &p->acts);
         return;
     }
-    char log[DAEMON_PATH_MAX + 32], metrics[DAEMON_PATH_MAX + 32], thr[32];
+    char log[DAEMON_PATH_MAX + 32], metrics[DAEMON_PATH_MAX + 32], thr[32],
+        snap[DAEMON_PATH_MAX + 32], into[DAEMON_PATH_MAX + 64];
     snprintf(log, sizeof log, "%s/train.log", p->dir);
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", p->dir);
+    snprintf(snap, sizeof snap, "%s/snap", p->dir);
+    mkdir(snap, 0700);
     snprintf(thr, sizeof thr, "%d", d->threads);
-    char *args[] = {"shardnode", "train", "--job", job_path, "--cluster", cl_path, "--node",
-                    d->name, "--metrics", metrics, d->threads ? "--threads" : NULL, thr, NULL};
+    char *train[] = {"shardnode", "train", "--job", job_path, "--cluster", cl_path, "--node",
+                     d->name, "--metrics", metrics, "--snapshots", snap,
+                     d->threads ? "--threads" : NULL, thr, NULL};
+    int ntrain = d->threads ? 14 : 12;
+    char **args = calloc((size_t)(24 + 2 * a->ntargets + ntrain), sizeof *args);
+    char (*pieces)[GOSSIP_ADDR_MAX + MESH_NAME_MAX + 96] =
+        calloc((size_t)a->ntargets + 1, sizeof *pieces);
+    char mesh_hex[2 * GOSSIP_MESH_ID_LEN + 1];
+    if (!args || !pieces) {
+        free(args);
+        free(pieces);
+        pool_core_run_ended(p->core, false, "out of memory", &p->acts);
+        return;
+    }
+    int k = 0;
+    if (c->resume_step > 0) {
+        node_hex_encode(d->mesh_id, GOSSIP_MESH_ID_LEN, mesh_hex);
+        snprintf(into, sizeof into, "%s/resume-e%lld", p->dir, (long long)c->epoch);
+        char *fixed[] = {"shardnode", "stage-resume", "--mesh", mesh_hex, "--from", d->name,
+                         "--bind", d->overlay, "--job-id", p->id, "--snap-dir", snap,
+                         "--into", into};
+        for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) args[k++] = fixed[i];
+        for (int i = 0; i < a->ntargets; i++) {
+            const pool_snap *x = &a->snaps[i];
+            snprintf(pieces[i], sizeof pieces[i], "L%d-%d-s%lld.safetensors=%s=%s:%d",
+                     x->layer_begin, x->layer_end, (long long)x->step, a->targets[i].name,
+                     a->targets[i].address, a->targets[i].port);
+            args[k++] = "--piece";
+            args[k++] = pieces[i];
+        }
+        args[k++] = "--";
+    }
+    for (int i = 0; i < ntrain; i++) args[k++] = train[i];
+    args[k] = NULL;
     p->run_pid = spawn(d, log, args, keys_path);
+    free(args);
+    free(pieces);
     if (!p->run_pid)
         pool_core_run_ended(p->core, false, "cannot start the training process", &p->acts);
+}
+
+/* A buddy's copy: the snapshot a names, from its stage's holder into this
+ * node's snapshot folder (`shardnode fetch`: a part file renamed once
+ * complete, so the previous copy stays until the new one is whole). */
+static void start_pull(daemon_t *d, const pool_action *a)
+{
+    pool *p = d->pool;
+    char out[DAEMON_PATH_MAX + 128], log[DAEMON_PATH_MAX + 32], rel[POOL_JOB_ID_LEN + 128],
+        file[96], target[GOSSIP_ADDR_MAX + MESH_NAME_MAX + 16];
+    char mesh_hex[2 * GOSSIP_MESH_ID_LEN + 1];
+    const pool_snap *x = &a->snaps[0];
+    snprintf(file, sizeof file, "L%d-%d-s%lld.safetensors", x->layer_begin, x->layer_end,
+             (long long)x->step);
+    snprintf(out, sizeof out, "%s/snap", p->dir);
+    mkdir(out, 0700);
+    snprintf(out, sizeof out, "%s/snap/%s", p->dir, file);
+    snprintf(log, sizeof log, "%s/snap.log", p->dir);
+    snprintf(rel, sizeof rel, "jobs/%s/snap/%s", p->id, file);
+    snprintf(target, sizeof target, "%s=%s:%d", a->targets[0].name, a->targets[0].address,
+             a->targets[0].port);
+    node_hex_encode(d->mesh_id, GOSSIP_MESH_ID_LEN, mesh_hex);
+    char *args[] = {"shardnode", "fetch", "--out", out, "--mesh", mesh_hex, "--from", d->name,
+                    "--bind", d->overlay, "--path", rel, target, NULL};
+    kill_child(&p->pull_pid);
+    p->pulling = *x;
+    p->pull_pid = spawn(d, log, args, NULL);
+    if (!p->pull_pid) pool_core_pulled(p->core, false, "cannot start the copy", &p->acts);
+}
+
+/* The snapshots in STATE/jobs/ID/snap: told to the core (the newest two of
+ * each layer range, newest first, at most POOL_SNAPS_MAX); older copies of
+ * a range are removed. */
+static void scan_snaps(daemon_t *d)
+{
+    pool *p = d->pool;
+    if (!p->id[0]) return;
+    char dir[DAEMON_PATH_MAX + 32];
+    snprintf(dir, sizeof dir, "%s/snap", p->dir);
+    pool_snaps all = {0}, held = {0};
+    pool_snap list[256];
+    int n = 0;
+    DIR *dh = opendir(dir);
+    struct dirent *de;
+    while (dh && (de = readdir(dh)) && n < 256) {
+        int b, e, len = 0;
+        long long st;
+        if (sscanf(de->d_name, "L%d-%d-s%lld.safetensors%n", &b, &e, &st, &len) == 3 &&
+            (size_t)len == strlen(de->d_name) && b >= 0 && e >= b && st >= 1)
+            list[n++] = (pool_snap){b, e, (int64_t)st};
+    }
+    if (dh) closedir(dh);
+    /* newest first */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && list[j - 1].step < list[j].step; j--) {
+            pool_snap t = list[j];
+            list[j] = list[j - 1];
+            list[j - 1] = t;
+        }
+    for (int i = 0; i < n; i++) {
+        int same = 0;
+        for (int j = 0; j < i; j++)
+            same += list[j].layer_begin == list[i].layer_begin &&
+                    list[j].layer_end == list[i].layer_end;
+        if (same >= 2) {   /* a third copy of a range: gone */
+            char path[DAEMON_PATH_MAX + 128];
+            snprintf(path, sizeof path, "%s/L%d-%d-s%lld.safetensors", dir, list[i].layer_begin,
+                     list[i].layer_end, (long long)list[i].step);
+            unlink(path);
+            continue;
+        }
+        if (all.n < POOL_SNAPS_MAX) all.s[all.n++] = list[i];
+    }
+    held = all;
+    pool_core_snapshots(p->core, &held);
 }
 
 static void start_gather(daemon_t *d)
@@ -528,7 +647,8 @@ static void execute(daemon_t *d, int64_t now)
             pool_core_vote_saved(p->core, a.epoch, rc == 0, err, &p->acts);
             break;
         }
-        case POOL_ACT_RUN: start_run(d); break;
+        case POOL_ACT_RUN: start_run(d, &a); break;
+        case POOL_ACT_PULL: start_pull(d, &a); break;
         case POOL_ACT_GATHER: start_gather(d); break;
         case POOL_ACT_FETCH: start_fetch(d, &a); break;
         }
@@ -581,6 +701,11 @@ static void reap(daemon_t *d)
     }
     if (reaped(&p->export_pid, &st)) pool_core_gathered(p->core, st == 0, &p->acts);
     if (reaped(&p->fetch_pid, &st)) fetched(d, st);
+    if (reaped(&p->pull_pid, &st)) {
+        snprintf(path, sizeof path, "%s/snap.log", p->dir);
+        last_line(path, line, sizeof line);
+        pool_core_pulled(p->core, st == 0, st == 0 ? NULL : line, &p->acts);
+    }
 }
 
 /* ---- the daemon's entry points ---- */
@@ -633,6 +758,7 @@ void pool_tick(daemon_t *d, int64_t now)
     if (!p || now < p->next_ms) return;
     p->next_ms = now + POOL_TICK_MS;
     reap(d);
+    scan_snaps(d);
     int n = build_view(d);
     pool_core_step(p->core, p->view, n, now, (int64_t)time(NULL), &p->acts);
     execute(d, now);

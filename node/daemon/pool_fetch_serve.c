@@ -1,9 +1,10 @@
 /* pool_fetch_serve.c — the serving side of FETCH (docs/PROTOCOL.md, "FETCH
  * paths served"), beside its client in pool_fetch.c: a member answers
  * another member's FETCH for "probe/N" (link measurement), for a job's blob
- * jobs/ID/job-SHA256.json (members fetch it before they take the job up)
- * and for the stage files of a finished run under jobs/ID/out/ (export
- * gathers them), never through a symbolic link (pool_fetch_open). Nothing
+ * jobs/ID/job-SHA256.json (members fetch it before they take the job up),
+ * for the stage files of a finished run under jobs/ID/out/ (export
+ * gathers them) and for stage snapshots jobs/ID/snap/L<b>-<e>-s<n>.safetensors
+ * (a buddy's copies, a recovery's moves), never through a symbolic link (pool_fetch_open). Nothing
  * else is served. */
 #include "daemon_internal.h"
 #include "node_base.h"
@@ -16,8 +17,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* FETCH: "probe/N" (N zero bytes, for link measurement), a job's blob and
- * the stage files under jobs/ID/out/. Nothing else is served. */
+/* FETCH: "probe/N" (N zero bytes, for link measurement), a job's blob, the
+ * stage files under jobs/ID/out/ and the snapshots under jobs/ID/snap/.
+ * Nothing else is served. */
 int pool_fetch(daemon_t *d, const gossip_msg *m, gossip_msg *r, uint8_t **data)
 {
     *data = NULL;
@@ -49,9 +51,16 @@ int pool_fetch(daemon_t *d, const gossip_msg *m, gossip_msg *r, uint8_t **data)
     const char *rest = s + 5 + POOL_JOB_ID_LEN;
     bool blob = ok && strncmp(rest, "/job-", 5) == 0 && strlen(rest) == 5 + 64 + 5 &&
                 strspn(rest + 5, "0123456789abcdef") == 64 && strcmp(rest + 69, ".json") == 0;
-    ok = ok && (blob || strncmp(rest, "/out/stage-", 11) == 0);
-    const char *name = rest + 11, *dot = ok && !blob ? strstr(name, ".safetensors") : NULL;
-    if (blob) {
+    int sb_, se_, slen = 0;
+    long long ss_;
+    /* a stage snapshot (docs/ARCHITECTURE.md, "Recovery"): its buddy and the
+     * members a recovery moves layers to fetch it */
+    bool snap = ok && !blob && strncmp(rest, "/snap/", 6) == 0 &&
+                sscanf(rest + 6, "L%d-%d-s%lld.safetensors%n", &sb_, &se_, &ss_, &slen) == 3 &&
+                (size_t)slen == strlen(rest + 6) && sb_ >= 0 && se_ >= sb_ && ss_ >= 1;
+    ok = ok && (blob || snap || strncmp(rest, "/out/stage-", 11) == 0);
+    const char *name = rest + 11, *dot = ok && !blob && !snap ? strstr(name, ".safetensors") : NULL;
+    if (blob || snap) {
         /* the job blob (issue 14): any member that took the job up serves it */
     } else if (ok && dot && strcmp(dot, ".safetensors") == 0) {
         char nm[MESH_NAME_MAX];

@@ -26,7 +26,8 @@ struct pool {
     pool_core *core;
     char id[POOL_JOB_ID_LEN + 1]; /* the job the driver set up ("" none) */
     char dir[DAEMON_PATH_MAX];   /* STATE/jobs/ID */
-    pid_t prof_pid, probe_pid, run_pid, export_pid, fetch_pid;
+    pid_t prof_pid, probe_pid, run_pid, export_pid, fetch_pid, pull_pid;
+    pool_snap pulling;           /* the snapshot pull_pid copies */
     pool_job_ref fetching;       /* the job blob fetch_pid fetches */
     cost_shape shape;            /* the job's model, to check its profile */
     int64_t next_ms;

@@ -88,6 +88,8 @@ int pool_write_run_files(daemon_t *d, const pool_plan *c, char *job_path, char *
     json_t *job = node_load_json(src, err, errlen);
     if (!job) return -1;
     json_object_set_new(job, "micro_batch", json_integer((json_int_t)c->mb));
+    if (c->snapshot_every > 0)
+        json_object_set_new(job, "snapshot_every", json_integer((json_int_t)c->snapshot_every));
     json_t *nodes = json_array();
     for (int s = 0; s < c->nstages; s++)
         json_array_append_new(nodes, json_pack("{s:s,s:s,s:i,s:[i,i]}", "name",

@@ -43,7 +43,10 @@ void core_log(pool_actions *out, const char *fmt, ...)
 
 void pool_actions_clear(pool_actions *l)
 {
-    for (int i = 0; i < l->n; i++) free(l->a[i].targets);
+    for (int i = 0; i < l->n; i++) {
+        free(l->a[i].targets);
+        free(l->a[i].snaps);
+    }
     l->n = 0;
 }
 
@@ -167,7 +170,7 @@ static void set_ready(pool_core *c)
 
 /* Sets this member's run state (an error when given; the former one stays
  * otherwise). */
-static void set_run(pool_core *c, pool_run_state state, const char *error)
+void core_set_run(pool_core *c, pool_run_state state, const char *error)
 {
     if (!(c->doc.has & POOL_HAS_RUN)) pool_run_init(&c->doc.run);
     c->doc.has |= POOL_HAS_RUN;
@@ -176,9 +179,10 @@ static void set_run(pool_core *c, pool_run_state state, const char *error)
     c->dirty = true;
 }
 
-static void kill_children(pool_core *c, pool_actions *out)
+void core_kill(pool_core *c, pool_actions *out)
 {
     c->prof_pending = c->probe_pending = c->run_pending = c->export_pending = false;
+    c->pull_pending = false;
     core_act(out, POOL_ACT_KILL);
 }
 
@@ -194,7 +198,7 @@ static void publish_now(pool_core *c, int64_t now, pool_actions *out)
 static void adopt(pool_core *c, const pool_job_blob *b, const pool_job_ref *ref,
                   pool_actions *out)
 {
-    kill_children(c, out);
+    core_kill(c, out);
     core_clear(c);
     pool_doc *d = &c->doc;
     d->bundle = calloc(1, sizeof *d->bundle);
@@ -237,6 +241,7 @@ void pool_core_setup_done(pool_core *c, const pool_setup *s, pool_actions *out)
     c->batch = s->batch;
     c->micro_batch = s->micro_batch;
     c->steps = s->steps;
+    c->snapshot_every = s->snapshot_every;
     c->job_loaded = true;
     core_log(out, "pool: took up job %s (submitted by %s); %d file(s) lacking here", d->id,
              d->bundle->submitted_by, d->lacks.n);
@@ -256,8 +261,9 @@ void pool_core_setup_done(pool_core *c, const pool_setup *s, pool_actions *out)
     if (sv->has_run) {
         d->run = sv->run;
         d->has |= POOL_HAS_RUN;
+        if (d->has & POOL_HAS_COMMITTED) c->run_epoch = d->committed.epoch;
         if (d->run.state == POOL_RUN_RUNNING)
-            set_run(c, POOL_RUN_FAILED, "this node restarted during the run");
+            core_set_run(c, POOL_RUN_FAILED, "this node restarted during the run");
     }
 }
 
@@ -375,18 +381,39 @@ void pool_core_vote_saved(pool_core *c, int64_t epoch, bool ok, const char *erro
 
 /* ---- this member's stage ---- */
 
-static void run_stage(pool_core *c, pool_actions *out)
+static void run_stage(pool_core *c, const pool_member *m, int n, pool_actions *out)
 {
     const pool_plan *pl = pool_core_committed(c);
-    if (c->run_pending || (c->doc.has & POOL_HAS_RUN) || !pl ||
-        pool_plan_stage_of(pl, c->name) < 0)
+    if (c->run_pending || c->recovering || !pl || pl->epoch == c->run_epoch) return;
+    if (pool_plan_stage_of(pl, c->name) < 0) {
+        /* no stage in this epoch (a spare, or moved out by a recovery) */
+        if ((c->doc.has & POOL_HAS_RUN) && c->doc.run.state == POOL_RUN_RECOVERING) {
+            c->doc.run.state = POOL_RUN_NONE;
+            c->dirty = true;
+        }
+        c->run_epoch = pl->epoch;
         return;
-    set_run(c, POOL_RUN_RUNNING, NULL);
+    }
+    pool_action *a = core_act(out, POOL_ACT_RUN);
+    if (!a) return;
+    a->epoch = pl->epoch;
+    if (pl->resume_step > 0 && core_pieces(c, m, n, pl, a) != 0) {
+        /* the layers' copies went away between the vote and now */
+        free(a->targets);
+        free(a->snaps);
+        out->n--;
+        core_set_run(c, POOL_RUN_FAILED, c->doc.why);
+        core_log(out, "pool: stage of epoch %lld cannot start: %s", (long long)pl->epoch,
+                 c->doc.why);
+        c->run_epoch = pl->epoch;
+        return;
+    }
+    core_set_run(c, POOL_RUN_RUNNING, NULL);
+    c->doc.run.error[0] = 0;
     c->doc.run.has_steps = true;
     c->doc.run.steps = c->steps;
     c->run_pending = true;
-    pool_action *a = core_act(out, POOL_ACT_RUN);
-    if (a) a->epoch = pl->epoch;
+    c->run_epoch = pl->epoch;
 }
 
 void pool_core_run_progress(pool_core *c, int64_t step, double loss, double tps, double step_ms)
@@ -405,12 +432,13 @@ void pool_core_run_ended(pool_core *c, bool ok, const char *error, pool_actions 
 {
     if (!c->run_pending) return;
     c->run_pending = false;
+    if (c->recovering) return;  /* stopped for the recovery: its state says so */
     if (ok) {
-        set_run(c, POOL_RUN_DONE, NULL);
+        core_set_run(c, POOL_RUN_DONE, NULL);
         core_log(out, "pool: stage finished");
     } else {
         const char *e = error && error[0] ? error : "the training process failed";
-        set_run(c, POOL_RUN_FAILED, e);
+        core_set_run(c, POOL_RUN_FAILED, e);
         core_log(out, "pool: stage failed: %s", error ? error : "");
     }
 }
@@ -489,8 +517,8 @@ static void stop_job(pool_core *c, pool_actions *out)
 {
     c->doc.stop = true;
     c->doc.has |= POOL_HAS_STOP;
-    kill_children(c, out);
-    set_run(c, POOL_RUN_STOPPED, NULL);
+    core_kill(c, out);
+    core_set_run(c, POOL_RUN_STOPPED, NULL);
 }
 
 void pool_core_fetched(pool_core *c, const pool_job_ref *ref, const pool_job_blob *blob,
@@ -586,7 +614,7 @@ static void follow(pool_core *c, const pool_member *m, int n, int64_t now, int64
             if (stopped && !c->doc.stop) {
                 c->doc.stop = true;
                 c->doc.has |= POOL_HAS_STOP;
-                set_run(c, POOL_RUN_STOPPED, NULL);
+                core_set_run(c, POOL_RUN_STOPPED, NULL);
             }
             continue;
         }
@@ -606,12 +634,20 @@ void pool_core_step(pool_core *c, const pool_member *m, int n, int64_t now_ms, i
     follow(c, m, n, now_ms, wall_s, out);
     if (c->doc.bundle && !c->doc.stop) {
         measure(c, m, n, out);
+        core_watch(c, m, n, now_ms, out);
         bool committed = pool_core_committed(c) != NULL;
-        if (!committed || !(c->doc.has & POOL_HAS_RUN)) {
-            if (core_view(c, m, n, now_ms) && !committed) core_elect(c, m, n, now_ms, out);
+        if (!committed || c->recovering || !(c->doc.has & POOL_HAS_RUN)) {
+            if (core_view(c, m, n, now_ms) && (!committed || c->recovering))
+                core_elect(c, m, n, now_ms, out);
         }
-        run_stage(c, out);
-        gather_model(c, m, n, out);
+        if (c->recovering) core_recovered(c, now_ms, out);
+        if (!c->recovering) {
+            core_fill_base(c, m, n);
+            run_stage(c, m, n, out);
+            core_rec_progress(c, m, n, now_ms);
+            core_pull(c, m, n, now_ms, out);
+            gather_model(c, m, n, out);
+        }
     }
     if (c->dirty && now_ms >= c->next_doc_ms) publish_now(c, now_ms, out);
 }

@@ -53,6 +53,9 @@ typedef enum {
     POOL_ACT_FETCH,       /* fetch the job blob `job` names from one of targets (FETCH of
                              jobs/ID/job-HASH.json; check its SHA-256); answer
                              pool_core_fetched */
+    POOL_ACT_PULL,        /* copy snapshot snaps[0] (jobs/ID/snap/L<b>-<e>-s<step>.safetensors)
+                             from targets[0] into this member's snapshots (this member is
+                             the stage's buddy); answer pool_core_pulled */
 } pool_act_type;
 
 typedef struct {
@@ -66,8 +69,12 @@ typedef struct {
     char text[POOL_TEXT_MAX];     /* LOG */
     int64_t epoch;                /* SAVE_VOTE, RUN */
     int64_t micro_batch, seq_len; /* PROFILE */
-    int ntargets;                 /* PROBE, FETCH */
-    pool_target *targets;         /* PROBE, FETCH (in the order to try): owned by the list */
+    int ntargets;                 /* PROBE, FETCH, PULL, RUN */
+    pool_target *targets;         /* PROBE, FETCH (in the order to try): owned by the list;
+                                     RUN of a plan that resumes (its resume_step > 0): where
+                                     each snapshot the stage starts from is (this member's
+                                     own name: its own copy) */
+    pool_snap *snaps;             /* PULL, RUN: targets[i] serves snaps[i] (owned) */
     pool_job_ref job;             /* FETCH */
 } pool_action;
 
@@ -95,6 +102,7 @@ typedef struct {
     pool_lacks lacks;             /* the files this member lacks (copied) */
     cost_shape shape;             /* the model's, at the job's sequence length */
     int64_t batch, micro_batch, steps;
+    int64_t snapshot_every;       /* the job's (0: the plan chooses) */
     const pool_saved *saved;      /* what this member saved for the job before, or NULL */
 } pool_setup;
 
@@ -138,6 +146,12 @@ void pool_core_gathered(pool_core *c, bool ok, pool_actions *out);
 /* The blob of job `ref` (NULL: it could not be fetched, tried again later). */
 void pool_core_fetched(pool_core *c, const pool_job_ref *ref, const pool_job_blob *blob,
                        pool_actions *out);
+
+/* The stage snapshots this member holds now (its own stage's and the copies
+ * it keeps as a buddy: the files of jobs/ID/snap/), newest first. */
+void pool_core_snapshots(pool_core *c, const pool_snaps *held);
+/* The answer to PULL. */
+void pool_core_pulled(pool_core *c, bool ok, const char *error, pool_actions *out);
 
 /* What the core holds. */
 const pool_doc *pool_core_doc(const pool_core *c);          /* what this member says */

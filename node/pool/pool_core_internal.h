@@ -50,6 +50,18 @@ struct pool_core {
 
     /* the run and gathering */
     bool run_pending, export_pending, exported;
+    int64_t run_epoch;            /* the epoch whose stage this member ran or runs (0: none) */
+    int64_t snapshot_every;       /* the job's (0: the plan chooses) */
+
+    /* recovery (pool_recover.c) */
+    bool recovering;              /* a holder of the committed plan was lost: re-planning */
+    bool layers_lost;             /* no member keeps a copy of some layers: the job fails */
+    int64_t lost_since_ms;        /* ... once that view has held this long */
+    int64_t rec_base;             /* the epoch that was lost */
+    int64_t loss_ms;              /* when the loss was seen */
+    int futile;                   /* recoveries in a row with no step done after them */
+    bool pull_pending;
+    int64_t pull_retry_ms;
     int64_t next_doc_ms;
     bool dirty;
 
@@ -68,6 +80,34 @@ bool core_doc_job(const pool_member *m, const char *id);
  * (c->doc.why says by how much). */
 bool core_too_small(pool_core *c, const pool_member *m, int n);
 int core_scratch(pool_core *c, int n);
+
+void core_kill(pool_core *c, pool_actions *out);
+void core_set_run(pool_core *c, pool_run_state state, const char *error);
+
+/* pool_recover.c */
+/* Sees a loss of the committed plan's stage holder (or a broken pipeline)
+ * and starts the recovery: the stage stops, a new epoch is voted. */
+void core_watch(pool_core *c, const pool_member *m, int n, int64_t now, pool_actions *out);
+/* After an election during recovery: a later epoch committed. */
+void core_recovered(pool_core *c, int64_t now, pool_actions *out);
+/* The step the new plan resumes after (the newest every layer has a
+ * snapshot of among the live members in[0..k)), 0 from the start; -1 when
+ * layers are lost (c->doc.why names them). */
+int64_t core_resume_step(pool_core *c, const pool_member *m, const int *in, int k);
+/* snapshot_every for a plan: the job's, else what keeps a copy's streaming
+ * within about 10% of the slowest link's time per step. */
+int64_t core_snapshot_every(const pool_core *c, const plan *pl, const cost_link *links, int f);
+/* The sources of this member's stage of plan pl (resume_step > 0): fills
+ * a RUN action's targets and snaps; -1 when some layers have none. */
+int core_pieces(pool_core *c, const pool_member *m, int n, const pool_plan *pl, pool_action *a);
+/* A buddy's copies: PULL the newest snapshot of each stage it keeps. */
+void core_pull(pool_core *c, const pool_member *m, int n, int64_t now, pool_actions *out);
+/* The record of the last recovery: the seconds to the first step after it. */
+void core_rec_progress(pool_core *c, const pool_member *m, int n, int64_t now);
+/* The base membership of the committed plan when this member adopted it
+ * without knowing the list (only its hash): its own vote's, or every
+ * member that carries the job, when either hashes to it. */
+void core_fill_base(pool_core *c, const pool_member *m, int n);
 
 /* pool_elect.c */
 /* Recomputes the view (and, when it changed, the plan); false while a live

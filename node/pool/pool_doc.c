@@ -315,11 +315,12 @@ void pool_job_blob_ref(const pool_job_blob *b, const char hash[65], pool_job_ref
 
 /* ---- run ---- */
 
-static const char *const run_states[] = {"", "running", "done", "failed", "stopped"};
+static const char *const run_states[] = {"", "running", "done", "failed", "stopped",
+                                         "recovering"};
 
 const char *pool_run_state_name(pool_run_state s)
 {
-    return s >= POOL_RUN_NONE && s <= POOL_RUN_STOPPED ? run_states[s] : "";
+    return s >= POOL_RUN_NONE && s <= POOL_RUN_RECOVERING ? run_states[s] : "";
 }
 
 void pool_run_init(pool_run *r)
@@ -353,11 +354,11 @@ int pool_run_from_json(json_t *j, pool_run *out, char *err, size_t errlen)
     json_t *st = json_object_get(j, "state"), *g = json_object_get(j, "gathered");
     if (st) {
         const char *s = json_string_value(st);
-        for (int k = POOL_RUN_RUNNING; s && k <= POOL_RUN_STOPPED; k++)
+        for (int k = POOL_RUN_RUNNING; s && k <= POOL_RUN_RECOVERING; k++)
             if (strcmp(s, run_states[k]) == 0) out->state = (pool_run_state)k;
         if (out->state == POOL_RUN_NONE)
-            return node_errf(err, errlen, "\"run\".\"state\" must be running, done, failed or "
-                             "stopped");
+            return node_errf(err, errlen, "\"run\".\"state\" must be running, done, failed, "
+                             "stopped or recovering");
     }
     if (g && !json_is_boolean(g))
         return node_errf(err, errlen, "\"run\".\"gathered\" must be true or false");
@@ -493,12 +494,75 @@ static int link_read(json_t *l, pool_link *out, char *err, size_t errlen)
     return 0;
 }
 
+static int snaps_read(json_t *j, pool_snaps *out, char *err, size_t errlen)
+{
+    if (!json_is_array(j) || json_array_size(j) < 1 || json_array_size(j) > POOL_SNAPS_MAX)
+        return node_errf(err, errlen, "\"sn\" must be a list of 1 to %d snapshots",
+                         POOL_SNAPS_MAX);
+    size_t i;
+    json_t *v;
+    json_array_foreach(j, i, v) {
+        json_t *b = json_array_get(v, 0), *e = json_array_get(v, 1), *st = json_array_get(v, 2);
+        if (!json_is_array(v) || json_array_size(v) != 3 || !json_is_integer(b) ||
+            !json_is_integer(e) || !json_is_integer(st) || json_integer_value(b) < 0 ||
+            json_integer_value(e) < json_integer_value(b) || json_integer_value(e) > 1 << 20 ||
+            json_integer_value(st) < 1)
+            return node_errf(err, errlen, "\"sn\"[%zu] must be [first layer, end layer, step "
+                             ">= 1] with 0 <= first <= end", i);
+        out->s[out->n++] = (pool_snap){(int)json_integer_value(b), (int)json_integer_value(e),
+                                       (int64_t)json_integer_value(st)};
+    }
+    return 0;
+}
+
+json_t *pool_snaps_to_json(const pool_snaps *s)
+{
+    json_t *a = json_array();
+    for (int i = 0; a && i < s->n; i++)
+        json_array_append_new(a, json_pack("[i,i,I]", s->s[i].layer_begin, s->s[i].layer_end,
+                                           (json_int_t)s->s[i].step));
+    return a;
+}
+
+static int rec_read(json_t *j, pool_recovery *r, char *err, size_t errlen)
+{
+    static const char *const keys[] = {"lost", "at", "from", "e", "ms", "n", NULL};
+    if (!json_is_object(j)) return node_errf(err, errlen, "\"rec\" must be an object");
+    const char *bad = pool_json_unknown_key(j, keys);
+    if (bad) return node_errf(err, errlen, "\"rec\".\"%s\" is not a known key", bad);
+    if (pool_json_text(j, "lost", r->lost, sizeof r->lost, err, errlen)) return -1;
+    if (r->lost[0] && !node_name_valid(r->lost))
+        return node_errf(err, errlen, "\"rec\".\"lost\" must be a member name");
+    const char *k[] = {"at", "from", "e", "n"};
+    int64_t *dst[] = {&r->at, &r->from, &r->epoch, &r->n};
+    for (int i = 0; i < 4; i++) {
+        json_t *v = json_object_get(j, k[i]);
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+            return node_errf(err, errlen, "\"rec\".\"%s\" must be an integer >= 0", k[i]);
+        *dst[i] = (int64_t)json_integer_value(v);
+    }
+    json_t *ms = json_object_get(j, "ms");
+    if (ms && (!json_is_integer(ms) || json_integer_value(ms) < 0))
+        return node_errf(err, errlen, "\"rec\".\"ms\" must be milliseconds >= 0");
+    r->ms = ms ? (int64_t)json_integer_value(ms) : -1;
+    return 0;
+}
+
+static json_t *rec_json(const pool_recovery *r)
+{
+    json_t *o = json_pack("{s:s,s:I,s:I,s:I,s:I}", "lost", r->lost, "at", (json_int_t)r->at,
+                          "from", (json_int_t)r->from, "e", (json_int_t)r->epoch, "n",
+                          (json_int_t)r->n);
+    if (o && r->ms >= 0) json_object_set_new(o, "ms", json_integer((json_int_t)r->ms));
+    return o;
+}
+
 static int doc_read(json_t *j, pool_doc *d, char *err, size_t errlen)
 {
     static const char *const keys[] = {"v", "id", "by", "at", "jb", "stop", "compute", "host",
                                        "cores", "threads", "first", "any", "lack", "lack_more",
                                        "error", "prof_error", "prof", "links", "link", "ready",
-                                       "vote", "why", "committed", "run", NULL};
+                                       "vote", "why", "committed", "run", "sn", "rec", NULL};
     if (!json_is_object(j)) return node_errf(err, errlen, "not a JSON object");
     json_t *ver = json_object_get(j, "v");
     if (!json_is_integer(ver) || json_integer_value(ver) != POOL_DOC_VERSION)
@@ -562,6 +626,11 @@ static int doc_read(json_t *j, pool_doc *d, char *err, size_t errlen)
     if ((v = json_object_get(j, "run"))) {
         if (pool_run_from_json(v, &d->run, err, errlen)) return -1;
         d->has |= POOL_HAS_RUN;
+    }
+    if ((v = json_object_get(j, "sn")) && snaps_read(v, &d->snaps, err, errlen)) return -1;
+    if ((v = json_object_get(j, "rec"))) {
+        if (rec_read(v, &d->rec, err, errlen)) return -1;
+        d->has |= POOL_HAS_REC;
     }
     return 0;
 }
@@ -636,6 +705,8 @@ json_t *pool_doc_to_json(const pool_doc *d)
     if (h & POOL_HAS_COMMITTED)
         json_object_set_new(o, "committed", pool_plan_to_json(&d->committed));
     if (h & POOL_HAS_RUN) json_object_set_new(o, "run", pool_run_to_json(&d->run));
+    if (d->snaps.n) json_object_set_new(o, "sn", pool_snaps_to_json(&d->snaps));
+    if (h & POOL_HAS_REC) json_object_set_new(o, "rec", rec_json(&d->rec));
     return o;
 }
 
@@ -664,6 +735,7 @@ char *pool_doc_view_text(const char *name, const pool_doc *d)
                                        ? json_pack("[I,I]", (json_int_t)d->typical.latency_ns,
                                                    (json_int_t)d->typical.bandwidth)
                                        : json_null());
+    json_object_set_new(o, "sn", pool_snaps_to_json(&d->snaps));
     char *text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(o);
     return text;

@@ -77,6 +77,10 @@ typedef struct {
 typedef struct {
     int64_t mb, step_ns, step_ns_shared;
     bool has_shared;                /* step_ns_shared is present */
+    int64_t resume_step;            /* "rs": the stages start after this step, from the
+                                       members' snapshots of it (a recovery); 0: from the
+                                       job's start (absent) */
+    int64_t snapshot_every;         /* "se": stages snapshot every this many steps (0: never) */
     int nstages;
     pool_stage stage[POOL_MAX_STAGES];
     int64_t epoch;                  /* committed: >= 1; 0: a layout */
@@ -162,6 +166,7 @@ typedef enum {
     POOL_RUN_DONE,
     POOL_RUN_FAILED,
     POOL_RUN_STOPPED,
+    POOL_RUN_RECOVERING,            /* a stage holder was lost: a new plan is being made */
 } pool_run_state;
 
 const char *pool_run_state_name(pool_run_state s);
@@ -230,8 +235,32 @@ enum {
     POOL_HAS_HOST = 1 << 3, POOL_HAS_CORES = 1 << 4, POOL_HAS_THREADS = 1 << 5,
     POOL_HAS_FIRST = 1 << 6, POOL_HAS_ANY = 1 << 7, POOL_HAS_READY = 1 << 8,
     POOL_HAS_PROF = 1 << 9, POOL_HAS_LINKS = 1 << 10, POOL_HAS_VOTE = 1 << 11,
-    POOL_HAS_COMMITTED = 1 << 12, POOL_HAS_RUN = 1 << 13,
+    POOL_HAS_COMMITTED = 1 << 12, POOL_HAS_RUN = 1 << 13, POOL_HAS_REC = 1 << 14,
 };
+
+/* A stage snapshot a member holds and serves (FETCH of
+ * jobs/ID/snap/L<b>-<e>-s<step>.safetensors): the state of layers [b, e)
+ * (with the embedding when b is 0, the final norm and head when e is the
+ * last layer) after `step` steps. "sn": [[b, e, step], ...]. */
+#define POOL_SNAPS_MAX 8
+typedef struct {
+    int layer_begin, layer_end;
+    int64_t step;
+} pool_snap;
+
+typedef struct {
+    int n;
+    pool_snap s[POOL_SNAPS_MAX];
+} pool_snaps;
+
+/* The last recovery this member took part in: "rec": {"lost": member,
+ * "at": the step the run had reached, "from": the step it resumed after,
+ * "e": the new epoch, "ms": from the loss to the first step done after it
+ * (absent until then), "n": recoveries in this job}. */
+typedef struct {
+    char lost[MESH_NAME_MAX];       /* "" when the stages broke with every member alive */
+    int64_t at, from, epoch, ms, n; /* ms -1: not yet */
+} pool_recovery;
 
 /* The `job` text of a member record: what that member knows and does about
  * the mesh's current job (PROTOCOL.md, "The job document"). "v", "id",
@@ -260,9 +289,12 @@ typedef struct {
     pool_vote vote;
     pool_plan committed;
     pool_run run;
+    pool_snaps snaps;               /* "sn" (written when not empty) */
+    pool_recovery rec;              /* "rec" (has POOL_HAS_REC) */
 } pool_doc;
 
 int pool_doc_from_json(json_t *j, pool_doc *out, char *err, size_t errlen);
+json_t *pool_snaps_to_json(const pool_snaps *s);
 /* The record's text: "" is no document (*out zeroed, 0 returned). */
 int pool_doc_from_text(const char *text, pool_doc *out, char *err, size_t errlen);
 json_t *pool_doc_to_json(const pool_doc *d);
@@ -272,7 +304,7 @@ void pool_doc_init(pool_doc *d);
 void pool_doc_free(pool_doc *d);
 /* What the view hash covers of member `name` with document d: the compact,
  * key-sorted JSON of {"name", "host", "cores", "threads", "compute",
- * "first", "any", "prof", "links", "link"} (malloc'ed). */
+ * "first", "any", "prof", "links", "link", "sn"} (malloc'ed). */
 char *pool_doc_view_text(const char *name, const pool_doc *d);
 
 /* ---- what a node saves across restarts: STATE/jobs/ID/state.json (pool_status.c) ---- */

@@ -190,6 +190,17 @@ static void compute_plan(pool_core *c, const pool_member *m, int n, const int *i
     int64_t shared = shared_step_ns(pl, docs);
     lay->has_shared = true;
     lay->step_ns_shared = shared > 0 ? shared : pl->step_ns;
+    lay->snapshot_every = core_snapshot_every(c, pl, links, f);
+    if (c->recovering) {
+        /* the stages resume after the newest step whose snapshots cover
+         * every layer among the members of this view */
+        int64_t rs = core_resume_step(c, m, in, k);
+        if (rs < 0) {
+            pool_plan_free(lay);
+            goto out;
+        }
+        lay->resume_step = rs;
+    }
     for (int s = 0; s < pl->nstages; s++) {
         int nd = pl->stage[s].node[0];
         pool_stage *st = &lay->stage[lay->nstages++];
@@ -436,9 +447,11 @@ void core_elect(pool_core *c, const pool_member *m, int n, int64_t now, pool_act
     /* My vote stays in my record once its epoch is decided, failed too:
      * then the next vote goes to the epoch after it (never the same one
      * again, across restarts: the failed vote is what state.json holds). */
-    bool open = c->doc.vote.v.epoch && c->doc.vote.v.epoch != c->failed_epoch;
-    int64_t epoch = open ? c->doc.vote.v.epoch
-                    : c->doc.vote.v.epoch ? c->next_epoch : ce + 1;
+    /* A vote at or before the committed epoch is done with: a recovery
+     * votes in the epoch after it. */
+    int64_t ve = c->doc.vote.v.epoch;
+    bool open = ve > ce && ve != c->failed_epoch;
+    int64_t epoch = open ? ve : ve > ce ? c->next_epoch : ce + 1;
     /* A commit another member gossips for this epoch or a later one: the
      * votes that made it may already be gone from their records. */
     for (int k = 0; k < n; k++) {

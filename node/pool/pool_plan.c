@@ -148,9 +148,10 @@ static int stage_from_json(json_t *s, size_t i, pool_stage *st, char *err, size_
 
 static int plan_read(json_t *j, bool committed, pool_plan *out, char *err, size_t errlen)
 {
-    static const char *const layout_keys[] = {"mb", "step_ns", "step_ns_shared", "stages", NULL};
+    static const char *const layout_keys[] = {"mb", "step_ns", "step_ns_shared", "stages",
+                                              "rs", "se", NULL};
     static const char *const committed_keys[] = {"mb", "step_ns", "step_ns_shared", "stages",
-                                                 "e", "h", "mh", NULL};
+                                                 "rs", "se", "e", "h", "mh", NULL};
     if (!json_is_object(j)) return node_errf(err, errlen, "not an object");
     const char *bad = pool_json_unknown_key(j, committed ? committed_keys : layout_keys);
     if (bad) return node_errf(err, errlen, "\"%s\" is not a known key", bad);
@@ -170,6 +171,13 @@ static int plan_read(json_t *j, bool committed, pool_plan *out, char *err, size_
     out->step_ns = (int64_t)json_integer_value(step);
     out->has_shared = shared != NULL;
     out->step_ns_shared = shared ? (int64_t)json_integer_value(shared) : 0;
+    json_t *rs = json_object_get(j, "rs"), *se = json_object_get(j, "se");
+    if (rs && (!json_is_integer(rs) || json_integer_value(rs) < 1))
+        return node_errf(err, errlen, "\"rs\" must be a step >= 1 (absent: 0)");
+    if (se && (!json_is_integer(se) || json_integer_value(se) < 1))
+        return node_errf(err, errlen, "\"se\" must be a number of steps >= 1 (absent: none)");
+    out->resume_step = rs ? (int64_t)json_integer_value(rs) : 0;
+    out->snapshot_every = se ? (int64_t)json_integer_value(se) : 0;
     size_t i;
     json_t *s;
     json_array_foreach(stages, i, s) {
@@ -216,6 +224,10 @@ static json_t *layout_json(const pool_plan *p)
                           (json_int_t)p->step_ns, "stages", stages);
     if (l && p->has_shared)
         json_object_set_new(l, "step_ns_shared", json_integer((json_int_t)p->step_ns_shared));
+    if (l && p->resume_step > 0)
+        json_object_set_new(l, "rs", json_integer((json_int_t)p->resume_step));
+    if (l && p->snapshot_every > 0)
+        json_object_set_new(l, "se", json_integer((json_int_t)p->snapshot_every));
     return l;
 }
 

@@ -29,8 +29,9 @@ static json_t *full_doc(void)
         "s:{s:[i,i],s:[i,i]},s:[i,i],s:b,"
         "s:{s:i,s:i,s:s,s:s,s:s,s:[s,s],s:s},"
         "s:s,"
-        "s:{s:i,s:I,s:I,s:[[s,i,i,s,i],[s,i,i,s,i]],s:i,s:s,s:s},"
-        "s:{s:s,s:i,s:i,s:f,s:f,s:f}}",
+        "s:{s:i,s:I,s:I,s:[[s,i,i,s,i],[s,i,i,s,i]],s:i,s:i,s:i,s:s,s:s},"
+        "s:{s:s,s:i,s:i,s:f,s:f,s:f},"
+        "s:[[i,i,i],[i,i,i]],s:{s:s,s:i,s:i,s:i,s:i,s:i}}",
         "v", 2, "id", ID, "by", "c", "at", 1700000000, "jb", JB, "compute", 1, "host",
         "00000000deadbeef", "cores", 2, "threads", 2, "first", 0, "any", 1,
         "lack", "role", "data", "path", "/data/kjv.txt", "local", "/data/kjv.txt", "why",
@@ -43,9 +44,11 @@ static json_t *full_doc(void)
         "why", "the model needs at least more",
         "committed", "mb", 2, "step_ns", (json_int_t)5000000, "step_ns_shared",
         (json_int_t)6000000, "stages", "a", 0, 2, "10.77.0.1", 2000000, "b", 2, 4, "10.77.0.2",
-        3000000, "e", 1, "h", "1111111111111111", "mh", "00000000000000ee",
+        3000000, "rs", 10, "se", 5, "e", 1, "h", "1111111111111111", "mh", "00000000000000ee",
         "run", "state", "running", "step", 3, "steps", 30, "loss", 5.25, "tps", 1234.5,
-        "step_ms", 250.0);
+        "step_ms", 250.0,
+        "sn", 0, 2, 10, 2, 4, 5, "rec", "lost", "b", "at", 12, "from", 10, "e", 2, "ms", 6100,
+        "n", 1);
 }
 
 static char *text_of(json_t *j) { return json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS); }
@@ -65,10 +68,14 @@ static void test_round_trip(void)
               d.committed.nstages == 2 && d.committed.stage[1].layer_end == 4 &&
               strcmp(d.committed.stage[1].holder[0].address, "10.77.0.2") == 0 &&
               d.links.n == 2 && d.prof.prof.fwd_ns[1] == 20 && d.run.state == POOL_RUN_RUNNING &&
-              d.lacks.n == 1 && !d.first && d.any,
+              d.lacks.n == 1 && !d.first && d.any && d.committed.resume_step == 10 &&
+              d.committed.snapshot_every == 5 && d.snaps.n == 2 && d.snaps.s[1].layer_end == 4 &&
+              d.snaps.s[1].step == 5 && (d.has & POOL_HAS_REC) && d.rec.ms == 6100 &&
+              strcmp(d.rec.lost, "b") == 0 && d.rec.from == 10,
           "the fields read");
     /* the view text: the canonical JSON of PROTOCOL.md, "The view and the plan" */
-    json_t *canon = json_pack("{s:s,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O}", "name", "x", "host",
+    json_t *canon = json_pack("{s:s,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O}", "name", "x", "sn",
+                              json_object_get(j, "sn"), "host",
                               json_object_get(j, "host"), "cores", json_object_get(j, "cores"),
                               "threads", json_object_get(j, "threads"), "compute",
                               json_object_get(j, "compute"), "first", json_object_get(j, "first"),
@@ -220,6 +227,21 @@ static void test_refusals(void)
         {"run.error", json_integer(1), "\"run\".\"error\""},
         {"run.gathered", json_integer(1), "\"run\".\"gathered\""},
         {"run.who", json_integer(1), "\"run\".\"who\""},
+        {"committed.rs", json_integer(0), "\"rs\""},
+        {"committed.se", json_string("5"), "\"se\""},
+        {"sn", json_array(), "\"sn\""},
+        {"sn", json_pack("[[i,i]]", 0, 2), "\"sn\""},
+        {"sn", json_pack("[[i,i,i]]", 3, 2, 5), "\"sn\""},
+        {"sn", json_pack("[[i,i,i]]", 0, 2, 0), "\"sn\""},
+        {"sn", json_pack("[[i,i,i],[i,i,i],[i,i,i],[i,i,i],[i,i,i],[i,i,i],[i,i,i],[i,i,i],"
+                         "[i,i,i]]", 0, 1, 1, 0, 1, 2, 0, 1, 3, 0, 1, 4, 0, 1, 5, 0, 1, 6, 0, 1,
+                         7, 0, 1, 8, 0, 1, 9), "\"sn\""},
+        {"rec", json_integer(1), "\"rec\""},
+        {"rec.lost", json_string("no/slash"), "\"rec\".\"lost\""},
+        {"rec.at", json_integer(-1), "\"rec\".\"at\""},
+        {"rec.from", NULL, "\"rec\".\"from\""},
+        {"rec.ms", json_real(1.5), "\"rec\".\"ms\""},
+        {"rec.why", json_integer(1), "\"rec\".\"why\""},
     };
     for (size_t i = 0; i < sizeof muts / sizeof muts[0]; i++) {
         json_t *j = full_doc();

@@ -1,0 +1,487 @@
+/* pool_recover.c — recovery inside the pool core (docs/ARCHITECTURE.md,
+ * "Recovery"; docs/PROTOCOL.md, "Recovery"): each stage's snapshots and the
+ * buddy that keeps a copy of them, the loss of a stage holder (dead in the
+ * member view, or the pipeline broken), the new epoch voted over the
+ * survivors (pool_elect.c), the step it resumes after, and where each
+ * stage's layers come from. Pure: the core's actions carry every effect. */
+#include "pool_core_internal.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const pool_member *named(const pool_member *m, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(m[i].name, name) == 0) return &m[i];
+    return NULL;
+}
+
+/* What member q says about the job: this member's own document for itself. */
+static const pool_doc *doc_of(const pool_core *c, const pool_member *q)
+{
+    if (q->self) return &c->doc;
+    return core_doc_job(q, c->doc.id) ? q->doc : NULL;
+}
+
+static bool holds_stage(const pool_plan *pl, const char *name)
+{
+    return pool_plan_stage_of(pl, name) >= 0;
+}
+
+/* ---- the loss ---- */
+
+/* Every holder of the plan says its stage is done. */
+static bool all_done(const pool_core *c, const pool_plan *pl, const pool_member *m, int n)
+{
+    for (int s = 0; s < pl->nstages; s++)
+        for (int k = 0; k < pl->stage[s].nholders; k++) {
+            const pool_member *q = named(m, n, pl->stage[s].holder[k].name);
+            const pool_doc *d = q ? doc_of(c, q) : NULL;
+            if (!d || !(d->has & POOL_HAS_RUN) || d->run.state != POOL_RUN_DONE ||
+                !(d->has & POOL_HAS_COMMITTED) || d->committed.epoch != pl->epoch)
+                return false;
+        }
+    return true;
+}
+
+/* Why the committed plan can no longer run: a holder that is gone (its
+ * name in lost), this member's stage failed (the pipeline broke), or
+ * another member recovers from this epoch already. */
+static bool lost_stage(pool_core *c, const pool_plan *pl, const pool_member *m, int n,
+                       char *lost, size_t len)
+{
+    lost[0] = 0;
+    for (int s = 0; s < pl->nstages; s++)
+        for (int k = 0; k < pl->stage[s].nholders; k++) {
+            const pool_member *q = named(m, n, pl->stage[s].holder[k].name);
+            if (!q || !q->live) {
+                snprintf(lost, len, "%s", pl->stage[s].holder[k].name);
+                return true;
+            }
+        }
+    if (c->run_epoch == pl->epoch && (c->doc.has & POOL_HAS_RUN) &&
+        c->doc.run.state == POOL_RUN_FAILED && !c->run_pending)
+        return true;
+    for (int i = 0; i < n; i++) {
+        const pool_doc *d = m[i].self || !m[i].live ? NULL : doc_of(c, &m[i]);
+        if (!d) continue;
+        bool same = (d->has & POOL_HAS_COMMITTED) && d->committed.epoch == pl->epoch;
+        if (same && (d->has & POOL_HAS_RUN) && d->run.state == POOL_RUN_RECOVERING) {
+            if (d->has & POOL_HAS_REC) snprintf(lost, len, "%s", d->rec.lost);
+            return true;
+        }
+        if ((d->has & POOL_HAS_VOTE) && d->vote.v.epoch > pl->epoch &&
+            d->vote.v.base == pl->epoch && d->vote.v.base_plan == pl->hash)
+            return true;
+    }
+    return false;
+}
+
+#define POOL_FUTILE_MAX 3   /* recoveries in a row with no step done: the job fails */
+
+void core_watch(pool_core *c, const pool_member *m, int n, int64_t now, pool_actions *out)
+{
+    core_fill_base(c, m, n);
+    const pool_plan *pl = pool_core_committed(c);
+    char lost[MESH_NAME_MAX];
+    if (!pl || c->recovering || c->layers_lost || all_done(c, pl, m, n) ||
+        !lost_stage(c, pl, m, n, lost, sizeof lost))
+        return;
+    if (c->futile >= POOL_FUTILE_MAX) {
+        if (!(c->doc.has & POOL_HAS_RUN) || c->doc.run.state != POOL_RUN_FAILED ||
+            !strstr(c->doc.run.error, "recoveries")) {
+            char e[POOL_DOC_TEXT_MAX];
+            snprintf(e, sizeof e, "%d recoveries in a row did no step; the job fails (%.300s)",
+                     c->futile, c->doc.run.error);
+            core_kill(c, out);
+            core_set_run(c, POOL_RUN_FAILED, e);
+            core_log(out, "pool: %s", e);
+        }
+        return;
+    }
+    /* the step the run reached: the furthest any stage says */
+    int64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        const pool_doc *d = doc_of(c, &m[i]);
+        if (d && (d->has & POOL_HAS_RUN) && d->run.has_step && d->run.step > at &&
+            (d->has & POOL_HAS_COMMITTED) && d->committed.epoch == pl->epoch)
+            at = d->run.step;
+    }
+    c->recovering = true;
+    c->rec_base = pl->epoch;
+    c->loss_ms = now;
+    c->futile++;
+    core_kill(c, out);
+    pool_recovery *r = &c->doc.rec;
+    int64_t count = (c->doc.has & POOL_HAS_REC) ? r->n : 0;
+    memset(r, 0, sizeof *r);
+    snprintf(r->lost, sizeof r->lost, "%s", lost);
+    r->at = at;
+    r->n = count + 1;
+    r->ms = -1;
+    c->doc.has |= POOL_HAS_REC;
+    if (holds_stage(pl, c->name) || (c->doc.has & POOL_HAS_RUN))
+        core_set_run(c, POOL_RUN_RECOVERING, NULL);
+    c->dirty = true;
+    /* the view and its plan are made anew, over the survivors */
+    c->view_fp = 0;
+    c->plan_done = false;
+    core_log(out, "pool: %s%s at step %lld of epoch %lld: recovering in a new epoch",
+             lost[0] ? "lost " : "the pipeline broke", lost, (long long)at,
+             (long long)pl->epoch);
+}
+
+void core_recovered(pool_core *c, int64_t now, pool_actions *out)
+{
+    const pool_plan *pl = pool_core_committed(c);
+    /* lost layers fail the job once the view that says so has held for a
+     * while: a member only briefly unseen may come back with its copies */
+    if (c->layers_lost && !c->lost_since_ms) c->lost_since_ms = now;
+    if (!c->layers_lost) c->lost_since_ms = 0;
+    if (c->layers_lost && now - c->lost_since_ms >= 2 * POOL_QUIET_MS) {
+        c->recovering = false;
+        core_set_run(c, POOL_RUN_FAILED, c->doc.why);
+        core_log(out, "pool: the job fails: %s", c->doc.why);
+        return;
+    }
+    if (!pl || pl->epoch <= c->rec_base) return;
+    c->recovering = false;
+    c->doc.rec.epoch = pl->epoch;
+    c->doc.rec.from = pl->resume_step;
+    c->dirty = true;
+    core_log(out, "pool: recovered in epoch %lld: %d stages resume after step %lld "
+             "(%lld steps redone)", (long long)pl->epoch, pl->nstages,
+             (long long)pl->resume_step,
+             (long long)(c->doc.rec.at > pl->resume_step ? c->doc.rec.at - pl->resume_step : 0));
+}
+
+void core_rec_progress(pool_core *c, const pool_member *m, int n, int64_t now)
+{
+    pool_recovery *r = &c->doc.rec;
+    if (!(c->doc.has & POOL_HAS_REC) || r->ms >= 0 || !r->epoch) return;
+    /* the first step done after the resumed one, by any stage of the new
+     * epoch (this member's own, or as another's document says it) */
+    for (int i = 0; i < n; i++) {
+        const pool_doc *d = doc_of(c, &m[i]);
+        if (!d || !(d->has & POOL_HAS_RUN) || !(d->has & POOL_HAS_COMMITTED) ||
+            d->committed.epoch != r->epoch || !d->run.has_step || d->run.step <= r->from ||
+            (d->run.state != POOL_RUN_RUNNING && d->run.state != POOL_RUN_DONE))
+            continue;
+        r->ms = now - c->loss_ms;
+        c->futile = 0;
+        c->dirty = true;
+        return;
+    }
+}
+
+/* ---- the resume step ---- */
+
+/* Whether the snapshots of step `step` (-1: of any step) among the members
+ * in[0..k) cover a model of L layers; what they miss written into miss (the embedding, the
+ * layers, the head) when it is not NULL. */
+static bool covered(const pool_core *c, const pool_member *m, const int *in, int k, int L,
+                    int64_t step, char *miss, size_t len)
+{
+    /* have[0]: the embedding, have[1 + l]: layer l, have[L + 1]: the head */
+    unsigned char *have = calloc((size_t)L + 2, 1);
+    if (!have) return false;
+    for (int i = 0; i < k; i++) {
+        const pool_doc *d = doc_of(c, &m[in[i]]);
+        for (int j = 0; d && j < d->snaps.n; j++) {
+            const pool_snap *s = &d->snaps.s[j];
+            if ((step >= 0 && s->step != step) || s->layer_end > L) continue;
+            for (int l = s->layer_begin; l < s->layer_end; l++) have[l + 1] = 1;
+            if (s->layer_begin == 0) have[0] = 1;
+            if (s->layer_end == L) have[L + 1] = 1;
+        }
+    }
+    bool ok = true;
+    size_t used = 0;
+    if (miss && len) miss[0] = 0;
+    for (int u = 0; u < L + 2; u++) {
+        if (have[u]) continue;
+        ok = false;
+        if (!miss || used >= len) continue;
+        if (u == 0 || u == L + 1) {
+            used += (size_t)snprintf(miss + used, len - used, "%sthe %s", used ? ", " : "",
+                                     u ? "head" : "embedding");
+            continue;
+        }
+        int e = u;
+        while (e + 1 <= L && !have[e + 1]) e++;
+        if (e == u)
+            used += (size_t)snprintf(miss + used, len - used, "%slayer %d", used ? ", " : "",
+                                     u - 1);
+        else
+            used += (size_t)snprintf(miss + used, len - used, "%slayers %d to %d",
+                                     used ? ", " : "", u - 1, e - 1);
+        u = e;
+    }
+    free(have);
+    return ok;
+}
+
+int64_t core_resume_step(pool_core *c, const pool_member *m, const int *in, int k)
+{
+    int L = c->shape.layers;
+    c->layers_lost = false;
+    c->doc.why[0] = 0;
+    int64_t best = 0, newest = 0;
+    for (int i = 0; i < k; i++) {
+        const pool_doc *d = doc_of(c, &m[in[i]]);
+        for (int j = 0; d && j < d->snaps.n; j++) {
+            int64_t st = d->snaps.s[j].step;
+            if (st > newest) newest = st;
+            if (st > best && covered(c, m, in, k, L, st, NULL, 0)) best = st;
+        }
+    }
+    /* Before any snapshot, the run starts again from its first step (the
+     * same data and the same seeded weights). After one, a step that no
+     * member's copies cover means layers are lost: the job fails, naming
+     * them, rather than silently starting again. */
+    if (best > 0 || newest == 0) return best;
+    const pool_plan *pl = pool_core_committed(c);
+    if (pl && pl->resume_step > 0 && newest <= pl->resume_step) return best;
+    char miss[200], who[200] = "";
+    if (covered(c, m, in, k, L, -1, miss, sizeof miss))
+        snprintf(miss, sizeof miss, "every layer at one step");
+    /* the committed plan's holders that are not in this view */
+    size_t used = 0;
+    for (int s = 0; pl && s < pl->nstages; s++) {
+        bool here = false;
+        for (int i = 0; i < k && !here; i++)
+            here = strcmp(m[in[i]].name, pl->stage[s].holder[0].name) == 0;
+        if (!here && used < sizeof who)
+            used += (size_t)snprintf(who + used, sizeof who - used, "%s%s", used ? ", " : "",
+                                     pl->stage[s].holder[0].name);
+    }
+    snprintf(c->doc.why, sizeof c->doc.why, "the loss of %s left no copy of %s "
+             "(the newest snapshot is of step %lld); restart the job from its last pool "
+             "checkpoint", who[0] ? who : "members", miss, (long long)newest);
+    c->layers_lost = true;
+    return -1;
+}
+
+int64_t core_snapshot_every(const pool_core *c, const plan *pl, const cost_link *links, int f)
+{
+    if (c->snapshot_every > 0) return c->snapshot_every;
+    cost_bytes cb;
+    char err[256];
+    if (cost_bytes_compute(&cb, &c->shape, 1, 4, err, sizeof err) != 0) return 10;
+    /* the largest stage's state: what trains (weights) and both moments */
+    int64_t bytes = 0;
+    for (int s = 0; s < pl->nstages; s++) {
+        int64_t b = (int64_t)(pl->stage[s].layer_end - pl->stage[s].layer_begin) *
+                    cb.trainable[COST_LAYER];
+        if (s == 0) b += cb.trainable[COST_EMBED];
+        if (s == pl->nstages - 1) b += cb.trainable[COST_HEAD];
+        if (12 * b > bytes) bytes = 12 * b;
+    }
+    int64_t bw = 0;
+    for (int i = 0; i < f * f; i++)
+        if (i / f != i % f && links[i].bandwidth > 0 && (!bw || links[i].bandwidth < bw))
+            bw = links[i].bandwidth;
+    if (!bw) bw = POOL_DEFAULT_BW;
+    /* a copy streamed over se steps takes at most 10% of the link's time */
+    double per_step = 0.1 * (double)bw * ((double)(pl->step_ns > 0 ? pl->step_ns : 1) * 1e-9);
+    double se = per_step > 0 ? (double)bytes / per_step : 1e9;
+    int64_t every = se < 1 ? 1 : se > 1e9 ? 1000000000 : (int64_t)se + 1;
+    if (c->steps > 1 && every > c->steps) every = c->steps;
+    return every;
+}
+
+/* ---- where a stage's layers come from ---- */
+
+int core_pieces(pool_core *c, const pool_member *m, int n, const pool_plan *pl, pool_action *a)
+{
+    int st = pool_plan_stage_of(pl, c->name), L = c->shape.layers;
+    int64_t rs = pl->resume_step;
+    int b = pl->stage[st].layer_begin, e = pl->stage[st].layer_end;
+    a->targets = calloc(POOL_SNAPS_MAX * 4, sizeof *a->targets);
+    a->snaps = calloc(POOL_SNAPS_MAX * 4, sizeof *a->snaps);
+    if (!a->targets || !a->snaps) return -1;
+    /* every distinct range of step rs that the stage needs, from this
+     * member when it holds it, else from the first live member (by name)
+     * that does */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++) {
+            if ((pass == 0) != m[i].self || !m[i].live) continue;
+            const pool_doc *d = doc_of(c, &m[i]);
+            for (int j = 0; d && j < d->snaps.n; j++) {
+                const pool_snap *s = &d->snaps.s[j];
+                bool need = s->step == rs &&
+                            ((s->layer_begin < e && s->layer_end > b) ||
+                             (b == 0 && s->layer_begin == 0) || (e == L && s->layer_end == L));
+                for (int x = 0; need && x < a->ntargets; x++)
+                    if (a->snaps[x].layer_begin == s->layer_begin &&
+                        a->snaps[x].layer_end == s->layer_end)
+                        need = false;
+                if (!need || a->ntargets >= POOL_SNAPS_MAX * 4) continue;
+                pool_target *t = &a->targets[a->ntargets];
+                snprintf(t->name, sizeof t->name, "%s", m[i].name);
+                snprintf(t->address, sizeof t->address, "%s", m[i].address ? m[i].address : "");
+                t->port = m[i].port;
+                a->snaps[a->ntargets++] = *s;
+            }
+        }
+    /* the ranges found must cover the stage */
+    for (int l = b; l < e; l++) {
+        bool ok = false;
+        for (int x = 0; x < a->ntargets && !ok; x++)
+            ok = a->snaps[x].layer_begin <= l && l < a->snaps[x].layer_end;
+        if (!ok) {
+            snprintf(c->doc.why, sizeof c->doc.why, "no live member holds layer %d after step "
+                     "%lld any more", l, (long long)rs);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- the buddy ---- */
+
+/* The member that keeps stage s's copies: another live member with the
+ * job, on another machine when there is one; the stages are spread over
+ * the candidates in name order, members without a stage first, so no one
+ * member copies every stage while others could share it. -1: none. */
+static int buddy_of(const pool_core *c, const pool_plan *pl, int s, const pool_member *m, int n)
+{
+    const char *holder = pl->stage[s].holder[0].name;
+    const pool_member *h = named(m, n, holder);
+    const pool_doc *hd = h ? doc_of(c, h) : NULL;
+    int *cand = malloc((size_t)(n > 0 ? n : 1) * sizeof *cand), k = 0;
+    if (!cand) return -1;
+    bool other_host = false;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++) {
+            const pool_doc *d = m[i].live ? doc_of(c, &m[i]) : NULL;
+            if (!d || strcmp(m[i].name, holder) == 0) continue;
+            bool same = hd && (hd->has & POOL_HAS_HOST) && (d->has & POOL_HAS_HOST) &&
+                        strcmp(hd->host, d->host) == 0;
+            if (pass == 0) other_host |= !same;
+            else if (!same || !other_host) cand[k++] = i;
+        }
+    /* members without a stage first, each part in name order */
+    for (int i = 1; i < k; i++)
+        for (int j = i; j > 0; j--) {
+            const pool_member *a = &m[cand[j - 1]], *b = &m[cand[j]];
+            int ha = holds_stage(pl, a->name), hb = holds_stage(pl, b->name);
+            if (ha < hb || (ha == hb && strcmp(a->name, b->name) < 0)) break;
+            int t = cand[j];
+            cand[j] = cand[j - 1];
+            cand[j - 1] = t;
+        }
+    int r = k ? cand[s % k] : -1;
+    free(cand);
+    return r;
+}
+
+/* The newest step of layers [b, e) this member holds (0: none). */
+static int64_t held_step(const pool_core *c, int b, int e)
+{
+    int64_t st = 0;
+    for (int j = 0; j < c->doc.snaps.n; j++)
+        if (c->doc.snaps.s[j].layer_begin == b && c->doc.snaps.s[j].layer_end == e &&
+            c->doc.snaps.s[j].step > st)
+            st = c->doc.snaps.s[j].step;
+    return st;
+}
+
+void core_pull(pool_core *c, const pool_member *m, int n, int64_t now, pool_actions *out)
+{
+    const pool_plan *pl = pool_core_committed(c);
+    if (c->pull_retry_ms < 0) c->pull_retry_ms = now + 2 * POOL_TICK_MS * 2;
+    if (!pl || c->pull_pending || now < c->pull_retry_ms || pl->snapshot_every <= 0) return;
+    /* of the stages this member keeps copies of, the one whose copy is
+     * oldest first: no stage starves while others are refreshed */
+    const pool_member *h = NULL;
+    const pool_snap *want = NULL;
+    int64_t oldest = INT64_MAX;
+    for (int s = 0; s < pl->nstages; s++) {
+        int b = buddy_of(c, pl, s, m, n);
+        if (b < 0 || !m[b].self) continue;
+        const pool_member *hs = named(m, n, pl->stage[s].holder[0].name);
+        const pool_doc *hd = hs && hs->live ? doc_of(c, hs) : NULL;
+        if (!hd) continue;
+        const pool_snap *w = NULL;
+        for (int j = 0; j < hd->snaps.n; j++) {
+            const pool_snap *x = &hd->snaps.s[j];
+            if (x->layer_begin == pl->stage[s].layer_begin &&
+                x->layer_end == pl->stage[s].layer_end && (!w || x->step > w->step))
+                w = x;
+        }
+        int64_t have = w ? held_step(c, w->layer_begin, w->layer_end) : 0;
+        if (!w || have >= w->step || have >= oldest) continue;
+        oldest = have;
+        want = w;
+        h = hs;
+    }
+    if (want) {
+        pool_action *a = core_act(out, POOL_ACT_PULL);
+        if (!a) return;
+        a->targets = calloc(1, sizeof *a->targets);
+        a->snaps = calloc(1, sizeof *a->snaps);
+        if (!a->targets || !a->snaps) {
+            free(a->targets);
+            free(a->snaps);
+            out->n--;
+            return;
+        }
+        snprintf(a->targets[0].name, sizeof a->targets[0].name, "%s", h->name);
+        snprintf(a->targets[0].address, sizeof a->targets[0].address, "%s",
+                 h->address ? h->address : "");
+        a->targets[0].port = h->port;
+        a->snaps[0] = *want;
+        a->ntargets = 1;
+        c->pull_pending = true;
+        return;
+    }
+}
+
+void pool_core_pulled(pool_core *c, bool ok, const char *error, pool_actions *out)
+{
+    if (!c->pull_pending) return;
+    c->pull_pending = false;
+    if (!ok) {
+        c->pull_retry_ms = -1;   /* the next step sets the time */
+        core_log(out, "pool: copying a stage snapshot failed: %s", error ? error : "");
+    }
+}
+
+void pool_core_snapshots(pool_core *c, const pool_snaps *held)
+{
+    if (memcmp(&c->doc.snaps, held, sizeof *held) == 0) return;
+    c->doc.snaps = *held;
+    c->dirty = true;
+}
+
+/* ---- the base membership ---- */
+
+void core_fill_base(pool_core *c, const pool_member *m, int n)
+{
+    pool_plan *p = &c->doc.committed;
+    if (!(c->doc.has & POOL_HAS_COMMITTED) || p->members.n || !p->members_hash) return;
+    if (c->doc.vote.v.epoch == p->epoch && c->doc.vote.members_hash == p->members_hash &&
+        pool_names_copy(&p->members, &c->doc.vote.members) == 0)
+        return;
+    /* every member carrying the job, in name order (a view's members) */
+    int *idx = malloc((size_t)(n > 0 ? n : 1) * sizeof *idx);
+    for (int live = 0; idx && live < 2 && !p->members.n; live++) {
+        pool_names all = {0, NULL};
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (doc_of(c, &m[i]) && (!live || m[i].live)) idx[k++] = i;
+        for (int i = 1; i < k; i++)
+            for (int j = i; j > 0 && strcmp(m[idx[j - 1]].name, m[idx[j]].name) > 0; j--) {
+                int t = idx[j];
+                idx[j] = idx[j - 1];
+                idx[j - 1] = t;
+            }
+        for (int i = 0; i < k; i++) pool_names_add(&all, m[idx[i]].name);
+        if (pool_names_hash(&all) == p->members_hash) p->members = all;
+        else pool_names_free(&all);
+    }
+    free(idx);
+}

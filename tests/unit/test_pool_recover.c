@@ -1,0 +1,260 @@
+/* test_pool_recover.c — recovery of whole simulated pools (pool_sim.h): a
+ * member that holds a stage is lost mid-run and the others go on by
+ * themselves (docs/ARCHITECTURE.md, "Recovery"). Every random choice is
+ * seeded.
+ *
+ * Scenarios (5 members, one of them the submitter that computes nothing, a
+ * job of 60 steps, snapshots every 5): the holder of the middle stage lost
+ * at a random step; the holder of the last stage; a second loss after a
+ * recovery; a second loss while the recovery is voted; a loss before the
+ * first snapshot (the run starts again from step 0); a partition in the
+ * middle of the run (the minority never resumes, the majority does); a
+ * stage's holder and the member keeping its copies lost at once (the job
+ * fails naming the lost layers). Each checks: the recovery commits a later
+ * epoch whose plan names no lost member, every stage of it resumes after
+ * one step from pieces that exist (pool_sim.h checks that at each RUN), the
+ * run reaches its last step and the submitter gathers the model, the steps
+ * redone stay within the bound, and the members' documents say what was
+ * lost, at which step, and how long the recovery took. POOL_SIM_VERBOSE=1
+ * prints every log line. */
+#include "pool_sim.h"
+
+#define STEPS 60
+#define EVERY 5
+/* A buddy's copy lags its stage's snapshot by the document's publication
+ * (POOL_DOC_MS), gossip (2 ticks) and the copy (1 s): the steps done
+ * meanwhile may be redone too (docs/ARCHITECTURE.md, "Recovery"). */
+#define LAG_STEPS ((POOL_DOC_MS + 2 * TICK + 1000) / SIM_STEP_MS + 1)
+
+/* The submitter has the model; every other up member's stage of the last
+ * epoch is done (or it holds none). */
+static bool finished(int i)
+{
+    const pool_doc *d = pool_core_doc(S.m[i].core);
+    if (strcmp(S.m[i].name, S.bundle.submitted_by) == 0) return d->run.gathered == 1;
+    const pool_plan *c = plan_of(i);
+    return c && (pool_plan_stage_of(c, S.m[i].name) < 0 || d->run.state == POOL_RUN_DONE);
+}
+
+static bool failed(int i)
+{
+    const pool_doc *d = pool_core_doc(S.m[i].core);
+    return (d->has & POOL_HAS_RUN) && d->run.state == POOL_RUN_FAILED;
+}
+
+/* Five members, m04 the submitter computing nothing; committed. */
+static void start(uint64_t seed)
+{
+    world_init(5, seed);
+    S.m[4].no_compute = true;
+    pool_core_destroy(S.m[4].core);
+    new_core(&S.m[4]);
+    S.reached = 0;
+    set_bundle("m04", WALL0);
+    submit(4);
+    CHECK(run_until(committed, 60000), "seed %llu: no commit within 60 s",
+          (unsigned long long)seed);
+}
+
+static void run_to(int64_t target)
+{
+    int64_t end = S.now + 120000;
+    while (S.now < end && S.reached < target) step();
+    CHECK(S.reached >= target, "the run did not reach step %lld (at %lld)", (long long)target,
+          (long long)S.reached);
+}
+
+static int holder(int i, int stage)
+{
+    const pool_plan *c = plan_of(i);
+    return c ? member_of(c->stage[stage].holder[0].name) : -1;
+}
+
+/* After the losses of lost[0..nlost): the run finishes, the last epoch
+ * names none of them, each recovery's steps redone are within the bound.
+ * Returns the submitter's record of the last recovery. */
+static pool_recovery finish(const char *what, const int *lost, int nlost, int64_t at_loss)
+{
+    CHECK(run_until(finished, 240000), "%s: the run did not finish after the loss", what);
+    CHECK(S.reached == STEPS, "%s: the run reached step %lld of %d", what, (long long)S.reached,
+          STEPS);
+    const pool_plan *c = plan_of(4);
+    for (int k = 0; c && k < nlost; k++)
+        CHECK(pool_plan_stage_of(c, S.m[lost[k]].name) < 0, "%s: epoch %lld still names the "
+              "lost %s", what, (long long)c->epoch, S.m[lost[k]].name);
+    const pool_doc *d = pool_core_doc(S.m[4].core);
+    CHECK(d->has & POOL_HAS_REC, "%s: the submitter's document records no recovery", what);
+    pool_recovery r = d->rec;
+    CHECK(r.epoch == (c ? c->epoch : -1) && r.from == (c ? c->resume_step : -1),
+          "%s: the record says epoch %lld from step %lld, the plan %lld from %lld", what,
+          (long long)r.epoch, (long long)r.from, c ? (long long)c->epoch : 0LL,
+          c ? (long long)c->resume_step : 0LL);
+    CHECK(r.ms > 0, "%s: the record has no time to the first step after the loss", what);
+    CHECK(at_loss - r.from <= EVERY + LAG_STEPS, "%s: %lld steps redone (lost at %lld, resumed "
+          "after %lld), more than snapshot_every %d + %d", what, (long long)(at_loss - r.from),
+          (long long)at_loss, (long long)r.from, EVERY, LAG_STEPS);
+    return r;
+}
+
+/* A stage's holder lost at a random step: the run goes on without it. */
+static void scenario_lost(const char *what, uint64_t seed, int which)
+{
+    start(seed);
+    const pool_plan *c = plan_of(0);
+    int ns = c ? c->nstages : 0;
+    CHECK(ns >= 2, "%s: a plan of %d stages", what, ns);
+    if (ns < 2) return;
+    int stage = which < 0 ? ns - 1 : ns / 2, victim = holder(0, stage);
+    int64_t k = 10 + (int64_t)(rnd() % 40);
+    run_to(k);
+    int64_t at = S.reached;
+    crash(victim);
+    pool_recovery r = finish(what, &victim, 1, at);
+    CHECK(strcmp(r.lost, S.m[victim].name) == 0 || !r.lost[0], "%s: the record names %s lost, "
+          "not %s", what, r.lost, S.m[victim].name);
+    CHECK(r.from > 0 && r.from % EVERY == 0, "%s: resumed after step %lld (want a snapshot's "
+          "step > 0)", what, (long long)r.from);
+    printf("%s: %s (stage %d of %d) lost at step %lld; epoch %lld resumed after step %lld "
+           "(%lld redone), first step %.1f s after the loss; finished at %.1f s\n", what,
+           S.m[victim].name, stage + 1, ns, (long long)at, (long long)r.epoch,
+           (long long)r.from, (long long)(at - r.from), (double)r.ms / 1000,
+           (double)(S.now - T0) / 1000);
+}
+
+/* Two losses: one after the first recovery resumed, or (during) while it
+ * is voted. */
+static void scenario_twice(const char *what, uint64_t seed, bool during)
+{
+    start(seed);
+    int first = holder(0, 0);
+    run_to(17);
+    crash(first);
+    int64_t at = S.reached;
+    int second = -1;
+    if (during) {
+        /* once some member records the loss, before a new epoch commits */
+        int64_t end = S.now + 30000;
+        bool seen = false;
+        while (S.now < end && !seen) {
+            step();
+            for (int i = 0; i < S.n; i++)
+                seen |= S.m[i].up && pool_core_doc(S.m[i].core)->run.state == POOL_RUN_RECOVERING;
+        }
+        CHECK(seen, "%s: no member began to recover", what);
+        second = holder(4, plan_of(4)->nstages - 1);
+        if (second == first || second == 4) second = first == 1 ? 2 : 1;
+    } else {
+        int64_t end = S.now + 60000;
+        while (S.now < end && !(plan_of(4) && plan_of(4)->epoch > 1 && S.reached > at + 8))
+            step();
+        CHECK(plan_of(4) && plan_of(4)->epoch > 1, "%s: no recovery from the first loss", what);
+        at = S.reached;
+        const pool_plan *c = plan_of(4);
+        second = holder(4, c->nstages - 1);
+    }
+    crash(second);
+    int lost[2] = {first, second};
+    pool_recovery r = finish(what, lost, 2, at);
+    printf("%s: %s lost, then %s %s; epoch %lld resumed after step %lld; %lld recoveries in "
+           "the record; finished at %.1f s\n", what, S.m[first].name, S.m[second].name,
+           during ? "while the recovery was voted" : "after the run resumed",
+           (long long)r.epoch, (long long)r.from, (long long)r.n, (double)(S.now - T0) / 1000);
+}
+
+/* Lost before the first snapshot: every stage starts again from step 0. */
+static void scenario_early(uint64_t seed)
+{
+    start(seed);
+    run_to(2);
+    int victim = holder(0, 1);
+    int64_t at = S.reached;
+    crash(victim);
+    pool_recovery r = finish("early", &victim, 1, at);
+    CHECK(r.from == 0, "early: resumed after step %lld with no snapshot taken", (long long)r.from);
+    printf("early: %s lost at step %lld, before any snapshot; epoch %lld started again from "
+           "step 0\n", S.m[victim].name, (long long)at, (long long)r.epoch);
+}
+
+/* A partition mid-run: the side without a strict majority of the base
+ * membership never resumes; the majority does and finishes. */
+static void scenario_partition(uint64_t seed)
+{
+    start(seed);
+    run_to(22);
+    /* the minority: two computing members */
+    S.m[0].group = S.m[1].group = 1;
+    int64_t e0 = plan_of(0)->epoch;
+    int64_t end = S.now + 90000;
+    while (S.now < end && !finished(4)) {
+        step();
+        for (int i = 0; i < 2; i++) {
+            CHECK(plan_of(i)->epoch == e0, "partition: the minority's m%02d committed epoch %lld",
+                  i, (long long)plan_of(i)->epoch);
+            CHECK(!S.m[i].running || S.m[i].run_epoch == e0, "partition: the minority's m%02d "
+                  "runs a stage of a later epoch", i);
+        }
+    }
+    CHECK(finished(4) && S.reached == STEPS, "partition: the majority did not finish (step %lld)",
+          (long long)S.reached);
+    const pool_plan *c = plan_of(4);
+    CHECK(c && pool_plan_stage_of(c, "m00") < 0 && pool_plan_stage_of(c, "m01") < 0,
+          "partition: the majority's plan names a member it cannot reach");
+    printf("partition: {m00, m01} cut off at step 22; they never resumed; the majority "
+           "finished in epoch %lld\n", c ? (long long)c->epoch : 0LL);
+}
+
+/* A stage's holder and every member that keeps a copy of its layers lost
+ * at once: the job fails, naming what was lost. */
+static void scenario_no_copy(uint64_t seed)
+{
+    start(seed);
+    run_to(26);
+    /* a stage whose copies a computing member keeps (the submitter must
+     * stay to see the end) */
+    int lost[MAXM], nlost = 0, stage = -1;
+    const pool_plan *c = plan_of(0);
+    for (int s = 0; c && s < c->nstages && stage < 0; s++) {
+        int victim = holder(0, s), k2 = 0, buddies[MAXM];
+        for (int j = 0; j < S.n; j++)
+            for (int k = 0; j != victim && k < S.m[j].nheld; k++)
+                if (S.m[j].held[k].layer_begin == c->stage[s].layer_begin &&
+                    S.m[j].held[k].layer_end == c->stage[s].layer_end) {
+                    buddies[k2++] = j;
+                    break;
+                }
+        if (k2 == 1 && buddies[0] != 4) {
+            stage = s;
+            lost[nlost++] = victim;
+            lost[nlost++] = buddies[0];
+        }
+    }
+    CHECK(stage >= 0, "no copy: no stage has its copies on one computing member alone");
+    if (stage < 0) return;
+    for (int k = 0; k < nlost; k++) crash(lost[k]);
+    CHECK(run_until(failed, 60000), "no copy: the job did not fail");
+    const char *e = pool_core_doc(S.m[4].core)->run.error;
+    char want[64];
+    snprintf(want, sizeof want, "layer %d", c->stage[stage].layer_begin);
+    CHECK(strstr(e, "left no copy") && strstr(e, "pool checkpoint") && strstr(e, want) &&
+          strstr(e, S.m[lost[0]].name) && strstr(e, S.m[lost[1]].name),
+          "no copy: the error says \"%s\" (want %s and both lost members named)", e, want);
+    printf("no copy: %s (stage %d) and %s, its copies' keeper, lost at once: %s\n",
+           S.m[lost[0]].name, stage + 1, S.m[lost[1]].name, e);
+}
+
+int main(void)
+{
+    S.verbose = getenv("POOL_SIM_VERBOSE") != NULL;
+    sim_files("test_pool_recover", STEPS);
+    S.snapshot_every = EVERY;
+    scenario_lost("middle", 11, 0);
+    scenario_lost("last", 12, -1);
+    scenario_twice("twice", 13, false);
+    scenario_twice("during", 14, true);
+    scenario_early(15);
+    scenario_partition(16);
+    scenario_no_copy(17);
+    sim_done();
+    printf("%s\n", failures ? "FAILED" : "test_pool_recover: ok");
+    return failures != 0;
+}
