@@ -204,8 +204,29 @@ static void print_job(json_t *job)
     const pool_plan *c = &s.committed;
     char h[17];
     pool_hex64(c->hash, h);
+    /* the last recovery, as the member that saw it best says it (the one
+     * whose record has the most recoveries, then the first that timed it) */
+    const pool_recovery *rv = NULL;
+    for (int i = 0; i < s.nmembers; i++) {
+        const pool_doc *d = s.members[i].doc;
+        if (!(d->has & POOL_HAS_REC)) continue;
+        if (!rv || d->rec.n > rv->n || (d->rec.n == rv->n && rv->ms < 0 && d->rec.ms >= 0))
+            rv = &d->rec;
+    }
+    if (rv && rv->ms >= 0)
+        printf("recovered: %lld time(s); the last from %s%s at step %lld: epoch %lld resumed "
+               "after step %lld (%lld redone), first step %.1f s after the loss\n",
+               (long long)rv->n, rv->lost[0] ? "the loss of " : "a broken pipeline", rv->lost,
+               (long long)rv->at, (long long)rv->epoch, (long long)rv->from,
+               (long long)(rv->at > rv->from ? rv->at - rv->from : 0), 1e-3 * (double)rv->ms);
+    else if (rv)
+        printf("recovering: from %s%s at step %lld%s\n",
+               rv->lost[0] ? "the loss of " : "a broken pipeline", rv->lost, (long long)rv->at,
+               rv->epoch ? " (the new plan is running)" : " (a new plan is being voted)");
     printf("plan: epoch %lld, hash %s, micro-batch %lld, predicted step %.1f ms", (long long)c->epoch,
            h, (long long)c->mb, 1e-6 * (double)c->step_ns);
+    if (c->resume_step > 0) printf(", resumed after step %lld", (long long)c->resume_step);
+    if (c->snapshot_every > 0) printf(", snapshots every %lld steps", (long long)c->snapshot_every);
     if (c->has_shared && c->step_ns_shared > c->step_ns)
         printf(" (%.1f ms with stages sharing a machine's cores)", 1e-6 * (double)c->step_ns_shared);
     printf("\n");
@@ -253,6 +274,12 @@ static void print_table(json_t *st)
                      (long long)json_integer_value(cores),
                      json_array_size(gpus) ? " + GPUs" : "");
         const char *link = node_json_str(m, "link");
+        const char *via = node_json_str(json_object_get(m, "relay"), "via");
+        char relayed[12 + MESH_NAME_MAX];
+        if (link && via && strcmp(link, "relayed") == 0) {
+            snprintf(relayed, sizeof relayed, "relayed via %s", via);
+            link = relayed;
+        }
         json_t *rtt = json_object_get(m, "rtt_ms");
         char r[16] = "-";
         if (json_is_integer(rtt))
@@ -270,8 +297,8 @@ static void print_table(json_t *st)
                    "punching through NAT); it is heard through other members\n", name);
         else if (link && strcmp(link, "unreachable") == 0)
             printf("note: %s is alive but this node cannot reach it directly (both behind "
-                   "NATs that punching does not get through); it is heard through other "
-                   "members, and no member relays yet\n", name);
+                   "NATs that punching does not get through, and no member relays for the "
+                   "pair yet); it is heard through other members\n", name);
     }
     print_job(json_object_get(st, "job"));
 }

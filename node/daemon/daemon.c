@@ -191,7 +191,8 @@ static void member_changed(void *ctx, const gossip_member *m, int before)
         /* A new or returning member gets the endpoint it announced; a known
          * one keeps the endpoint WireGuard learned from its packets (the
          * roaming that makes NAT work) while the link is direct. */
-        if (before == -1 || before == GOSSIP_DEAD || before == GOSSIP_LEFT || !daemon_peer_direct(p))
+        if (before == -1 || before == GOSSIP_DEAD || before == GOSSIP_LEFT ||
+            (!daemon_peer_direct(p) && !(p && p->relayed)))
             daemon_set_member_peer(d, m, ep);
         break;
     case GOSSIP_DEAD:
@@ -237,6 +238,8 @@ static void punch_attempt_hook(void *ctx, const uint8_t key[GOSSIP_KEY_LEN], con
     const gossip_member *m = member_by_key(d, key);
     char cidr[GOSSIP_ADDR_MAX + 8], err[512];
     if (!m || !d->wg) return;
+    const daemon_peer *p = daemon_peer_find(d, key);
+    if (p && p->relayed) return; /* relayed: relay.c tries the direct path in its trials */
     daemon_host_cidr(m->rec.address, cidr, sizeof cidr);
     const char *allowed[1] = {cidr};
     if (mesh_wg_set_peer(d->wg, key, endpoint, allowed, 1, 0, err, sizeof err) != 0 ||
@@ -269,7 +272,7 @@ static void punch_poll(daemon_t *d)
         }
         punch_peer pp = {.name = m->rec.name,
                          .live = m->state == GOSSIP_ALIVE || m->state == GOSSIP_SUSPECT,
-                         .direct = daemon_peer_direct(daemon_peer_find(d, m->rec.wg_pub)),
+                         .direct = daemon_peer_direct_path(daemon_peer_find(d, m->rec.wg_pub)),
                          .nat = m->rec.nat != 0,
                          .nendpoints = m->rec.nendpoints,
                          .endpoints = m->rec.endpoints};
@@ -279,15 +282,16 @@ static void punch_poll(daemon_t *d)
 }
 
 /* What status calls the pair of this node and m (docs/FORMATS.md, status):
- * "self", "none" (not live), "loopback" (no WireGuard), else punch.c's
- * "direct", "punched", "pending" or "unreachable". A relay, when there is
- * one, will name itself here ("relayed via NAME") in place of
- * "unreachable". */
+ * "self", "none" (not live), "loopback" (no WireGuard), "relayed" (through
+ * the member daemon_relay_via names), else punch.c's "direct", "punched",
+ * "pending" or "unreachable". */
 const char *daemon_link_name(daemon_t *d, const gossip_member *m, int64_t now_ms)
 {
     if (m->self) return "self";
     if (m->state != GOSSIP_ALIVE && m->state != GOSSIP_SUSPECT) return "none";
     if (d->insecure || !d->punch) return "loopback";
+    if (daemon_relay_up(d, m)) return "relayed";
+    if (daemon_relay_via(d, m)) return "pending"; /* no handshake through the relay yet */
     punch_link l = punch_link_of(d->punch, m->rec.wg_pub, now_ms);
     if (l == PUNCH_LINK_NONE) /* not polled yet: what WireGuard says */
         return daemon_peer_direct(daemon_peer_find(d, m->rec.wg_pub)) ? "direct" : "pending";
@@ -361,6 +365,7 @@ static void wg_poll(daemon_t *d)
     }
     free(info);
     punch_poll(d);
+    daemon_relay_poll(d);
 }
 
 /* ---- UDP ---- */
@@ -440,6 +445,7 @@ static void tick(evutil_socket_t fd, short what, void *arg)
     }
     gossip_tick(d->g, now);
     if (d->punch) punch_tick(d->punch, now);
+    daemon_relay_tick(d, now);
     pool_tick(d, now);
     dash_tick(d, now);
     if (now >= d->next_poll_ms) {
@@ -520,7 +526,9 @@ static int open_gossip(daemon_t *d, char *err, size_t errlen)
     gc.hooks = (gossip_hooks){.ctx = d, .send = udp_send, .sync = sync_hook,
                               .changed = member_changed, .observe = observe_hook,
                               .log = gossip_log_hook, .wall_ms = gossip_wall_hook,
-                              .punch = gossip_punch_hook};
+                              .punch = gossip_punch_hook,
+                              .relay_open = daemon_relay_open_hook,
+                              .relay_offer = daemon_relay_offer_hook};
     /* A seed, not a timer: real time differs between restarts. */
     gc.seed = (uint64_t)daemon_wall_ms() ^ ((uint64_t)d->wg_pub[0] << 32 | d->wg_pub[1]);
     int rc = gossip_create(&d->g, &gc, daemon_now_ms(), err, errlen);
@@ -562,6 +570,7 @@ void daemon_free(daemon_t *d)
     dash_close(d);
     pool_close(d);
     daemon_conns_close(d);
+    daemon_relay_close(d);
     if (d->base) event_base_free(d->base);
     if (d->udp_fd >= 0) close(d->udp_fd);
     if (d->ctl_path[0]) unlink(d->ctl_path);
@@ -582,6 +591,7 @@ static int run_loop(daemon_t *d, char *err, size_t errlen)
     if (daemon_open_wireguard(d, d->wg_priv, d->overlay, err, errlen) != 0) return -1;
     if (open_gossip(d, err, errlen) != 0) return -1;
     if (open_punch(d, err, errlen) != 0) return -1;
+    if (daemon_relay_open(d, err, errlen) != 0) return -1;
     daemon_load_members(d);
     d->udp_fd = bind_overlay(d, SOCK_DGRAM, err, errlen);
     if (d->udp_fd < 0) return -1;

@@ -37,6 +37,13 @@ typedef struct {
     bool withdrawn;                      /* dead for long: address withdrawn */
     bool knocked;                        /* let back in after a handshake while withdrawn */
     uint64_t rx_bytes, tx_bytes;         /* WireGuard's counters at the last poll */
+    /* Relayed (daemon_relay.c): WireGuard sends to relay_ep, a relay's port. */
+    bool relayed;
+    char relay_ep[MESH_WG_ENDPOINT_MAX];
+    int64_t handshake_base;              /* handshake_s when relaying last stopped: a
+                                          * direct path needs a newer handshake */
+    int64_t relay_since_s;               /* Unix seconds when WireGuard was pointed at the
+                                          * relay: a handshake since then is the path's */
 } daemon_peer;
 
 typedef struct {
@@ -88,6 +95,10 @@ typedef struct daemon_t {
     mesh_wg *wg;
     gossip *g;
     punch *punch;                   /* hole punching (NULL: loopback, no WireGuard) */
+    relays *relay;                  /* which member relays what (NULL: loopback) */
+    struct relay_fwd **fwd;         /* pairs this node relays for (daemon_relay.c) */
+    size_t nfwd;
+    bool no_relay;                  /* --no-relay: never relays for others */
     struct event_base *base;
     int udp_fd;
     struct event *udp_ev, *timer, *sigint, *sigterm;
@@ -115,6 +126,26 @@ typedef struct daemon_t {
     int leave_sends;
     int64_t next_poll_ms, next_save_ms, leave_done_ms;
 } daemon_t;
+
+/* daemon_relay.c: relays (docs/PROTOCOL.md, "Relays"). The hooks gossip and
+ * relay.c call, the forwarding this node does for others, and the polls. */
+int daemon_relay_open(daemon_t *d, char *err, size_t errlen);
+void daemon_relay_close(daemon_t *d);
+void daemon_relay_poll(daemon_t *d);   /* after wg_poll and punch_poll */
+void daemon_relay_tick(daemon_t *d, int64_t now_ms);
+int daemon_relay_open_hook(void *ctx, const gossip_member *a, const gossip_member *b,
+                           uint16_t *port_a, uint16_t *port_b);
+void daemon_relay_offer_hook(void *ctx, const gossip_member *peer, const gossip_member *via,
+                             uint16_t port, bool granted);
+/* Whether WireGuard reaches the peer over a direct path now (a recent
+ * handshake, not through a relay, newer than relaying's last end). */
+bool daemon_peer_direct_path(const daemon_peer *p);
+/* The member relaying this node's pair with m (NULL: none), for status. */
+const gossip_member *daemon_relay_via(daemon_t *d, const gossip_member *m);
+/* ... and a WireGuard handshake went through it since: the pair is "relayed". */
+bool daemon_relay_up(daemon_t *d, const gossip_member *m);
+/* status --json's "relaying": the pairs this node forwards for. */
+json_t *daemon_relay_status_json(daemon_t *d);
 
 /* daemon.c */
 /* Monotonic ms: every timer. */

@@ -452,6 +452,16 @@ json_t *daemon_status_json(daemon_t *d)
         json_object_set_new(row, "rtt_ms", !m->self && live && m->rtt_ms >= 0
                                                ? json_integer((json_int_t)m->rtt_ms)
                                                : json_null());
+        const gossip_member *via = m->self ? NULL : daemon_relay_via(d, m);
+        if (via && daemon_relay_up(d, m)) {
+            relay_stats rs;
+            relay_stats_of(d->relay, m->rec.wg_pub, &rs);
+            json_object_set_new(row, "relay",
+                                json_pack("{s:s, s:i, s:f, s:i}", "via", via->rec.name, "port",
+                                          (int)rs.port, "since_s",
+                                          (double)(now - rs.since_ms) / 1e3, "switches",
+                                          rs.switches));
+        }
         punch_stats ps;
         if (!m->self && d->punch && punch_stats_of(d->punch, m->rec.wg_pub, now, &ps) == 0 &&
             (ps.attempts || ps.requests_in))
@@ -472,6 +482,14 @@ json_t *daemon_status_json(daemon_t *d)
     if (st)
         json_object_set_new(st, "punch_refused",
                             json_integer((json_int_t)gossip_punch_refusals(d->g)));
+    /* Relays (PROTOCOL.md, "Relays"): RELAYs refused, and the pairs this node
+     * forwards for. */
+    if (st) {
+        json_object_set_new(st, "relay_refused",
+                            json_integer((json_int_t)gossip_relay_refusals(d->g)));
+        json_object_set_new(st, "relaying", daemon_relay_status_json(d));
+        json_object_set_new(st, "relays", json_boolean(!d->no_relay && d->endpoint[0] && d->wg));
+    }
     return st;
 }
 

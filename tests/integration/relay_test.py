@@ -1,0 +1,331 @@
+"""A member relays for a pair that cannot meet (issue 19, points 6b, 6c, 6d;
+docs/PROTOCOL.md, "Relays").
+
+    /usr/bin/python3 tests/integration/relay_test.py --shardnode build/shardnode [--keep]
+
+Runs as root with wireguard-go, iptables and /dev/net/tun (exits 77, ctest's
+skip, when any is missing). Namespaces named snr<pid>-NAME (nslib.Net): a
+public box `a` on a bridge (underlay 10.202.0.0/24, which nslib's bridge
+carries for any prefix), and two routers r1, r2, each with a box behind it
+(nat1, nat2) and Linux MASQUERADE with --random-fully (a symmetric mapping:
+another port per destination, so the endpoint others observed is never the
+one a new peer would see, and punching cannot succeed). Later a second
+public box `b` joins.
+
+1. `init` and `up` on a; nat1 and nat2 each `join` through an invite of a's
+   (no --endpoint: "nat"). All three alive everywhere.
+2. nat1 and nat2 list each other `pending`, then `unreachable` or at once
+   `relayed`, never `direct` or `punched`; both end `relayed` with relay.via
+   "a" within 90 s of nat2's join; a's status lists the pair under
+   "relaying" with both ports.
+3. TCP over the overlay both ways between nat1 and nat2 (through a).
+4. (6c) A capture on a's underlay interface (an AF_PACKET socket, as
+   tcpdump's) while nat1 sends a marker line to nat2 over TCP: every
+   datagram to or from the pair's two relay ports is WireGuard-shaped
+   (types 1-4 at their sizes), datagrams both ways are forwarded, and the
+   marker appears in no packet a sees.
+5. `status` (text) on nat1 shows nat2 `relayed via a`.
+6. (6d) b joins with --endpoint (public). a's daemon is killed (SIGKILL);
+   the pair ends relayed via b within FAILOVER_S of the kill (the failure
+   detector's < 10 s plus a poll and two round trips), and TCP works both
+   ways again.
+7. Cleanup (also on failure and SIGTERM): every process stopped, namespaces
+   and the temporary directory removed.
+"""
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nslib import (PY, WG_PORT, Failure, Pool, check, log, requirements,  # noqa: E402
+                   run_test)
+from nat_test import ECHO_CLIENT, ECHO_SERVER  # noqa: E402
+
+PREFIX = "10.76.0.0/16"
+PUBLIC = {"a": "10.202.0.11", "b": "10.202.0.12"}
+ROUTERS = {"r1": ("10.202.0.101", "192.168.21", "nat1", True),
+           "r2": ("10.202.0.102", "192.168.22", "nat2", True)}
+ECHO_PORT = 9101
+RELAY_LIMIT = 90
+FAILOVER_S = 15
+
+# Summarises what crosses an interface for `secs` seconds: every UDP
+# datagram to or from the given ports (WireGuard-shaped or not), and
+# whether the marker appears in any packet.
+SNIFF = r"""
+import json, socket, struct, sys, time
+iface, secs, marker, ports = sys.argv[1], float(sys.argv[2]), sys.argv[3].encode(), set(json.loads(sys.argv[4]))
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+s.bind((iface, 0))
+s.settimeout(0.2)
+print("ready", flush=True)
+res = {"packets": 0, "marker": 0, "to_port": {}, "from_port": {}, "not_wireguard": 0, "types": {},
+       "odd": []}
+def wg(b):
+    if len(b) < 4 or b[1:4] != b"\0\0\0":
+        return None
+    t, n = b[0], len(b)
+    ok = {1: n == 148, 2: n == 92, 3: n == 64, 4: n >= 32}.get(t, False)
+    return t if ok else None
+end = time.time() + secs
+while time.time() < end:
+    try:
+        d = s.recv(65535)
+    except socket.timeout:
+        continue
+    res["packets"] += 1
+    if marker in d:
+        res["marker"] += 1
+    ip = d[14:]
+    if len(ip) < 20 or ip[0] >> 4 != 4 or ip[9] != 17:
+        continue
+    ihl = (ip[0] & 15) * 4
+    sp, dp = struct.unpack("!HH", ip[ihl:ihl + 4])
+    pay = ip[ihl + 8:]
+    for port, key in ((dp, "to_port"), (sp, "from_port")):
+        if port in ports:
+            res[key][str(port)] = res[key].get(str(port), 0) + 1
+            t = wg(pay)
+            if t is None:
+                res["not_wireguard"] += 1
+                if len(res["odd"]) < 5:
+                    res["odd"].append([sp, dp, len(pay), pay[:16].hex()])
+            else:
+                res["types"][str(t)] = res["types"].get(str(t), 0) + 1
+print(json.dumps(res), flush=True)
+"""
+
+
+class RelayTest:
+    def __init__(self, sn, keep):
+        self.p = Pool(sn, keep, "snr%d-" % os.getpid())
+        self.t_start = time.time()
+        self.times = []
+
+    def measured(self, what, secs):
+        self.times.append((what, secs))
+        log("ok   %s: %.2f s" % (what, secs))
+
+    def overlay(self, n):
+        with open(os.path.join(self.p.state(n), "node.json")) as f:
+            return json.load(f)["overlay_address"]
+
+    def view(self, n):
+        s = self.p.status(n)
+        return {m["name"]: m for m in s["members"]} if s else None
+
+    def invite(self, n):
+        out = self.p.sn_in(n, ["invite", "--state", self.p.state(n)]).stdout.strip()
+        check(out.startswith("snj1."), "invite printed %r" % out)
+        return out
+
+    def all_alive(self, names):
+        for n in names:
+            v = self.view(n)
+            if not v or any(v.get(o, {}).get("state") != "alive" for o in names):
+                return False
+        return True
+
+    def relayed_via(self, n, other):
+        v = self.view(n)
+        m = v.get(other, {}) if v else {}
+        return (m.get("relay") or {}).get("via") if m.get("link") == "relayed" else None
+
+    def tcp_both_ways(self, what):
+        p = self.p
+        o1, o2 = self.overlay("nat1"), self.overlay("nat2")
+        for srv, cli, addr in (("nat2", "nat1", o2), ("nat1", "nat2", o1)):
+            proc = subprocess.Popen(["ip", "netns", "exec", p.net.full(srv), PY, "-c",
+                                     ECHO_SERVER, addr, str(ECHO_PORT), "30"],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+            try:
+                if proc.stdout.readline().strip() != "ready":
+                    proc.kill()
+                    raise Failure("the echo server on %s did not start: %s"
+                                  % (srv, proc.communicate()[1].strip()))
+                msg = "hello from %s" % cli
+                r = p.net.exec(p.net.full(cli), [PY, "-c", ECHO_CLIENT, addr, str(ECHO_PORT),
+                                                 msg], timeout=30, ok=False)
+                check(r.returncode == 0 and r.stdout.strip() == "echo " + msg,
+                      "%s: TCP %s -> %s (%s:%d) over the overlay: exit %d %r %s" % (
+                          what, cli, srv, addr, ECHO_PORT, r.returncode, r.stdout,
+                          r.stderr.strip()))
+            finally:
+                proc.kill()
+                proc.communicate()
+
+    def run(self):
+        p = self.p
+        p.net.build({"a": PUBLIC["a"]}, ROUTERS)
+        os.makedirs(os.path.join(p.tmp, "state"))
+        p.sn_in("a", ["init", "--state", p.state("a"), "--name", "a", "--listen-port",
+                      str(WG_PORT), "--endpoint", "%s:%d" % (PUBLIC["a"], WG_PORT),
+                      "--prefix", PREFIX])
+        p.start("a", ["up", "--state", p.state("a"), "--http", "off"])
+        p.wait("a up", lambda: p.status("a") is not None, 20)
+        t0 = time.time()
+        for n in ("nat1", "nat2"):
+            p.start(n, ["join", self.invite("a"), "--state", p.state(n), "--name", n,
+                        "--listen-port", str(WG_PORT), "--http", "off"])
+        t_join2 = time.time()
+        p.wait("nat1 and nat2 joined", lambda: self.all_alive(["a", "nat1", "nat2"]), 30)
+        self.measured("1. a up, nat1 and nat2 joined through a: all three alive", time.time() - t0)
+
+        # 2. pending, then relayed via a, both ways.
+        seen = {"nat1": [], "nat2": []}
+        end = t_join2 + RELAY_LIMIT
+        done = None
+        while time.time() < end:
+            vias = {}
+            for n, other in (("nat1", "nat2"), ("nat2", "nat1")):
+                v = self.view(n)
+                m = v.get(other, {}) if v else {}
+                link = m.get("link")
+                if link == "relayed":
+                    link = "relayed via %s" % (m.get("relay") or {}).get("via")
+                vias[n] = link
+                if link and (not seen[n] or seen[n][-1] != link):
+                    seen[n].append(link)
+                check(link in (None, "pending", "unreachable", "relayed via a"),
+                      "%s lists %s with link %r (links so far %s)" % (n, other, link, seen[n]))
+            if vias["nat1"] == vias["nat2"] == "relayed via a":
+                done = time.time()
+                break
+            time.sleep(0.5)
+        check(done is not None, "nat1 and nat2 not relayed via a within %d s of nat2's join; "
+              "links seen %s" % (RELAY_LIMIT, seen))
+        self.measured("2. nat1 <-> nat2 relayed via a, from nat2's join (links seen: %s)" % seen,
+                      done - t_join2)
+        sa = p.status("a")
+        pairs = sa.get("relaying") or []
+        check(len(pairs) == 1 and sorted(pairs[0]["pair"]) == ["nat1", "nat2"],
+              "a's status lists the pairs it relays as %s" % pairs)
+        ports = pairs[0]["ports"]
+        check(all(isinstance(x, int) and 0 < x < 65536 for x in ports) and ports[0] != ports[1],
+              "a relays on ports %s" % ports)
+
+        # 3. TCP both ways.
+        t3 = time.time()
+        self.tcp_both_ways("3")
+        self.measured("3. TCP over the overlay nat1 -> nat2 and nat2 -> nat1, through a",
+                      time.time() - t3)
+
+        # 4. (6c) What a forwards: WireGuard datagrams only; the marker nowhere.
+        marker = "relay-marker-" + secrets.token_hex(8)
+        sniff = subprocess.Popen(["ip", "netns", "exec", p.net.full("a"), PY, "-c", SNIFF, "eth0",
+                                  "6", marker, json.dumps(ports)],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        try:
+            check(sniff.stdout.readline().strip() == "ready", "the capture on a did not start")
+            o2 = self.overlay("nat2")
+            srv = subprocess.Popen(["ip", "netns", "exec", p.net.full("nat2"), PY, "-c",
+                                    ECHO_SERVER, o2, str(ECHO_PORT), "10"],
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+            try:
+                check(srv.stdout.readline().strip() == "ready", "the echo server did not start")
+                r = p.net.exec(p.net.full("nat1"), [PY, "-c", ECHO_CLIENT, o2, str(ECHO_PORT),
+                                                    marker], timeout=30, ok=False)
+                check(r.returncode == 0 and r.stdout.strip() == "echo " + marker,
+                      "TCP with the marker: exit %d %r %s" % (r.returncode, r.stdout,
+                                                              r.stderr.strip()))
+            finally:
+                srv.kill()
+                srv.communicate()
+            out, errs = sniff.communicate(timeout=30)
+        finally:
+            if sniff.poll() is None:
+                sniff.kill()
+                sniff.communicate()
+        res = json.loads(out.strip().splitlines()[-1])
+        log("     capture on a (6 s): %s" % json.dumps(res))
+        for port in ports:
+            check(res["to_port"].get(str(port), 0) > 0 and res["from_port"].get(str(port), 0) > 0,
+                  "no datagrams both ways on relay port %d: %s" % (port, res))
+        check(res["not_wireguard"] == 0, "%d datagrams on the relay ports are not WireGuard's"
+              % res["not_wireguard"])
+        check(res["types"].get("4", 0) > 0, "no WireGuard data messages relayed: %s" % res)
+        check(res["marker"] == 0, "the marker sent nat1 -> nat2 appears in clear in %d packets "
+              "on a" % res["marker"])
+        log("ok   4. a forwards only WireGuard datagrams on the pair's ports (%s), the marker "
+            "in none of %d packets" % (res["types"], res["packets"]))
+
+        # 5. The text status.
+        out = p.sn_in("nat1", ["status", "--state", p.state("nat1")]).stdout
+        log("     status on nat1:\n" + "\n".join("       " + ln for ln in out.splitlines()))
+        line = [ln for ln in out.splitlines() if ln.startswith("nat2 ")]
+        check(line and " relayed via a " in line[0], "status on nat1 shows nat2 as %r" % line)
+        log("ok   5. status on nat1 shows nat2 relayed via a")
+
+        # 6. (6d) b joins; a dies; b takes over.
+        self.add_public("b")
+        p.start("b", ["join", self.invite("a"), "--state", p.state("b"), "--name", "b",
+                      "--listen-port", str(WG_PORT), "--endpoint",
+                      "%s:%d" % (PUBLIC["b"], WG_PORT), "--http", "off"])
+        p.wait("b joined and direct with nat1 and nat2", lambda: self.b_ready(), 40)
+        check(self.relayed_via("nat1", "nat2") == "a", "the pair left a before a died")
+        os.killpg(p.procs["a"].pid, signal.SIGKILL)
+        p.procs["a"].wait()
+        del p.procs["a"]
+        killed = time.time()
+        moved = None
+        while time.time() < killed + FAILOVER_S + 15:
+            if self.relayed_via("nat1", "nat2") == "b" and self.relayed_via("nat2", "nat1") == "b":
+                moved = time.time()
+                break
+            time.sleep(0.25)
+        check(moved is not None, "the pair is not relayed via b %d s after a was killed "
+              "(nat1: %s, nat2: %s)" % (FAILOVER_S + 15, self.relayed_via("nat1", "nat2"),
+                                        self.relayed_via("nat2", "nat1")))
+        check(moved - killed <= FAILOVER_S, "the pair moved to b %.1f s after a was killed "
+              "(bound %d s)" % (moved - killed, FAILOVER_S))
+        self.measured("6. a killed: nat1 <-> nat2 relayed via b (bound %d s)" % FAILOVER_S,
+                      moved - killed)
+        self.tcp_both_ways("6")
+        log("ok   6. TCP both ways through b")
+
+    def add_public(self, short):
+        net = self.p.net
+        ns = net.add(short)
+        net.wire(ns, "eth0", "p-" + short)
+        net.ip(ns, "addr", "add", PUBLIC[short] + "/24", "dev", "eth0")
+
+    def b_ready(self):
+        for n in ("nat1", "nat2"):
+            v = self.view(n)
+            if not v or v.get("b", {}).get("state") != "alive" or v["b"].get("link") != "direct":
+                return False
+        return True
+
+    def summary(self):
+        if self.times:
+            log("measured:")
+            for what, secs in self.times:
+                log("  %6.2f s  %s" % (secs, what))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shardnode", required=True)
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    args = ap.parse_args()
+    sn = os.path.abspath(args.shardnode)
+    rc = requirements("relay_test", sn)
+    if rc:
+        return rc
+    t = RelayTest(sn, args.keep)
+    return run_test("relay_test", t.run, t.p.report, t.p.cleanup, t.t_start, t.summary,
+                    lambda secs: "ok   7. cleanup: namespaces, processes and files removed "
+                    "(%.1f s)" % secs)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
