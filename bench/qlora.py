@@ -189,8 +189,31 @@ def memory_runs(sn, wd, name, m, init, corpus, tok, steps):
     return res
 
 
+def nf4_bytes(rows, cols):
+    """kernels/cpu/nf4.c nf4_bytes: codes, 8-bit absmax, nested absmax, tables."""
+    n, nb = rows * cols, -(-rows * cols // 64)
+    return (16 + 256 + -(-nb // 256) + 1) * 4 + (n + 1) // 2 + nb
+
+
+def model_state(cfg):
+    """(full, qlora) bytes of the whole model's state, computed: full
+    fine-tuning keeps weights, gradients and two AdamW moments in fp32 (16
+    bytes a parameter); NF4 + LoRA the layer matrices in NF4, the rest of
+    the base in fp32, and 16 bytes per adapter parameter."""
+    full = qlora = 0
+    for name, shape in ref.param_shapes(cfg).items():
+        n = int(np.prod(shape))
+        full += 16 * n
+        if name.startswith("model.layers.") and len(shape) == 2:
+            qlora += nf4_bytes(*shape) + 16 * LORA["r"] * (shape[0] + shape[1])
+        else:
+            qlora += 4 * n
+    return full, qlora
+
+
 def print_memory(name, m, res, load):
     mib = 1.0 / 1024
+    full_state, q_state = model_state(ref.load_config(os.path.join(REPO, m["config"])))
     print("\n(a) memory, model %s (%s), batch %d x seq %d in micro-batches of %d; %s"
           % (name, m["config"], m["batch"], m["seq"], m["micro"], load))
     print("  %-22s %12s %12s %7s   %12s %12s %7s" % ("stage", "full anon", "NF4+LoRA", "ratio",
@@ -205,6 +228,13 @@ def print_memory(name, m, res, load):
                 lay = "%d/%d: layers %d-%d" % (i + 1, nst, m["split"][i][0], m["split"][i][1] - 1)
             print("  %-22s %8.1f MiB %8.1f MiB %6.3fx   %8.1f MiB %8.1f MiB %6.3fx"
                   % (lay, fa * mib, qa * mib, qa / fa, fr * mib, qr * mib, qr / fr))
+        if split == 1:
+            fa, qa = full[0][0] * 1024, q[0][0] * 1024
+            print("  %-22s %8.1f MiB %8.1f MiB %6.3fx   (computed: weights, gradients, moments)"
+                  % ("  model state", full_state / 2**20, q_state / 2**20, q_state / full_state))
+            print("  %-22s %8.1f MiB %8.1f MiB           (measured minus model state: "
+                  "activations, buffers, code)" % ("  the rest", (fa - full_state) / 2**20,
+                                                  (qa - q_state) / 2**20))
         if split > 1:
             fa, qa = max(a for a, _ in full), max(a for a, _ in q)
             print("  %-22s %8.1f MiB %8.1f MiB %6.3fx" % ("largest stage", fa * mib, qa * mib,
