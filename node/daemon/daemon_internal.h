@@ -44,6 +44,8 @@ typedef struct {
                                           * direct path needs a newer handshake */
     int64_t relay_since_s;               /* Unix seconds when WireGuard was pointed at the
                                           * relay: a handshake since then is the path's */
+    uint64_t relay_rx0;                  /* rx_bytes then: more since came through it (a
+                                          * session carried over from another path) */
 } daemon_peer;
 
 typedef struct {

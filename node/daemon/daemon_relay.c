@@ -328,6 +328,7 @@ static void use_hook(void *ctx, const uint8_t peer[GOSSIP_KEY_LEN],
     if (point(d, m, ep) != 0) return;
     p->relayed = true;
     p->relay_since_s = (int64_t)time(NULL); /* compared with WireGuard's handshake time */
+    p->relay_rx0 = p->rx_bytes;
     snprintf(p->relay_ep, sizeof p->relay_ep, "%s", ep);
 }
 
@@ -420,6 +421,6 @@ const gossip_member *daemon_relay_via(daemon_t *d, const gossip_member *m)
 bool daemon_relay_up(daemon_t *d, const gossip_member *m)
 {
     const daemon_peer *p = daemon_peer_find(d, m->rec.wg_pub);
-    return daemon_relay_via(d, m) && p && p->relayed && p->handshake_s >= p->relay_since_s &&
-           daemon_peer_direct(p);
+    return daemon_relay_via(d, m) && p && p->relayed && daemon_peer_direct(p) &&
+           (p->handshake_s >= p->relay_since_s || p->rx_bytes > p->relay_rx0);
 }
