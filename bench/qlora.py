@@ -86,9 +86,19 @@ JOB = {"lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 2, "weight_decay": 0.1, "beta
        "val_batches": 1, "checkpoint_interval": 0, "log_interval": 1000000}
 
 
+SN_ENV = {}  # --passive: OMP_WAIT_POLICY for shardnode too (a diagnostic)
+
+
+def sn_env():
+    """shardnode's environment: without torch's OMP_WAIT_POLICY (see
+    torch_env.py) unless --passive."""
+    env = child_env()
+    env.update(SN_ENV)
+    return env
+
+
 def run(cmd, timeout, cwd):
-    """shardnode without torch's OMP_WAIT_POLICY (see torch_env.py)."""
-    return benchlib.run(cmd, timeout, cwd, child_env())
+    return benchlib.run(cmd, timeout, cwd, sn_env())
 
 
 def write_job(wd, name, m, init, corpus, tok, steps, micro, qlora):
@@ -136,7 +146,7 @@ def run_measured(cmds, cwd, timeout=3600):
     high-water mark of the RSS). Not wait4's ru_maxrss: Linux carries the
     forking parent's RSS (this Python, with torch) into a child's maxrss
     across exec."""
-    procs = [subprocess.Popen(c, cwd=cwd, env=child_env(), stdout=subprocess.PIPE,
+    procs = [subprocess.Popen(c, cwd=cwd, env=sn_env(), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT) for c in cmds]
     anon = [0] * len(procs)
     hwm = [0] * len(procs)
@@ -346,6 +356,9 @@ def main():
                     help="speed: steps per side per round (K, >= 2; the first is a warm-up)")
     ap.add_argument("--mem-steps", type=int, default=3, help="memory: steps of each run")
     ap.add_argument("--threads", type=int, default=2, help="speed: threads of both sides")
+    ap.add_argument("--passive", action="store_true",
+                    help="diagnostic: shardnode with OMP_WAIT_POLICY=PASSIVE too (its OpenMP "
+                    "threads sleep at barriers instead of spinning, as torch's do)")
     ap.add_argument("--skip-memory", action="store_true")
     ap.add_argument("--skip-speed", action="store_true")
     ap.add_argument("--workdir", default="/tmp/shardnode-bench-qlora")
@@ -355,6 +368,8 @@ def main():
         die("--models: some of %s" % ",".join(MODELS))
     if args.steps < 2 or args.rounds < 1 or args.mem_steps < 1:
         die("--steps must be >= 2, --rounds and --mem-steps >= 1")
+    if args.passive:
+        SN_ENV["OMP_WAIT_POLICY"] = "PASSIVE"
     sn = os.path.abspath(args.shardnode)
     if not os.access(sn, os.X_OK):
         die("%s is not an executable file (build it first)" % sn)
@@ -362,8 +377,9 @@ def main():
     os.makedirs(wd, exist_ok=True)
     torch.set_num_threads(args.threads)
     corpus, tok = kjv_corpus_and_tokenizer(wd, sn, VOCAB, child_env())
-    print("shardnode %s; OMP_WAIT_POLICY=PASSIVE for torch only; OPENBLAS_CORETYPE=%s for both;"
-          " LoRA r %d alpha %d on %s" % (sn, os.environ.get("OPENBLAS_CORETYPE", "(unset)"),
+    print("shardnode %s; OMP_WAIT_POLICY=PASSIVE for %s; OPENBLAS_CORETYPE=%s for both;"
+          " LoRA r %d alpha %d on %s" % (sn, "both (--passive)" if args.passive else "torch only",
+                                         os.environ.get("OPENBLAS_CORETYPE", "(unset)"),
                                          LORA["r"], LORA["alpha"], ",".join(MODULES)))
     ratios = {}
     for name in names:
