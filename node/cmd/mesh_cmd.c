@@ -45,21 +45,23 @@ static int compute_options(const char *threads, bool no_compute, const char *htt
 int cmd_up(int argc, char **argv)
 {
     const char *state = NULL, *threads = NULL, *http = NULL;
-    bool no_compute = false;
+    bool no_compute = false, no_relay = false;
     const args_option opts[] = {{"--state", &state, NULL},
                                 {"--threads", &threads, NULL},
                                 {"--no-compute", NULL, &no_compute},
-                                {"--http", &http, NULL}};
+                                {"--http", &http, NULL},
+                                {"--no-relay", NULL, &no_relay}};
     static const char *const required[] = {"--state", NULL};
     char err[512];
     daemon_options opt = {0};
-    if (args_parse(argc, argv, 2, opts, 4, err, sizeof err) != 0 ||
-        args_require(opts, 4, required, err, sizeof err) != 0 ||
+    if (args_parse(argc, argv, 2, opts, 5, err, sizeof err) != 0 ||
+        args_require(opts, 5, required, err, sizeof err) != 0 ||
         compute_options(threads, no_compute, http, &opt, err, sizeof err) != 0) {
         fprintf(stderr, "shardnode up: %s\nusage: shardnode up --state DIR [--threads N] "
-                        "[--no-compute] [--http ADDR:PORT|off]\n", err);
+                        "[--no-compute] [--http ADDR:PORT|off] [--no-relay]\n", err);
         return 2;
     }
+    opt.no_relay = no_relay;
     return daemon_run(state, &opt);
 }
 
@@ -67,14 +69,15 @@ int cmd_join(int argc, char **argv)
 {
     const char *state = NULL, *name = NULL, *port_s = NULL, *endpoint = NULL, *threads = NULL,
                *http = NULL;
-    bool no_compute = false;
+    bool no_compute = false, no_relay = false;
     const args_option opts[] = {{"--state", &state, NULL},
                                 {"--name", &name, NULL},
                                 {"--listen-port", &port_s, NULL},
                                 {"--endpoint", &endpoint, NULL},
                                 {"--threads", &threads, NULL},
                                 {"--no-compute", NULL, &no_compute},
-                                {"--http", &http, NULL}};
+                                {"--http", &http, NULL},
+                                {"--no-relay", NULL, &no_relay}};
     const int nopts = (int)(sizeof opts / sizeof *opts);
     static const char *const required[] = {"--state", NULL};
     char err[2048];
@@ -84,7 +87,7 @@ int cmd_join(int argc, char **argv)
         compute_options(threads, no_compute, http, &opt, err, sizeof err) != 0) {
         fprintf(stderr, "shardnode join: %s\nusage: shardnode join TOKEN --state DIR [--name "
                 "NAME] [--listen-port P] [--endpoint HOST:PORT] [--threads N] [--no-compute] "
-                "[--http ADDR:PORT|off]\n",
+                "[--http ADDR:PORT|off] [--no-relay]\n",
                 argc < 3 || argv[2][0] == '-' ? "the token comes first" : err);
         return 2;
     }
@@ -132,6 +135,7 @@ int cmd_join(int argc, char **argv)
     }
     memset(&t, 0, sizeof t);
     opt.token_text = text;
+    opt.no_relay = no_relay;
     return daemon_run(state, &opt);
 }
 

@@ -466,8 +466,8 @@ static int run_mesh(const char *state, const char *job, bool stop, bool wait)
     json_decref(reply);
     if (!wait) return 0;
     /* --wait: the plan, then progress, until the run ends */
-    char last[512] = "";
-    int noplan = 0;
+    char last[512] = "", last_rec[512] = "";
+    int noplan = 0, failing = 0;
     for (;;) {
         sleep(2);
         json_t *st = node_control_request(state, "status", err, sizeof err);
@@ -497,7 +497,8 @@ static int run_mesh(const char *state, const char *job, bool stop, bool wait)
             const pool_doc *d = j.members[i].doc;
             const pool_run *r = d->has & POOL_HAS_RUN ? &d->run : NULL;
             pool_run_state rs = r ? r->state : POOL_RUN_NONE;
-            if (rs == POOL_RUN_DONE) done++;
+            bool now = c && (d->has & POOL_HAS_COMMITTED) && d->committed.epoch == c->epoch;
+            if (rs == POOL_RUN_DONE && now && pool_plan_stage_of(c, nm) >= 0) done++;
             if (rs == POOL_RUN_FAILED || rs == POOL_RUN_STOPPED) {
                 failed++;
                 snprintf(problem, sizeof problem, "%s: %.400s", nm,
@@ -525,6 +526,29 @@ static int run_mesh(const char *state, const char *job, bool stop, bool wait)
             snprintf(line, sizeof line, "train: step %lld/%lld  loss %.4f  %.0f tok/s",
                      (long long)best->step, (long long)best->steps, best->loss, best->tps);
         }
+        /* a recovery this node took part in (docs/ARCHITECTURE.md, "Recovery"),
+         * said once when it begins and once when the run goes on */
+        const pool_status_member *me = pool_status_member_of(&j, node_json_str(st, "self"));
+        const pool_doc *own = me ? me->doc : NULL;
+        if (own && (own->has & POOL_HAS_REC)) {
+            const pool_recovery *rv = &own->rec;
+            char who[96], rl[512];
+            snprintf(who, sizeof who, "%s%s", rv->lost[0] ? "the loss of " : "a broken pipeline",
+                     rv->lost);
+            if (rv->ms >= 0)
+                snprintf(rl, sizeof rl, "train: recovered from %s at step %lld: %lld steps "
+                         "redone, %.1f s (epoch %lld)", who, (long long)rv->at,
+                         (long long)(rv->at > rv->from ? rv->at - rv->from : 0),
+                         (double)rv->ms / 1e3, (long long)rv->epoch);
+            else
+                snprintf(rl, sizeof rl, "train: recovering from %s at step %lld", who,
+                         (long long)rv->at);
+            if (strcmp(rl, last_rec) != 0) {
+                printf("%s\n", rl);
+                fflush(stdout);
+                snprintf(last_rec, sizeof last_rec, "%s", rl);
+            }
+        }
         if (strcmp(line, last) != 0) {
             printf("%s\n", line);
             fflush(stdout);
@@ -540,8 +564,13 @@ static int run_mesh(const char *state, const char *job, bool stop, bool wait)
              * job stays submitted; members that join make a new view) */
             fprintf(stderr, "shardnode train: %s\n", problem);
             rc = 1;
-        } else if (failed) {
-            fprintf(stderr, "shardnode train: the run failed: %s\n", problem);
+        } else if (failed && (++failing >= 5 || (j.has_run && j.run.state == POOL_RUN_FAILED))) {
+            /* a stage that failed is recovered from within seconds (the pool
+             * re-plans): the run failed when this node's core says so, or
+             * when a failure stays 10 s */
+            fprintf(stderr, "shardnode train: the run failed: %s\n",
+                    j.has_run && j.run.state == POOL_RUN_FAILED && j.run.error[0] ? j.run.error
+                                                                                  : problem);
             rc = 1;
         } else if (c && named && done >= named && (!submitter || gathered)) {
             if (gathered && j.run.gathered != 1) {
@@ -554,6 +583,7 @@ static int run_mesh(const char *state, const char *job, bool stop, bool wait)
                 rc = 0;
             }
         }
+        if (!failed) failing = 0;
         pool_status_free(&j);
         json_decref(st);
         if (rc >= 0) return rc;

@@ -36,12 +36,24 @@ static pid_t spawn(daemon_t *d, const char *log, char *const *args, const char *
 {
     char exe[DAEMON_PATH_MAX];
     self_exe(exe, sizeof exe);
+    /* No signal may reach the child before its handlers are the default
+     * ones: libevent's would write the signal into the daemon's own loop (a
+     * SIGTERM to a child just forked stopped the daemon). */
+    sigset_t all, old;
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, &old);
     pid_t pid = fork();
     if (pid < 0) {
+        sigprocmask(SIG_SETMASK, &old, NULL);
         daemon_log(d, "pool: cannot start %s: %s", args[1], strerror(errno));
         return 0;
     }
     if (pid == 0) {
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        for (int s = 1; s < 65; s++) sigaction(s, &dfl, NULL); /* EINVAL past the last */
+        sigprocmask(SIG_SETMASK, &old, NULL);
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (fd >= 0) {
             dup2(fd, 1);
@@ -56,6 +68,7 @@ static pid_t spawn(daemon_t *d, const char *log, char *const *args, const char *
         execv(exe, args);
         _exit(127);
     }
+    sigprocmask(SIG_SETMASK, &old, NULL);
     return pid;
 }
 

@@ -636,8 +636,9 @@ void pool_core_step(pool_core *c, const pool_member *m, int n, int64_t now_ms, i
         measure(c, m, n, out);
         core_watch(c, m, n, now_ms, out);
         bool committed = pool_core_committed(c) != NULL;
-        if (!committed || c->recovering || !(c->doc.has & POOL_HAS_RUN)) {
-            if (core_view(c, m, n, now_ms) && (!committed || c->recovering))
+        bool behind = committed && !c->recovering && core_behind(c, m, n);
+        if (!committed || c->recovering || behind || !(c->doc.has & POOL_HAS_RUN)) {
+            if (core_view(c, m, n, now_ms) && (!committed || c->recovering || behind))
                 core_elect(c, m, n, now_ms, out);
         }
         if (c->recovering) core_recovered(c, now_ms, out);

@@ -88,6 +88,8 @@ void core_set_run(pool_core *c, pool_run_state state, const char *error);
 /* Sees a loss of the committed plan's stage holder (or a broken pipeline)
  * and starts the recovery: the stage stops, a new epoch is voted. */
 void core_watch(pool_core *c, const pool_member *m, int n, int64_t now, pool_actions *out);
+/* Another live member carries a later commit of the job than this one. */
+bool core_behind(const pool_core *c, const pool_member *m, int n);
 /* After an election during recovery: a later epoch committed. */
 void core_recovered(pool_core *c, int64_t now, pool_actions *out);
 /* The step the new plan resumes after (the newest every layer has a

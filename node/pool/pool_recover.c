@@ -46,6 +46,16 @@ static bool all_done(const pool_core *c, const pool_plan *pl, const pool_member 
     return true;
 }
 
+bool core_behind(const pool_core *c, const pool_member *m, int n)
+{
+    const pool_plan *pl = pool_core_committed(c);
+    for (int i = 0; pl && i < n; i++) {
+        const pool_doc *d = m[i].self || !m[i].live ? NULL : doc_of(c, &m[i]);
+        if (d && (d->has & POOL_HAS_COMMITTED) && d->committed.epoch > pl->epoch) return true;
+    }
+    return false;
+}
+
 /* Why the committed plan can no longer run: a holder that is gone (its
  * name in lost), this member's stage failed (the pipeline broke), or
  * another member recovers from this epoch already. */
@@ -86,8 +96,10 @@ void core_watch(pool_core *c, const pool_member *m, int n, int64_t now, pool_act
     core_fill_base(c, m, n);
     const pool_plan *pl = pool_core_committed(c);
     char lost[MESH_NAME_MAX];
-    if (!pl || c->recovering || c->layers_lost || all_done(c, pl, m, n) ||
-        !lost_stage(c, pl, m, n, lost, sizeof lost))
+    /* a member that restarted behind the others takes their later commit
+     * (core_elect) rather than recovering from the epoch it missed */
+    if (!pl || c->recovering || c->layers_lost || core_behind(c, m, n) ||
+        all_done(c, pl, m, n) || !lost_stage(c, pl, m, n, lost, sizeof lost))
         return;
     if (c->futile >= POOL_FUTILE_MAX) {
         if (!(c->doc.has & POOL_HAS_RUN) || c->doc.run.state != POOL_RUN_FAILED ||
@@ -244,6 +256,10 @@ int64_t core_resume_step(pool_core *c, const pool_member *m, const int *in, int 
     if (best > 0 || newest == 0) return best;
     const pool_plan *pl = pool_core_committed(c);
     if (pl && pl->resume_step > 0 && newest <= pl->resume_step) return best;
+    /* Little done yet (at most two snapshots' worth of steps, the first
+     * copies still on their way): starting again costs less than failing */
+    int64_t every = pl && pl->snapshot_every > 0 ? pl->snapshot_every : 1;
+    if (pl && pl->resume_step == 0 && c->doc.rec.at <= 2 * every) return 0;
     char miss[200], who[200] = "";
     if (covered(c, m, in, k, L, -1, miss, sizeof miss))
         snprintf(miss, sizeof miss, "every layer at one step");

@@ -1,0 +1,196 @@
+"""Elastic runs, part 1: a member that holds a stage is killed (SIGKILL to
+every process in its namespace, as a machine that loses power) in the middle
+of a run, and the pool goes on by itself (docs/ARCHITECTURE.md, "Recovery").
+
+    /usr/bin/python3 tests/integration/elastic_test.py --shardnode build/shardnode [--seed N]
+
+1. Namespaces a, b, c, d, e joined over wireguard-go; a-d compute (one
+   thread each), e only submits and watches (--no-compute).
+2. The single-process run of the job (the reference) trains first.
+3. e submits a job of 60 steps with snapshots every 5; at a step the test
+   draws (seeded), every process of the member holding the middle stage is
+   killed. `train --wait` on e ends with the model gathered, no user action
+   taken; the last epoch's plan names no lost member; every loss every stage
+   wrote, redone steps included, equals the single process at that step (the
+   same bits: docs/ARCHITECTURE.md, "Determinism"); the gathered model
+   equals the single process's; steps redone are within snapshot_every plus
+   the steps a buddy's copy takes to arrive (ARCHITECTURE.md, "Recovery");
+   status and train --wait say what was lost, at which step, the steps redone
+   and the seconds to the first step after it.
+4. The killed member comes back; the same with the holder of the last stage.
+
+Needs root (namespaces, wireguard-go); exits 77 (skip) otherwise.
+"""
+
+import argparse
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nslib import (Pool, check, check_gathered, log, metrics, pool_job_files,  # noqa: E402
+                   requirements, run, run_test)
+
+STEPS = 60
+EVERY = 10
+# A buddy's copy arrives after the snapshot's publication (2 s), gossip and
+# the copy itself: steps done meanwhile may be redone (ARCHITECTURE.md).
+LAG_STEPS = 12
+TAG = "sne%d-" % os.getpid()
+NAMES = "abcde"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shardnode", required=True)
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--seed", type=int, default=15)
+    args = ap.parse_args()
+    sn = os.path.abspath(args.shardnode)
+    t_start = time.time()
+    rc = requirements("elastic_test", sn)
+    if rc:
+        return rc
+    t = Pool(sn, args.keep, TAG)
+    return run_test("elastic_test", lambda: body(t, args.seed), t.report, t.cleanup, t_start)
+
+
+def job_metrics(t, n, jid):
+    path = os.path.join(t.state(n), "jobs", jid, "metrics.jsonl")
+    return metrics(path) if os.path.exists(path) else []
+
+
+def committed(t, n):
+    s = t.status(n)
+    return ((s or {}).get("job") or {}).get("committed")
+
+
+def kill_member(t, n):
+    """SIGKILL to every process in n's namespace, at once: the daemon, its
+    stage and whatever it runs."""
+    ns = t.net.full(n)
+    pids = t.net.pids(ns)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    left = t.net.kill_all(ns, signal.SIGKILL)
+    check(not left, "processes %s survive SIGKILL in %s" % (left, ns))
+    p = t.procs.pop(n)
+    p.wait(timeout=10)
+    return len(pids)
+
+
+def scenario(t, job, m1, rng, name, which, wd):
+    out = os.path.join(wd, name)
+    # 8 micro-batches of 2: a pipeline of several stages pays (the planner
+    # chooses from measured profiles, so the count can still vary)
+    jp = job(name, out, snapshot_every=EVERY, micro_batch=2)
+    sub = subprocess.Popen(["ip", "netns", "exec", t.net.full("e"), t.sn, "train", "--state",
+                            t.state("e"), "--job", jp, "--wait"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    c0 = t.wait("a committed plan on e", lambda: committed(t, "e"), 300)
+    jid = t.status("e")["job"]["id"]
+    stages = c0["stages"]
+    check(len(stages) >= 2, "%s: a plan of %d stage (want 2 or more)" % (name, len(stages)))
+    if which == "middle" and len(stages) < 3:
+        log("NOTE %s: the plan has 2 stages; the first one's holder is killed instead of a "
+            "middle one" % name)
+    victim = stages[len(stages) // 2 if len(stages) >= 3 else 0][0] if which == "middle" \
+        else stages[-1][0]
+    at = rng.randint(EVERY + 3, STEPS - 12)
+    log("%s: plan %s; killing %s (the %s stage) after step %d"
+        % (name, ", ".join("%s %d-%d" % (s[0], s[1], s[2] - 1) for s in stages), victim, which,
+           at))
+
+    def reached():
+        m = job_metrics(t, victim, jid)
+        return m and m[-1]["step"] >= at
+    t.wait("%s to reach step %d" % (victim, at), reached, 600)
+    done_at = job_metrics(t, victim, jid)[-1]["step"]
+    t_kill = time.time()
+    nproc = kill_member(t, victim)
+    log("%s: killed %d processes of %s after its step %d" % (name, nproc, victim, done_at))
+    try:
+        o, e = sub.communicate(timeout=900)
+    except subprocess.TimeoutExpired:
+        sub.kill()
+        o, e = sub.communicate()
+        check(False, "%s: train --wait did not end within 900 s after the kill:\n%s%s"
+              % (name, o, e))
+    wall = time.time() - t_kill
+    log(o.strip())
+    check(sub.returncode == 0, "%s: train --wait exited %d:\n%s%s" % (name, sub.returncode, o, e))
+    st = t.status("e")["job"]
+    c = st["committed"]
+    check(c["e"] > c0["e"], "%s: no later epoch than %d" % (name, c0["e"]))
+    check(victim not in [s[0] for s in c["stages"]], "%s: epoch %d still names %s"
+          % (name, c["e"], victim))
+    rec = st["members"]["e"].get("rec") or {}
+    check(rec.get("e") == c["e"] and "ms" in rec, "%s: e's record of the recovery: %s"
+          % (name, rec))
+    redone = rec.get("at", 0) - rec.get("from", 0)
+    check(rec.get("from", -1) == c.get("rs", 0), "%s: the record resumes after step %s, the "
+          "plan after %s" % (name, rec.get("from"), c.get("rs", 0)))
+    check(done_at - c.get("rs", 0) <= EVERY + LAG_STEPS, "%s: %d steps redone (killed after %d, "
+          "resumed after %d)" % (name, done_at - c.get("rs", 0), done_at, c.get("rs", 0)))
+    check("recovered from the loss of %s" % victim in o or "recovered from" in o,
+          "%s: train --wait did not say it recovered:\n%s" % (name, o))
+    # every loss written, redone steps included, is the single process's
+    want = {m["step"]: m["loss"] for m in metrics(m1)}
+    seen = set()
+    lines = 0
+    for n in NAMES:
+        if n == victim or n == "e":
+            continue
+        for m in job_metrics(t, n, jid):
+            lines += 1
+            seen.add(m["step"])
+            check(m["loss"] == want[m["step"]], "%s: step %d loss %.17g on %s, single process "
+                  "%.17g" % (name, m["step"], m["loss"], n, want[m["step"]]))
+    check(seen == set(range(1, STEPS + 1)), "%s: the survivors' metrics miss steps %s"
+          % (name, sorted(set(range(1, STEPS + 1)) - seen)))
+    wdiff = check_gathered(out, os.path.join(wd, "single"), 0.0)
+    p = t.sn_in("e", ["status", "--state", t.state("e")], ok=False)
+    check("recovered" in p.stdout and victim in p.stdout, "%s: status does not show the "
+          "recovery:\n%s" % (name, p.stdout))
+    log("ok   %s: %s killed after step %d; epoch %d resumed after step %d (%d redone) with %s; "
+        "first step %.1f s after the loss; run finished %.0f s after the kill; %d metrics lines "
+        "all equal one process; gathered model equal (%.1e)"
+        % (name, victim, done_at, c["e"], c.get("rs", 0), redone,
+           ", ".join("%s %d-%d" % (s[0], s[1], s[2] - 1) for s in c["stages"]),
+           rec["ms"] / 1e3, wall, lines, wdiff))
+    for ln in p.stdout.splitlines():
+        if "recover" in ln:
+            log("     status: " + ln.strip())
+    return victim
+
+
+def body(t, seed):
+    rng = random.Random(seed)
+    wd, corpus, tok, config, job = pool_job_files(t, STEPS)
+    single_out = os.path.join(wd, "single")
+    j1 = job("single", single_out, micro_batch=2)
+    m1 = os.path.join(wd, "single.jsonl")
+    t0 = time.time()
+    run([t.sn, "train", "--job", j1, "--metrics", m1, "--threads", "1"])
+    log("single process: %d steps in %.1f s" % (STEPS, time.time() - t0))
+    ip = {n: "10.204.0.%d" % (11 + i) for i, n in enumerate(NAMES)}
+    t.net.build(ip, {})
+    opts = {n: ["--threads", "1"] for n in "abcd"}
+    opts["e"] = ["--no-compute"]
+    t.grow(ip, "10.79.0.0/16", opts, 30)
+    t.wait("all five alive everywhere", lambda: t.all_alive(NAMES, 5), 90)
+    log("mesh: 5 members alive")
+    for name, which in (("middle", "middle"), ("last", "last")):
+        victim = scenario(t, job, m1, rng, name, which, wd)
+        t.start(victim, ["up", "--state", t.state(victim)] + opts[victim])
+        t.wait("%s back" % victim, lambda: t.all_alive(NAMES, 5), 90)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
