@@ -651,6 +651,7 @@ int daemon_run(const char *state, const daemon_options *opt)
         d->threads = opt->threads;
         d->no_compute = opt->no_compute;
         d->http = opt->http;
+        d->no_relay = opt->no_relay;
     }
     if (pool_open(d) != 0) {
         node_errf(err, sizeof err, "out of memory");

@@ -25,10 +25,12 @@ public box `b` joins.
    (types 1-4 at their sizes), datagrams both ways are forwarded, and the
    marker appears in no packet a sees.
 5. `status` (text) on nat1 shows nat2 `relayed via a`.
-6. (6d) b joins with --endpoint (public). a's daemon is killed (SIGKILL);
-   the pair ends relayed via b within FAILOVER_S of the kill (the failure
-   detector's < 10 s plus a poll and two round trips), and TCP works both
-   ways again.
+6. (6d) b and c join with --endpoint (public), c with --no-relay (status
+   says which relays). a's daemon is killed (SIGKILL); the pair ends
+   relayed via b within FAILOVER_S of the kill (the failure detector's
+   < 10 s, a poll and two round trips, and 4 s more when c, which never
+   answers, was asked first), TCP works both ways again, and c relays
+   nothing.
 7. Cleanup (also on failure and SIGTERM): every process stopped, namespaces
    and the temporary directory removed.
 """
@@ -48,12 +50,12 @@ from nslib import (PY, WG_PORT, Failure, Pool, check, log, requirements,  # noqa
 from nat_test import ECHO_CLIENT, ECHO_SERVER  # noqa: E402
 
 PREFIX = "10.76.0.0/16"
-PUBLIC = {"a": "10.202.0.11", "b": "10.202.0.12"}
+PUBLIC = {"a": "10.202.0.11", "b": "10.202.0.12", "c": "10.202.0.13"}
 ROUTERS = {"r1": ("10.202.0.101", "192.168.21", "nat1", True),
            "r2": ("10.202.0.102", "192.168.22", "nat2", True)}
 ECHO_PORT = 9101
 RELAY_LIMIT = 90
-FAILOVER_S = 15
+FAILOVER_S = 20
 
 # Summarises what crosses an interface for `secs` seconds: every UDP
 # datagram to or from the given ports (WireGuard-shaped or not), and
@@ -266,11 +268,16 @@ class RelayTest:
         log("ok   5. status on nat1 shows nat2 relayed via a")
 
         # 6. (6d) b joins; a dies; b takes over.
-        self.add_public("b")
-        p.start("b", ["join", self.invite("a"), "--state", p.state("b"), "--name", "b",
-                      "--listen-port", str(WG_PORT), "--endpoint",
-                      "%s:%d" % (PUBLIC["b"], WG_PORT), "--http", "off"])
-        p.wait("b joined and direct with nat1 and nat2", lambda: self.b_ready(), 40)
+        for n, extra in (("b", []), ("c", ["--no-relay"])):
+            self.add_public(n)
+            p.start(n, ["join", self.invite("a"), "--state", p.state(n), "--name", n,
+                        "--listen-port", str(WG_PORT), "--endpoint",
+                        "%s:%d" % (PUBLIC[n], WG_PORT), "--http", "off"] + extra)
+        p.wait("b and c joined and direct with nat1 and nat2", lambda: self.ready("b", "c"), 40)
+        sb, sc = p.status("b"), p.status("c")
+        check(sb.get("relays") is True and sc.get("relays") is False,
+              "status says b relays: %s, c (--no-relay) relays: %s" % (sb.get("relays"),
+                                                                      sc.get("relays")))
         check(self.relayed_via("nat1", "nat2") == "a", "the pair left a before a died")
         os.killpg(p.procs["a"].pid, signal.SIGKILL)
         p.procs["a"].wait()
@@ -290,7 +297,9 @@ class RelayTest:
         self.measured("6. a killed: nat1 <-> nat2 relayed via b (bound %d s)" % FAILOVER_S,
                       moved - killed)
         self.tcp_both_ways("6")
-        log("ok   6. TCP both ways through b")
+        check(not p.status("c").get("relaying"), "c, run with --no-relay, relays %s"
+              % p.status("c").get("relaying"))
+        log("ok   6. TCP both ways through b; c (--no-relay) relays nothing")
 
     def add_public(self, short):
         net = self.p.net
@@ -298,11 +307,12 @@ class RelayTest:
         net.wire(ns, "eth0", "p-" + short)
         net.ip(ns, "addr", "add", PUBLIC[short] + "/24", "dev", "eth0")
 
-    def b_ready(self):
+    def ready(self, *names):
         for n in ("nat1", "nat2"):
             v = self.view(n)
-            if not v or v.get("b", {}).get("state") != "alive" or v["b"].get("link") != "direct":
-                return False
+            for o in names:
+                if not v or v.get(o, {}).get("state") != "alive" or v[o].get("link") != "direct":
+                    return False
         return True
 
     def summary(self):
