@@ -213,10 +213,13 @@ void gossip_relay_receive(gossip *g, gossip_member *from, const gossip_msg *m, i
         return;
     }
     /* An answer: it must come from the relay it names, with ports. */
-    if (!same(m->relay_via, from->rec.wg_pub) || m->relay_ports == 0 ||
-        (m->relay_ports >> 16) == 0 || (m->relay_ports & 0xffff) == 0) {
-        refuse(g, now_ms, "%s sent an answer %s", from->rec.name,
-               m->relay_ports == 0 ? "without ports" : "in another relay's name");
+    if (!same(m->relay_via, from->rec.wg_pub)) {
+        refuse(g, now_ms, "%s sent an answer in another relay's name", from->rec.name);
+        return;
+    }
+    if ((m->relay_ports >> 16) == 0 || (m->relay_ports & 0xffff) == 0) {
+        refuse(g, now_ms, "%s sent an answer without ports (%u, %u)", from->rec.name,
+               (unsigned)(m->relay_ports >> 16), (unsigned)(m->relay_ports & 0xffff));
         return;
     }
     if (same(m->punch_from, self->rec.wg_pub))

@@ -83,6 +83,13 @@ static struct {
     uint64_t keyrng;      /* keys are drawn from this seeded PRNG: no test is flaky */
     bool refusals_ok;     /* push-pulls may refuse records (a collision being healed) */
     int punch_in[MAXN][MAXN]; /* [target][requester]: PUNCHes gossip accepted (punch hook) */
+    /* RELAY (relay_open and relay_offer hooks): requests a relay took up,
+     * [relay][asker]; offers taken, [node][peer] with the relay, port and
+     * whether the node asked; relays that refuse (--no-relay). */
+    int relay_open[MAXN][MAXN];
+    int offers[MAXN][MAXN], offer_via[MAXN][MAXN], offer_port[MAXN][MAXN];
+    bool offer_granted[MAXN][MAXN];
+    bool no_relay[MAXN];
     int64_t wall_off;     /* the wall clock (wall_ms hook) is S.now + wall_off: S.now is
                            * the monotonic clock every call gets; scenario 19 steps this */
 } S;
@@ -345,6 +352,32 @@ static void hook_punch(void *ctx, const gossip_member *m)
         S.punch_in[x->idx][r]++;
 }
 
+static int hook_relay_open(void *ctx, const gossip_member *a, const gossip_member *b,
+                           uint16_t *pa, uint16_t *pb)
+{
+    node *x = ctx;
+    int ia = node_by_key(a->rec.wg_pub), ib = node_by_key(b->rec.wg_pub);
+    CHECK(ia >= 0 && ib >= 0, "%s asked to relay for nodes outside the world", x->name);
+    if (ia < 0 || ib < 0 || S.no_relay[x->idx]) return -1;
+    S.relay_open[x->idx][ia]++;
+    *pa = (uint16_t)(40000 + 100 * x->idx + ia);
+    *pb = (uint16_t)(40000 + 100 * x->idx + ib);
+    return 0;
+}
+
+static void hook_relay_offer(void *ctx, const gossip_member *peer, const gossip_member *via,
+                             uint16_t port, bool granted)
+{
+    node *x = ctx;
+    int ip = node_by_key(peer->rec.wg_pub), iv = node_by_key(via->rec.wg_pub);
+    CHECK(ip >= 0 && iv >= 0, "%s took an offer about nodes outside the world", x->name);
+    if (ip < 0 || iv < 0) return;
+    S.offers[x->idx][ip]++;
+    S.offer_via[x->idx][ip] = iv;
+    S.offer_port[x->idx][ip] = port;
+    S.offer_granted[x->idx][ip] = granted;
+}
+
 static int64_t hook_wall(void *ctx)
 {
     (void)ctx;
@@ -431,7 +464,9 @@ static void start_node(node *x, uint64_t inc)
                              .observe = hook_observe,
                              .log = hook_log,
                              .wall_ms = hook_wall,
-                             .punch = hook_punch};
+                             .punch = hook_punch,
+                             .relay_open = hook_relay_open,
+                             .relay_offer = hook_relay_offer};
     c.seed = 0x9e37u + (uint64_t)x->idx * 7919u;
     char err[256] = "";
     if (gossip_create(&x->g, &c, S.now, err, sizeof err) != 0) {
