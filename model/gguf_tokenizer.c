@@ -146,13 +146,17 @@ static json_t *build(const gguf_file *f, const char *pre, char *err, size_t errl
             goto fail;
         }
         if (type == TT_CONTROL || type == TT_USER) {
+            json_incref(str);
             bad |= json_array_append_new(added, json_pack("{s:I,s:o,s:b,s:b,s:b,s:b,s:b}", "id",
                                          (json_int_t)i, "content", str, "single_word", 0,
                                          "lstrip", 0, "rstrip", 0, "normalized", 0, "special",
                                          type == TT_CONTROL));
-            continue;
-        }
-        if (type == TT_BYTE) {
+            /* and in model.vocab under its id, as HF's own files have them:
+             * HF tokenizers gives an added token that the vocabulary lacks
+             * the next id after the vocabulary's size, whatever id the file
+             * says (SmolLM2's <|im_end|> became 49137, a "Maya" of the
+             * vocabulary, instead of 2) */
+        } else if (type == TT_BYTE) {
             json_decref(str);
             model_errf(err, errlen, "%s: tokenizer.ggml.tokens[%llu] has token_type 6 (byte), "
                        "which only SentencePiece tokenizers use", path, (unsigned long long)i);
