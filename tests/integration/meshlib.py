@@ -22,7 +22,7 @@ GOSSIP_PORT = 7946
 POLL = 0.25
 LOG_TAIL = 30
 STATES = ("alive", "suspect", "dead", "left")
-LINKS = ("self", "direct", "punched", "pending", "unreachable", "none")
+LINKS = ("self", "direct", "punched", "relayed", "pending", "unreachable", "none")
 B64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 
 

@@ -24,7 +24,12 @@ public box `b` joins.
    datagram to or from the pair's two relay ports is WireGuard-shaped
    (types 1-4 at their sizes), datagrams both ways are forwarded, and the
    marker appears in no packet a sees.
-5. `status` (text) on nat1 shows nat2 `relayed via a`.
+5. `status` (text) on nat1 shows nat2 `relayed via a`. Then (6b's pool
+   job; nat1 and nat2 compute with --threads 1, as adversary_pool_test's
+   pair, so two stages beat one) a, which runs --no-compute, submits a job of STEPS steps: the
+   elected plan's two stages are nat1 and nat2 (neighbours, their pipeline
+   traffic through a), every stage's loss at every step and the model a
+   gathers equal the single process's bit for bit.
 6. (6d) b and c join with --endpoint (public), c with --no-relay (status
    says which relays). a's daemon is killed (SIGKILL); the pair ends
    relayed via b within FAILOVER_S of the kill (the failure detector's
@@ -45,8 +50,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nslib import (PY, WG_PORT, Failure, Pool, check, log, requirements,  # noqa: E402
-                   run_test)
+from nslib import (PY, WG_PORT, Failure, Pool, check, check_gathered, log,  # noqa: E402
+                   pool_job_files, requirements, run, run_test)
 from nat_test import ECHO_CLIENT, ECHO_SERVER  # noqa: E402
 
 PREFIX = "10.76.0.0/16"
@@ -56,6 +61,7 @@ ROUTERS = {"r1": ("10.202.0.101", "192.168.21", "nat1", True),
 ECHO_PORT = 9101
 RELAY_LIMIT = 90
 FAILOVER_S = 20
+STEPS = 10
 
 # Summarises what crosses an interface for `secs` seconds: every UDP
 # datagram to or from the given ports (WireGuard-shaped or not), and
@@ -170,12 +176,12 @@ class RelayTest:
         p.sn_in("a", ["init", "--state", p.state("a"), "--name", "a", "--listen-port",
                       str(WG_PORT), "--endpoint", "%s:%d" % (PUBLIC["a"], WG_PORT),
                       "--prefix", PREFIX])
-        p.start("a", ["up", "--state", p.state("a"), "--http", "off"])
+        p.start("a", ["up", "--state", p.state("a"), "--http", "off", "--no-compute"])
         p.wait("a up", lambda: p.status("a") is not None, 20)
         t0 = time.time()
         for n in ("nat1", "nat2"):
             p.start(n, ["join", self.invite("a"), "--state", p.state(n), "--name", n,
-                        "--listen-port", str(WG_PORT), "--http", "off"])
+                        "--listen-port", str(WG_PORT), "--http", "off", "--threads", "1"])
         t_join2 = time.time()
         p.wait("nat1 and nat2 joined", lambda: self.all_alive(["a", "nat1", "nat2"]), 30)
         self.measured("1. a up, nat1 and nat2 joined through a: all three alive", time.time() - t0)
@@ -267,6 +273,9 @@ class RelayTest:
         check(line and " relayed via a " in line[0], "status on nat1 shows nat2 as %r" % line)
         log("ok   5. status on nat1 shows nat2 relayed via a")
 
+        # 5b. A pool job whose neighbouring stages are the relayed pair.
+        self.pool_job()
+
         # 6. (6d) b joins; a dies; b takes over.
         for n, extra in (("b", []), ("c", ["--no-relay"])):
             self.add_public(n)
@@ -300,6 +309,37 @@ class RelayTest:
         check(not p.status("c").get("relaying"), "c, run with --no-relay, relays %s"
               % p.status("c").get("relaying"))
         log("ok   6. TCP both ways through b; c (--no-relay) relays nothing")
+
+    def pool_job(self):
+        """a (--no-compute) submits a job; the plan's two stages are nat1 and
+        nat2, whose pipeline traffic goes through a; every stage's loss at
+        every step and the model a gathers equal one process's."""
+        p = self.p
+        wd, corpus, tok, config, job = pool_job_files(p, STEPS)
+        single_out = os.path.join(wd, "single")
+        m1 = os.path.join(wd, "single.jsonl")
+        run([p.sn, "train", "--job", job("single", single_out), "--metrics", m1, "--threads",
+             "1"])
+        out = os.path.join(wd, "relayed")
+        t0 = time.time()
+        r = p.sn_in("a", ["train", "--state", p.state("a"), "--job", job("relayed", out),
+                          "--wait"], timeout=900, ok=False)
+        check(r.returncode == 0, "train --wait on a exited %d:\n%s%s" % (r.returncode, r.stdout,
+                                                                        r.stderr))
+        st = p.status("a")["job"]
+        stages = st["committed"]["stages"]
+        names = sorted(x[0] for x in stages)
+        check(names == ["nat1", "nat2"], "the plan's stages are %s, not nat1 and nat2 (a runs "
+              "--no-compute)" % stages)
+        check(self.relayed_via("nat1", "nat2") == "a", "the pair is no longer relayed via a")
+        worst = p.check_losses(stages, st["id"], m1, STEPS, 0.0)
+        wdiff = check_gathered(out, single_out, 0.0)
+        sa = p.status("a")["relaying"][0]
+        self.measured("5b. a job over the relayed pair (plan %s; losses equal one process, worst "
+                      "rel %.1e; gathered model %.1e; a forwarded %d datagrams, %.1f MB)" % (
+                          ", ".join("%s layers %d-%d" % (x[0], x[1], x[2] - 1) for x in stages),
+                          worst, wdiff, sum(sa["datagrams"]), sum(sa["bytes"]) / 1e6),
+                      time.time() - t0)
 
     def add_public(self, short):
         net = self.p.net
