@@ -770,6 +770,10 @@ void punch_update(punch *p, const punch_peer *peer, int64_t now_ms);
 void punch_forget(punch *p, const uint8_t key[GOSSIP_KEY_LEN]);
 /* Gossip accepted a PUNCH from this member (the gossip hook `punch`). */
 void punch_requested(punch *p, const uint8_t key[GOSSIP_KEY_LEN], int64_t now_ms);
+/* A round for this pair at the next punch_tick, whatever its backoff (a
+ * relayed pair trying its direct path again: relay.c's trials). Nothing
+ * for a pair that does not punch. */
+void punch_kick(punch *p, const uint8_t key[GOSSIP_KEY_LEN], int64_t now_ms);
 /* Rounds that are due. Call it at least every 100 ms. */
 void punch_tick(punch *p, int64_t now_ms);
 punch_link punch_link_of(const punch *p, const uint8_t key[GOSSIP_KEY_LEN], int64_t now_ms);

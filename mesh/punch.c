@@ -264,6 +264,12 @@ void punch_requested(punch *p, const uint8_t key[GOSSIP_KEY_LEN], int64_t now_ms
     if (eligible(p, q) && q->rounds == 0 && q->next_ms > now_ms) q->next_ms = now_ms;
 }
 
+void punch_kick(punch *p, const uint8_t key[GOSSIP_KEY_LEN], int64_t now_ms)
+{
+    pair *q = find(p, key);
+    if (q && eligible(p, q) && (q->next_ms < 0 || q->next_ms > now_ms)) q->next_ms = now_ms;
+}
+
 punch_link punch_link_of(const punch *p, const uint8_t key[GOSSIP_KEY_LEN], int64_t now_ms)
 {
     const pair *q = find(p, key);

@@ -342,6 +342,10 @@ static void unuse_hook(void *ctx, const uint8_t peer[GOSSIP_KEY_LEN])
     p->relay_ep[0] = '\0';
     p->handshake_base = p->handshake_s;
     if (m && d->wg) point(d, m, m->rec.nendpoints ? m->rec.endpoints[0] : NULL);
+    /* A punching round now, both sides alike (the peer's relay.c stops or
+     * starts its trial at about the same time): a direct path, if the
+     * routers allow one by now, is found while the trial lasts. */
+    if (d->punch) punch_kick(d->punch, peer, daemon_now_ms());
 }
 
 static void relay_log_hook(void *ctx, const char *line) { daemon_log(ctx, "%s", line); }

@@ -363,6 +363,32 @@ static void scenario_not_eligible(void)
     printf("   none: b without nat, without endpoints; forgotten and dead are \"none\"\n");
 }
 
+static void scenario_kick(void)
+{
+    printf("6. a kick (a relayed pair's trial) makes a round now, whatever the backoff:\n");
+    world(true, true);
+    int64_t t0 = now;
+    poll_all();
+    run(100000); /* rounds at 1, 6, 16, 36, 76 s; the next at 136 s */
+    int before = W.nattempt_at[1];
+    int64_t kicked = now;
+    punch_kick(W.p[1], KEY[2], now);
+    run(STEP);
+    CHECK(W.nattempt_at[1] == before + 1 && W.attempt_at[1][before] == now,
+          "no attempt right after the kick at %.1f s (%d attempts before, %d after)",
+          (double)(now - t0) / 1e3, before, W.nattempt_at[1]);
+    int reqs = 0;
+    for (int k = 0; k < W.nq; k++) reqs += W.q[k].to == 2 && W.q[k].at > now - 1000;
+    CHECK(reqs > 0, "the kicked round asked b through no relay");
+    /* A public member's pairs do not punch: a kick does nothing. */
+    int p0 = W.nattempt_at[0];
+    punch_kick(W.p[0], KEY[1], now);
+    run(2 * POLL);
+    CHECK(W.nattempt_at[0] == p0, "a kick made public p0 punch");
+    printf("   a round at %.2f s, right after the kick at %.2f s (the backoff had it at 136 s)\n",
+           (double)(W.attempt_at[1][before] - t0) / 1e3, (double)(kicked - t0) / 1e3);
+}
+
 int main(void)
 {
     scenario_port_preserving();
@@ -370,6 +396,7 @@ int main(void)
     scenario_symmetric();
     scenario_public_and_loss();
     scenario_not_eligible();
+    scenario_kick();
     for (int i = 0; i < NN; i++) punch_destroy(W.p[i]);
     printf("test_punch: %s\n", failures ? "FAILED" : "all checks passed");
     return failures != 0;
