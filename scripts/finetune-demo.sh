@@ -6,12 +6,15 @@
 # with QLoRA (base frozen in NF4, LoRA on every projection) on questions and
 # answers made from the King James Bible of Debian's bible-kjv package
 # ("Quote Proverbs 3:5 from the King James Version." -> the verse).
-# Greedy samples before and after, then the adapter as PEFT loads it.
+# The job runs on the three-node pool of `shardnode demo` (as root each node
+# in its own network namespace behind WireGuard; otherwise processes on
+# loopback), which gathers the adapter; --local runs it as one process
+# (`shardnode train`, then `shardnode export`). Greedy answers to three
+# questions before and after.
 #
-#   sh scripts/finetune-demo.sh [--steps N] [--pool]
+#   sh scripts/finetune-demo.sh [--steps N] [--local]
 #
-# --pool trains on the three-node pool of `shardnode demo` (namespaces and
-# WireGuard as root) instead of one process. Everything goes under
+# Everything goes under
 # out/smollm2 (the imported model) and out/smollm2-kjv (data, job,
 # adapter). Without the package (no package index when deps.sh ran) it says
 # so and exits 0 having done nothing. SHARDNODE=path picks the binary
@@ -20,13 +23,13 @@ set -eu
 cd "$(dirname "$0")/.."
 SN=${SHARDNODE:-build/shardnode}
 STEPS=200
-POOL=0
+LOCAL=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --steps) [ $# -ge 2 ] || { echo "finetune-demo: --steps needs a number" >&2; exit 2; }
              STEPS=$2; shift 2 ;;
-    --pool) POOL=1; shift ;;
-    *) echo "usage: sh scripts/finetune-demo.sh [--steps N] [--pool]" >&2; exit 2 ;;
+    --local) LOCAL=1; shift ;;
+    *) echo "usage: sh scripts/finetune-demo.sh [--steps N] [--local]" >&2; exit 2 ;;
     esac
 done
 case "$STEPS" in '' | *[!0-9]* | 0)
@@ -80,15 +83,18 @@ echo "$(wc -l < "$DIR/qa.jsonl") examples, e.g.:"
 sed -n 5p "$DIR/qa.jsonl"
 
 # SmolLM2's chat template (tokenizer_config.json) for one user turn; the
-# answer ends with its eos_token <|im_end|>, where generation stops.
+# answer ends with its eos_token <|im_end|>, where generation stops. Paths
+# are absolute: the pool's members read the job from a copy in their state
+# directories.
+A=$(pwd)/out
 cat > "$DIR/job.json" <<EOF
-{"base": {"model": "../smollm2", "quant": "nf4"}, "tokenizer": "../smollm2/tokenizer.json",
- "data": {"files": ["qa.jsonl"], "format": "jsonl", "val_fraction": 0.05,
+{"base": {"model": "$A/smollm2", "quant": "nf4"}, "tokenizer": "$A/smollm2/tokenizer.json",
+ "data": {"files": ["$A/smollm2-kjv/qa.jsonl"], "format": "jsonl", "val_fraction": 0.05,
           "prompt_template": "<|im_start|>user\\n{instruction}<|im_end|>\\n<|im_start|>assistant\\n"},
  "lora": {"r": 16, "alpha": 32, "target_modules": "all-linear"},
  "seq_len": 64, "batch": 4, "steps": $STEPS, "lr": 2e-3, "min_lr": 2e-4, "warmup_steps": 10,
  "weight_decay": 0, "val_interval": 50, "log_interval": 10, "seed": 1,
- "out_dir": "adapter"}
+ "out_dir": "$A/smollm2-kjv/adapter"}
 EOF
 echo "\$ cat $DIR/job.json"
 cat "$DIR/job.json"
@@ -112,12 +118,15 @@ echo "== before: greedy answers of the base (Proverbs 4:23 is not in the data)"
 sample before
 
 rm -rf "$DIR/adapter"
-if [ "$POOL" = 1 ]; then
+if [ "$LOCAL" = 0 ]; then
     echo "== QLoRA on the pool of shardnode demo: $STEPS steps"
-    echo "\$ shardnode demo --job $DIR/job.json"
-    "$SN" demo --job "$DIR/job.json"
+    echo "\$ shardnode demo --job $DIR/job.json --prompt ..."
+    "$SN" demo --job "$DIR/job.json" --prompt "<|im_start|>user
+$(echo "$QUESTIONS" | head -1)<|im_end|>
+<|im_start|>assistant
+"
 else
-    echo "== QLoRA: $STEPS steps"
+    echo "== QLoRA in one process: $STEPS steps"
     echo "\$ shardnode train --job $DIR/job.json"
     "$SN" train --job "$DIR/job.json"
     echo "\$ shardnode export --job $DIR/job.json"

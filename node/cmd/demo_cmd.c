@@ -1,7 +1,8 @@
 /* demo_cmd.c — `shardnode demo`: a pool of three nodes on this machine, each
  * in its own network namespace behind wireguard-go, joined by invite tokens;
  * it trains a job (the KJV one by default) across them, shows the plan,
- * progress and loss, and ends with a sample from the gathered model.
+ * progress and loss, and ends with a sample from the gathered model (a LoRA
+ * job: its base with the gathered adapter; --prompt TEXT sets the prompt).
  *
  * Every command runs through fork/execvp (`ip netns exec NS ...`), never a
  * shell. Whatever the demo started is taken down on the way out: on success,
@@ -57,6 +58,7 @@ const char *const demo_ip[DEMO_NODES] = {"10.210.0.11", "10.210.0.12", "10.210.0
 static const char *const demo_lo_endpoint[DEMO_NODES] = {"127.0.0.1:51820", "127.0.0.1:51821",
                                                        "127.0.0.1:51822"};
 static bool demo_loopback;
+static const char *demo_prompt = "And God said";   /* --prompt: the closing sample's */
 
 static volatile sig_atomic_t demo_signal;
 
@@ -637,9 +639,18 @@ static int demo_run(demo_t *d, const char *job_path, char *err, size_t errlen)
     }
     json_decref(st);
 
-    printf("== sample from the gathered model (%s)\n", out);
-    char *gen[] = {d->exe, "generate", "--model", out, "--prompt", "And God said", "--tokens",
-                   "80", "--temperature", "0.8", "--seed", "7", NULL};
+    /* a LoRA job gathers a PEFT adapter directory: sample its base with it */
+    char cfg[sizeof out + 32], base[PATH_MAX] = "";
+    snprintf(cfg, sizeof cfg, "%s/adapter_config.json", out);
+    job_spec job;
+    if (access(cfg, F_OK) == 0 && job_load(&job, job_path, err, errlen) == 0) {
+        snprintf(base, sizeof base, "%s", job.base_model ? job.base_model : "");
+        job_free(&job);
+    }
+    printf("== sample from the gathered %s (%s)\n", *base ? "adapter" : "model", out);
+    char *gen[] = {d->exe, "generate", "--model", *base ? base : out, "--prompt",
+                   (char *)demo_prompt, "--tokens", "80", "--temperature", "0.8", "--seed", "7",
+                   *base ? "--adapter" : NULL, out, NULL};
     return demo_run_ok(gen, 300, err, errlen);
 }
 
@@ -647,13 +658,14 @@ int cmd_demo(int argc, char **argv)
 {
     const char *job_opt = NULL, *dir_opt = NULL;
     bool keep = false;
-    const args_option opts[] = {
-        {"--job", &job_opt, NULL}, {"--dir", &dir_opt, NULL}, {"--keep", NULL, &keep}};
+    const args_option opts[] = {{"--job", &job_opt, NULL}, {"--dir", &dir_opt, NULL},
+                                {"--keep", NULL, &keep}, {"--prompt", &demo_prompt, NULL}};
     char err[2 * DEMO_PATH];
     if (args_parse(argc, argv, 2, opts, (int)(sizeof opts / sizeof *opts), err, sizeof err) !=
         0) {
         fprintf(stderr, "shardnode demo: %s\n", err);
-        fprintf(stderr, "usage: shardnode demo [--job JOB.json] [--dir DIR] [--keep]\n");
+        fprintf(stderr, "usage: shardnode demo [--job JOB.json] [--dir DIR] [--keep] "
+                        "[--prompt TEXT]\n");
         return 2;
     }
     const char *default_job = "configs/kjv/job.json";

@@ -75,9 +75,10 @@ static void usage(FILE *out)
             "      the members as the running node sees them (--svg: the plan as a picture)\n"
             "  leave --state DIR\n"
             "      leave the mesh for good (the others list this node as left)\n"
-            "  demo [--job JOB.json] [--dir DIR] [--keep]\n"
+            "  demo [--job JOB.json] [--dir DIR] [--keep] [--prompt TEXT]\n"
             "      (root) a pool of 3 nodes in network namespaces on this machine trains\n"
-            "      the job (default configs/kjv/job.json), then samples the model\n");
+            "      the job (default configs/kjv/job.json), then samples the model (a LoRA\n"
+            "      job: its base with the adapter)\n");
 }
 
 /* OpenBLAS reads OPENBLAS_CORETYPE only when it loads, so a weak automatic
