@@ -23,16 +23,23 @@
  *     map from entry 127, then the midpoint test ((a + b) * 0.5f in fp32;
  *     above the upper midpoint goes up, below the lower one goes down);
  *   - dequantization: absmax = map8[q] * nested_absmax + offset (two fp32
- *     roundings), x = nf4[code] * absmax.
+ *     roundings), x = nf4[code] * absmax (whole blocks with AVX-512 where
+ *     the CPU has it: the same products, a table lookup by permute).
  *
  * Nothing here allocates: a matrix lives in one caller-provided buffer of
  * nf4_bytes(). */
 #include "kernels.h"
 
+#include "gemm.h"
+
 #include <math.h>
 #include <omp.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 /* bitsandbytes' NF4 values (QLoRA, appendix E), as fp32. */
 static const float nf4_values[16] = {
@@ -215,11 +222,67 @@ float nf4_block_absmax(const nf4_matrix *q, int64_t block)
     return a + q->offset;
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+/* Whole blocks b0 .. b0 + nb - 1 into dst with AVX-512: each block's 16
+ * table values times its absmax (the same fp32 products as the scalar
+ * loop's lut), 64 codes looked up with one permute per 16. The same bits as
+ * the scalar path below. */
+__attribute__((target("avx512f"))) static void dequantize_blocks_avx512(const nf4_matrix *q,
+                                                                      int64_t b0, int64_t nb,
+                                                                      float *dst)
+{
+    /* element 2j is the high nibble of byte j, element 2j + 1 the low one */
+    const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7,
+                                            23);
+    const __m512i second = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14,
+                                             30, 15, 31);
+    const __m512i low = _mm512_set1_epi32(15);
+    const __m512 map = _mm512_loadu_ps(q->quant_map);
+    for (int64_t b = b0; b < b0 + nb; b++, dst += NF4_BLOCK) {
+        __m512 lut = _mm512_mul_ps(map, _mm512_set1_ps(nf4_block_absmax(q, b)));
+        const uint8_t *c = q->codes + b * (NF4_BLOCK / 2);
+        for (int h = 0; h < 2; h++) {
+            __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(c + 16 * h)));
+            __m512i hi = _mm512_srli_epi32(v, 4), lo = _mm512_and_epi32(v, low);
+            _mm512_storeu_ps(dst + 32 * h,
+                             _mm512_permutexvar_ps(_mm512_permutex2var_epi32(hi, first, lo), lut));
+            _mm512_storeu_ps(dst + 32 * h + 16,
+                             _mm512_permutexvar_ps(_mm512_permutex2var_epi32(hi, second, lo), lut));
+        }
+    }
+}
+
+#else
+static void dequantize_blocks_avx512(const nf4_matrix *q, int64_t b0, int64_t nb, float *dst)
+{
+    (void)q, (void)b0, (void)nb, (void)dst;
+}
+#endif
+
+/* 1 where the CPU has AVX-512 (gemm_avx512_supported, decided once). */
+static int use_avx512(void)
+{
+    static _Atomic int have = -1;
+    int h = atomic_load_explicit(&have, memory_order_relaxed);
+    if (h < 0) {
+        h = gemm_avx512_supported();
+        atomic_store_explicit(&have, h, memory_order_relaxed);
+    }
+    return h;
+}
+
 void nf4_dequantize_range(const nf4_matrix *q, int64_t start, int64_t count, float *dst)
 {
     int64_t i = start, end = start + count;
+    const int vec = use_avx512();
     while (i < end) {
         int64_t b = i / NF4_BLOCK, bend = (b + 1) * NF4_BLOCK < end ? (b + 1) * NF4_BLOCK : end;
+        if (vec && i % NF4_BLOCK == 0 && end - i >= NF4_BLOCK) { /* whole blocks */
+            int64_t nb = (end - i) / NF4_BLOCK;
+            dequantize_blocks_avx512(q, b, nb, dst + (i - start));
+            i += nb * NF4_BLOCK;
+            continue;
+        }
         float a = nf4_block_absmax(q, b), lut[16];
         for (int k = 0; k < 16; k++) lut[k] = q->quant_map[k] * a;
         float *d = dst + (i - start);

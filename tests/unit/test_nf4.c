@@ -103,6 +103,15 @@ static void test_roundtrip_and_bytes(void)
     }
     /* half the widest NF4 gap (0.304) plus the 8-bit absmax error */
     CHECK(worst < 0.16 + 0.02, "roundtrip: worst error %.4f of the block's absmax", worst);
+    /* every value is its code's table value times its block's absmax (the
+     * scalar rule; the whole-block path of AVX-512 CPUs must agree) */
+    int exact = 1;
+    for (int64_t i = 0; i < rows * cols; i++) {
+        int code = i % 2 ? q.codes[i / 2] & 15 : q.codes[i / 2] >> 4;
+        float want = q.quant_map[code] * nf4_block_absmax(&q, i / NF4_BLOCK);
+        exact &= !memcmp(&want, &d[i], sizeof want);
+    }
+    CHECK(exact, "dequantize: a value is not nf4[code] * absmax of its block");
     /* ranges of any start and length equal the whole dequantization */
     float part[200];
     for (int64_t s = 0; s < 500; s += 37) {
