@@ -346,7 +346,7 @@ static int dir_files(const char *dir, char ***out, int *n, char *err, size_t err
 }
 
 static int run_cluster(trainer *t, const char *job, const char *cluster_path, const char *node,
-                       long threads, long stop, bool resume, const char *metrics,
+                       long threads, long stop, bool resume, const char *metrics, bool append,
                        const char *snapshots, const char *resume_from, char *err, size_t errlen)
 {
     char **files = NULL;
@@ -372,7 +372,7 @@ static int run_cluster(trainer *t, const char *job, const char *cluster_path, co
         snprintf(err, errlen, "--steps %ld is past the job's last step (%ld)", stop, t->job.steps);
         goto out;
     }
-    if (metrics && !(t->metrics = fopen(metrics, resume || resume_from ? "a" : "w"))) {
+    if (metrics && !(t->metrics = fopen(metrics, resume || resume_from || append ? "a" : "w"))) {
         snprintf(err, errlen, "%s: cannot open for writing: %s", metrics, strerror(errno));
         goto out;
     }
@@ -504,7 +504,7 @@ static int run_mesh(const char *state, const char *job, bool stop, bool wait)
                 snprintf(problem, sizeof problem, "%s: %.400s", nm,
                          r->error[0] ? r->error : pool_run_state_name(rs));
             }
-            if (r && (!best || r->step > best->step)) best = r;
+            if (r && (!c || now) && (!best || r->step > best->step)) best = r;
             if (!c && d->why[0])
                 snprintf(problem, sizeof problem, "no plan fits: %.480s", d->why);
             for (int k = 0; k < d->lacks.n; k++)
@@ -594,7 +594,7 @@ int cmd_train(int argc, char **argv)
 {
     const char *job = NULL, *steps = NULL, *metrics = NULL, *threads = NULL, *cluster = NULL,
                *node = NULL, *state = NULL, *snapshots = NULL, *resume_from = NULL;
-    bool resume = false, stop_job = false, wait = false;
+    bool resume = false, stop_job = false, wait = false, append = false;
     const args_option opts[] = {
         {"--job", &job, NULL},         {"--steps", &steps, NULL},
         {"--metrics", &metrics, NULL}, {"--threads", &threads, NULL},
@@ -602,6 +602,7 @@ int cmd_train(int argc, char **argv)
         {"--node", &node, NULL},       {"--state", &state, NULL},
         {"--stop", NULL, &stop_job},   {"--wait", NULL, &wait},
         {"--snapshots", &snapshots, NULL}, {"--resume-from", &resume_from, NULL},
+        {"--append-metrics", NULL, &append},
     };
     const char *required[] = {"--job", NULL};
     int nopts = (int)(sizeof opts / sizeof opts[0]);
@@ -612,7 +613,7 @@ int cmd_train(int argc, char **argv)
     int rc = 1;
     if (args_parse(argc, argv, 2, opts, nopts, err, sizeof err) == 0 && state) {
         if (steps || metrics || threads || cluster || node || resume || snapshots ||
-            resume_from) {
+            resume_from || append) {
             fprintf(stderr, "shardnode train: --state submits to the mesh; it takes --job, "
                             "--wait or --stop only\n");
             return 2;
@@ -623,16 +624,16 @@ int cmd_train(int argc, char **argv)
         fprintf(stderr, "shardnode train: --stop and --wait need --state DIR\n");
         return 2;
     }
-    if ((snapshots || resume_from) && !cluster) {
-        fprintf(stderr, "shardnode train: --snapshots and --resume-from are for a pipeline "
-                        "stage: they need --cluster\n");
+    if ((snapshots || resume_from || append) && !cluster) {
+        fprintf(stderr, "shardnode train: --snapshots, --resume-from and --append-metrics are "
+                        "for a pipeline stage: they need --cluster\n");
         return 2;
     }
     if (args_parse(argc, argv, 2, opts, nopts, err, sizeof err) ||
         args_require(opts, nopts, required, err, sizeof err) ||
         (steps && args_int(steps, "--steps", 1, 1L << 40, &stop, err, sizeof err)) ||
         (threads && args_int(threads, "--threads", 1, 1024, &nthreads, err, sizeof err)) ||
-        (cluster ? run_cluster(&t, job, cluster, node, nthreads, stop, resume, metrics,
+        (cluster ? run_cluster(&t, job, cluster, node, nthreads, stop, resume, metrics, append,
                                snapshots, resume_from, err, sizeof err)
                  : trainer_open(&t, job, nthreads, err, sizeof err) ||
                    trainer_open_data(&t, true, err, sizeof err)) ||

@@ -514,10 +514,11 @@ static void start_run(daemon_t *d, const pool_action *a)
     snprintf(snap, sizeof snap, "%s/snap", p->dir);
     mkdir(snap, 0700);
     snprintf(thr, sizeof thr, "%d", d->threads);
+    /* metrics.jsonl keeps every epoch's steps and the recoveries' lines */
     char *train[] = {"shardnode", "train", "--job", job_path, "--cluster", cl_path, "--node",
-                     d->name, "--metrics", metrics, "--snapshots", snap,
+                     d->name, "--metrics", metrics, "--append-metrics", "--snapshots", snap,
                      d->threads ? "--threads" : NULL, thr, NULL};
-    int ntrain = d->threads ? 14 : 12;
+    int ntrain = d->threads ? 15 : 13;
     char **args = calloc((size_t)(24 + 2 * a->ntargets + ntrain), sizeof *args);
     char (*pieces)[GOSSIP_ADDR_MAX + MESH_NAME_MAX + 96] =
         calloc((size_t)a->ntargets + 1, sizeof *pieces);
@@ -721,6 +722,35 @@ static void reap(daemon_t *d)
     }
 }
 
+/* A recovery this member took part in, once its new plan did a step: one
+ * line of the member's metrics.jsonl (docs/FORMATS.md, "Metrics"). */
+static void note_recovery(daemon_t *d)
+{
+    pool *p = d->pool;
+    const pool_doc *doc = pool_core_doc(p->core);
+    if (!p->id[0] || !(doc->has & POOL_HAS_REC) || doc->rec.ms < 0) return;
+    const pool_recovery *r = &doc->rec;
+    if (r->n == p->noted_rec) return;
+    p->noted_rec = r->n;
+    char path[DAEMON_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", p->dir);
+    json_t *j = json_pack("{s:{s:s,s:I,s:I,s:I,s:I,s:f}}", "recovery", "lost", r->lost, "at",
+                          (json_int_t)r->at, "from", (json_int_t)r->from, "redone",
+                          (json_int_t)(r->at > r->from ? r->at - r->from : 0), "epoch",
+                          (json_int_t)r->epoch, "seconds", (double)r->ms / 1e3);
+    char *line = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(j);
+    int fd = line ? open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644) : -1;
+    if (fd >= 0) {
+        size_t n = strlen(line);
+        line[n] = '\n';   /* the NUL becomes the line's end: one write, appended whole */
+        if (write(fd, line, n + 1) != (ssize_t)(n + 1))
+            daemon_log(d, "pool: %s: cannot record the recovery: %s", path, strerror(errno));
+        close(fd);
+    }
+    free(line);
+}
+
 /* ---- the daemon's entry points ---- */
 
 int pool_open(daemon_t *d)
@@ -775,6 +805,7 @@ void pool_tick(daemon_t *d, int64_t now)
     int n = build_view(d);
     pool_core_step(p->core, p->view, n, now, (int64_t)time(NULL), &p->acts);
     execute(d, now);
+    note_recovery(d);
     if (pool_core_due(p->core)) {   /* a job's blob came: take it up now */
         n = build_view(d);
         pool_core_step(p->core, p->view, n, now, (int64_t)time(NULL), &p->acts);

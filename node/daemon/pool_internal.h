@@ -28,6 +28,7 @@ struct pool {
     char dir[DAEMON_PATH_MAX];   /* STATE/jobs/ID */
     pid_t prof_pid, probe_pid, run_pid, export_pid, fetch_pid, pull_pid;
     pool_snap pulling;           /* the snapshot pull_pid copies */
+    int64_t noted_rec;           /* the recovery last written to metrics.jsonl (its n) */
     pool_job_ref fetching;       /* the job blob fetch_pid fetches */
     cost_shape shape;            /* the job's model, to check its profile */
     int64_t next_ms;

@@ -471,6 +471,7 @@ void pool_core_snapshots(pool_core *c, const pool_snaps *held)
     if (memcmp(&c->doc.snaps, held, sizeof *held) == 0) return;
     c->doc.snaps = *held;
     c->dirty = true;
+    c->next_doc_ms = 0;   /* said at once: a buddy's copy lags it by no more */
 }
 
 /* ---- the base membership ---- */

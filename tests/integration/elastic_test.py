@@ -18,6 +18,9 @@ of a run, and the pool goes on by itself (docs/ARCHITECTURE.md, "Recovery").
    status and train --wait say what was lost, at which step, the steps redone
    and the seconds to the first step after it.
 4. The killed member comes back; the same with the holder of the last stage.
+5. A partition mid-run ({a, b} | {c, d, e}, underlay packets dropped): the
+   minority never commits a later epoch; the majority recovers, finishes
+   with one process's losses and model; the partition heals.
 
 Needs root (namespaces, wireguard-go); exits 77 (skip) otherwise.
 """
@@ -85,7 +88,7 @@ def kill_member(t, n):
     return len(pids)
 
 
-def scenario(t, job, m1, rng, name, which, wd):
+def scenario(t, job, m1, rng, name, which, wd, prev):
     out = os.path.join(wd, name)
     # 8 micro-batches of 2: a pipeline of several stages pays (the planner
     # chooses from measured profiles, so the count can still vary)
@@ -93,8 +96,11 @@ def scenario(t, job, m1, rng, name, which, wd):
     sub = subprocess.Popen(["ip", "netns", "exec", t.net.full("e"), t.sn, "train", "--state",
                             t.state("e"), "--job", jp, "--wait"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    c0 = t.wait("a committed plan on e", lambda: committed(t, "e"), 300)
-    jid = t.status("e")["job"]["id"]
+    def new_commit():
+        j = (t.status("e") or {}).get("job") or {}
+        return (j["id"], j["committed"]) if j.get("id") not in (None, prev) and \
+            j.get("committed") else None
+    jid, c0 = t.wait("a committed plan of the new job on e", new_commit, 300)
     stages = c0["stages"]
     check(len(stages) >= 2, "%s: a plan of %d stage (want 2 or more)" % (name, len(stages)))
     if which == "middle" and len(stages) < 3:
@@ -102,7 +108,7 @@ def scenario(t, job, m1, rng, name, which, wd):
             "middle one" % name)
     victim = stages[len(stages) // 2 if len(stages) >= 3 else 0][0] if which == "middle" \
         else stages[-1][0]
-    at = rng.randint(EVERY + 3, STEPS - 12)
+    at = rng.randint(2 * EVERY + 3, STEPS - 12)
     log("%s: plan %s; killing %s (the %s stage) after step %d"
         % (name, ", ".join("%s %d-%d" % (s[0], s[1], s[2] - 1) for s in stages), victim, which,
            at))
@@ -144,16 +150,25 @@ def scenario(t, job, m1, rng, name, which, wd):
     want = {m["step"]: m["loss"] for m in metrics(m1)}
     seen = set()
     lines = 0
+    recorded = 0
     for n in NAMES:
         if n == victim or n == "e":
             continue
         for m in job_metrics(t, n, jid):
+            if "recovery" in m:
+                r = m["recovery"]
+                check(r["epoch"] == c["e"] and r["from"] == c.get("rs", 0) and
+                      r["lost"] in (victim, ""), "%s: %s's metrics record the recovery as %s"
+                      % (name, n, r))
+                recorded += 1
+                continue
             lines += 1
             seen.add(m["step"])
             check(m["loss"] == want[m["step"]], "%s: step %d loss %.17g on %s, single process "
                   "%.17g" % (name, m["step"], m["loss"], n, want[m["step"]]))
     check(seen == set(range(1, STEPS + 1)), "%s: the survivors' metrics miss steps %s"
           % (name, sorted(set(range(1, STEPS + 1)) - seen)))
+    check(recorded >= 1, "%s: no survivor's metrics.jsonl records the recovery" % name)
     wdiff = check_gathered(out, os.path.join(wd, "single"), 0.0)
     p = t.sn_in("e", ["status", "--state", t.state("e")], ok=False)
     check("recovered" in p.stdout and victim in p.stdout, "%s: status does not show the "
@@ -167,7 +182,72 @@ def scenario(t, job, m1, rng, name, which, wd):
     for ln in p.stdout.splitlines():
         if "recover" in ln:
             log("     status: " + ln.strip())
-    return victim
+    return victim, jid
+
+
+def cut(t, ip, side, other, on):
+    """Drops (on) or lets through again every underlay packet between the
+    namespaces of side and those of other: a partition of the pool."""
+    for n in side:
+        for m in other:
+            for chain, flag in (("INPUT", "-s"), ("OUTPUT", "-d")):
+                t.net.exec(t.net.full(n), ["iptables", "-A" if on else "-D", chain, flag, ip[m],
+                                           "-j", "DROP"])
+
+
+def partition(t, job, m1, rng, wd, prev, ip):
+    """{a, b} cut off from {c, d, e} mid-run: the side without a strict
+    majority of the base membership (2 of 5) never commits a later epoch nor
+    runs one; the majority recovers and finishes with one process's losses."""
+    name = "partition"
+    out = os.path.join(wd, name)
+    jp = job(name, out, snapshot_every=EVERY, micro_batch=2)
+    sub = subprocess.Popen(["ip", "netns", "exec", t.net.full("e"), t.sn, "train", "--state",
+                            t.state("e"), "--job", jp, "--wait"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def new_commit():
+        j = (t.status("e") or {}).get("job") or {}
+        return (j["id"], j["committed"]) if j.get("id") not in (None, prev) and \
+            j.get("committed") else None
+    jid, c0 = t.wait("a committed plan of the new job on e", new_commit, 300)
+    at = rng.randint(EVERY + 3, STEPS - 15)
+    first = c0["stages"][0][0]
+    t.wait("step %d" % at, lambda: (job_metrics(t, first, jid) or [{"step": 0}])[-1]["step"]
+           >= at, 600)
+    cut(t, ip, "ab", "cde", True)
+    log("%s: plan %s; {a, b} cut off from {c, d, e} after step %d"
+        % (name, ", ".join("%s %d-%d" % (s[0], s[1], s[2] - 1) for s in c0["stages"]), at))
+    try:
+        end = time.time() + 900
+        while sub.poll() is None and time.time() < end:
+            for n in "ab":
+                j = (t.status(n) or {}).get("job") or {}
+                c = j.get("committed") or {}
+                check(j.get("id") != jid or c.get("e") == c0["e"], "%s: the minority's %s "
+                      "committed epoch %s" % (name, n, c.get("e")))
+            time.sleep(1)
+        o, e = sub.communicate(timeout=60)
+    finally:
+        cut(t, ip, "ab", "cde", False)
+    log(o.strip())
+    check(sub.returncode == 0, "%s: train --wait exited %d:\n%s%s" % (name, sub.returncode, o, e))
+    c = t.status("e")["job"]["committed"]
+    check(c["e"] > c0["e"] and not {s[0] for s in c["stages"]} & {"a", "b"},
+          "%s: the majority's epoch %d plan %s" % (name, c["e"], c["stages"]))
+    want = {m["step"]: m["loss"] for m in metrics(m1)}
+    for n in "cd":
+        for m in job_metrics(t, n, jid):
+            if "step" in m:
+                check(m["loss"] == want[m["step"]], "%s: step %d loss %.17g on %s, single "
+                      "process %.17g" % (name, m["step"], m["loss"], n, want[m["step"]]))
+    check_gathered(out, os.path.join(wd, "single"), 0.0)
+    log("ok   %s: the minority {a, b} never committed past epoch %d; the majority resumed in "
+        "epoch %d after step %d on %s and finished with one process's losses and model"
+        % (name, c0["e"], c["e"], c.get("rs", 0),
+           ", ".join("%s %d-%d" % (s[0], s[1], s[2] - 1) for s in c["stages"])))
+    t.wait("the pool whole again", lambda: t.all_alive(NAMES, 5), 120)
+    return jid
 
 
 def body(t, seed):
@@ -186,10 +266,12 @@ def body(t, seed):
     t.grow(ip, "10.79.0.0/16", opts, 30)
     t.wait("all five alive everywhere", lambda: t.all_alive(NAMES, 5), 90)
     log("mesh: 5 members alive")
+    prev = None
     for name, which in (("middle", "middle"), ("last", "last")):
-        victim = scenario(t, job, m1, rng, name, which, wd)
+        victim, prev = scenario(t, job, m1, rng, name, which, wd, prev)
         t.start(victim, ["up", "--state", t.state(victim)] + opts[victim])
         t.wait("%s back" % victim, lambda: t.all_alive(NAMES, 5), 90)
+    partition(t, job, m1, rng, wd, prev, ip)
 
 
 if __name__ == "__main__":
