@@ -299,7 +299,18 @@ static void print_table(json_t *st)
         if (link && strcmp(link, "pending") == 0)
             printf("note: %s: no WireGuard handshake with this node yet (just joined, or "
                    "punching through NAT); it is heard through other members\n", name);
-        else if (link && strcmp(link, "unreachable") == 0)
+        else if (link && strcmp(link, "relayed") == 0) {
+            json_t *rl = json_object_get(m, "relay"), *tr = json_object_get(m, "traffic");
+            json_t *rtt = json_object_get(m, "rtt_ms");
+            printf("note: %s is relayed via %s (its port %lld, for %.0f s; round trip %s%lld ms; "
+                   "in %.1f kB/s, out %.1f kB/s over the last second): neither side's router "
+                   "lets the other in\n", name, node_json_str(rl, "via") ? node_json_str(rl, "via") : "?",
+                   (long long)json_integer_value(json_object_get(rl, "port")),
+                   json_number_value(json_object_get(rl, "since_s")),
+                   json_is_integer(rtt) ? "" : "? ", (long long)json_integer_value(rtt),
+                   json_number_value(json_object_get(tr, "rx_bytes_s")) / 1e3,
+                   json_number_value(json_object_get(tr, "tx_bytes_s")) / 1e3);
+        } else if (link && strcmp(link, "unreachable") == 0)
             printf("note: %s is alive but this node cannot reach it directly (both behind "
                    "NATs that punching does not get through, and no member relays for the "
                    "pair yet); it is heard through other members\n", name);

@@ -334,6 +334,14 @@ static void wg_poll(daemon_t *d)
         if (!p) continue;
         snprintf(p->endpoint, sizeof p->endpoint, "%s", info[i].endpoint);
         p->handshake_s = info[i].last_handshake_sec;
+        int64_t now_ms = daemon_now_ms();
+        if (p->polled_ms > 0 && now_ms > p->polled_ms && info[i].rx_bytes >= p->rx_bytes &&
+            info[i].tx_bytes >= p->tx_bytes) {
+            double dt = (double)(now_ms - p->polled_ms) / 1e3;
+            p->rx_rate = (double)(info[i].rx_bytes - p->rx_bytes) / dt;
+            p->tx_rate = (double)(info[i].tx_bytes - p->tx_bytes) / dt;
+        }
+        p->polled_ms = now_ms;
         p->rx_bytes = info[i].rx_bytes;
         p->tx_bytes = info[i].tx_bytes;
         for (size_t j = 0; j < nm; j++) {

@@ -37,6 +37,8 @@ typedef struct {
     bool withdrawn;                      /* dead for long: address withdrawn */
     bool knocked;                        /* let back in after a handshake while withdrawn */
     uint64_t rx_bytes, tx_bytes;         /* WireGuard's counters at the last poll */
+    int64_t polled_ms;                   /* that poll (monotonic; 0: none yet) */
+    double rx_rate, tx_rate;             /* bytes/s between the last two polls */
     /* Relayed (daemon_relay.c): WireGuard sends to relay_ep, a relay's port. */
     bool relayed;
     char relay_ep[MESH_WG_ENDPOINT_MAX];

@@ -452,6 +452,12 @@ json_t *daemon_status_json(daemon_t *d)
         json_object_set_new(row, "rtt_ms", !m->self && live && m->rtt_ms >= 0
                                                ? json_integer((json_int_t)m->rtt_ms)
                                                : json_null());
+        /* What WireGuard carried to and from it between the last two polls
+         * (about a second): the link's use, not its capacity. */
+        if (!m->self && p && p->polled_ms > 0)
+            json_object_set_new(row, "traffic",
+                                json_pack("{s:f, s:f}", "rx_bytes_s", p->rx_rate, "tx_bytes_s",
+                                          p->tx_rate));
         const gossip_member *via = m->self ? NULL : daemon_relay_via(d, m);
         if (via && daemon_relay_up(d, m)) {
             relay_stats rs;

@@ -271,6 +271,13 @@ class RelayTest:
         log("     status on nat1:\n" + "\n".join("       " + ln for ln in out.splitlines()))
         line = [ln for ln in out.splitlines() if ln.startswith("nat2 ")]
         check(line and " relayed via a " in line[0], "status on nat1 shows nat2 as %r" % line)
+        note = [ln for ln in out.splitlines() if ln.startswith("note: nat2 is relayed via a")]
+        check(note and "kB/s" in note[0], "status on nat1 has no note on the relayed nat2: %r"
+              % out)
+        tr = self.view("nat1")["nat2"].get("traffic") or {}
+        check(isinstance(tr.get("rx_bytes_s"), (int, float)) and
+              isinstance(tr.get("tx_bytes_s"), (int, float)),
+              "status --json on nat1 has no traffic for nat2: %r" % tr)
         log("ok   5. status on nat1 shows nat2 relayed via a")
 
         # 5b. A pool job whose neighbouring stages are the relayed pair.
