@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #define RELAY_MAX_PAIRS 64
+#define RELAY_MAX_PER_ASKER 8 /* pairs one member may have this node relay */
 #define RELAY_LEASE_MS 60000
 #define RELAY_DGRAM_MAX 65536
 #define DAEMON_KEEPALIVE_S 25
@@ -209,21 +210,6 @@ int daemon_relay_open_hook(void *ctx, const gossip_member *a, const gossip_membe
         return -1;
     }
     int64_t now = daemon_now_ms();
-    for (size_t i = 0; i < d->nfwd; i++) {
-        relay_fwd *f = d->fwd[i];
-        if (memcmp(f->key[0], a->rec.wg_pub, GOSSIP_KEY_LEN) == 0 &&
-            memcmp(f->key[1], b->rec.wg_pub, GOSSIP_KEY_LEN) == 0) {
-            f->renewed_ms = now;
-            *port_a = f->port[0];
-            *port_b = f->port[1];
-            return 0;
-        }
-    }
-    if (d->nfwd == RELAY_MAX_PAIRS) {
-        daemon_log(d, "relay: refused %s <-> %s: already relaying %d pairs", a->rec.name,
-                   b->rec.name, RELAY_MAX_PAIRS);
-        return -1;
-    }
     const gossip_member *mm[2] = {a, b};
     char ip[2][64];
     for (int s = 0; s < 2; s++) {
@@ -234,6 +220,30 @@ int daemon_relay_open_hook(void *ctx, const gossip_member *a, const gossip_membe
                        a->rec.name, b->rec.name, mm[s]->rec.name);
             return -1;
         }
+    }
+    int mine = 0;
+    for (size_t i = 0; i < d->nfwd; i++) {
+        relay_fwd *f = d->fwd[i];
+        if (memcmp(f->key[0], a->rec.wg_pub, GOSSIP_KEY_LEN) != 0) continue;
+        if (memcmp(f->key[1], b->rec.wg_pub, GOSSIP_KEY_LEN) == 0) {
+            /* A renewal: where this node's WireGuard sees the two now (a side
+             * that moved sends from its new address from here on). */
+            f->renewed_ms = now;
+            for (int s = 0; s < 2; s++)
+                if (strcmp(f->want_ip[s], ip[s]) != 0) {
+                    memcpy(f->want_ip[s], ip[s], sizeof f->want_ip[s]);
+                    f->at_len[s] = 0;
+                }
+            *port_a = f->port[0];
+            *port_b = f->port[1];
+            return 0;
+        }
+        mine++;
+    }
+    if (d->nfwd == RELAY_MAX_PAIRS || mine >= RELAY_MAX_PER_ASKER) {
+        daemon_log(d, "relay: refused %s <-> %s: already relaying %d pairs (%d of them for %s)",
+                   a->rec.name, b->rec.name, (int)d->nfwd, mine, a->rec.name);
+        return -1;
     }
     if (!d->fwd) {
         d->fwd = calloc(RELAY_MAX_PAIRS, sizeof *d->fwd);
