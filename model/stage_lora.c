@@ -508,26 +508,35 @@ double stage_frozen_bytes(const stage *s)
     return b;
 }
 
-/* Sets frozen tensor i from a reader of fp32 values (into the stage, or
- * through a buffer that is quantized). */
-static int frozen_from(stage *s, int i, const safetensors_file *f, char *err, size_t errlen)
-{
-    const stage_param *p = &s->lora->frozen[i];
-    float *dst = stage_frozen_data(s, i);
-    if (dst) return safetensors_read_f32(f, p->name, p->ndim, p->shape, dst, err, errlen);
-    float *w = malloc(p->numel * sizeof *w);
-    if (!w) return model_errf(err, errlen, "%s: out of memory reading it", p->name);
-    int rc = safetensors_read_f32(f, p->name, p->ndim, p->shape, w, err, errlen);
-    if (rc == 0) rc = stage_frozen_write(s, i, w, p->numel, err, errlen);
-    free(w);
-    return rc;
-}
-
+/* Reads the frozen base from f: fp32 tensors straight into the stage, NF4
+ * ones through one buffer (the largest matrix and its absmax), allocated
+ * once for the whole stage: a malloc and free per matrix left several MB of
+ * freed heap resident after the load (glibc raises its mmap threshold to
+ * each freed size, so the next matrices came from the heap). */
 int stage_lora_load(stage *s, const safetensors_file *f, char *err, size_t errlen)
 {
-    for (int i = 0; i < s->lora->nfrozen; i++)
-        if (frozen_from(s, i, f, err, errlen)) return -1;
-    return 0;
+    struct stage_lora_state *L = s->lora;
+    size_t most = 0, blocks = 0;
+    for (int i = 0; i < L->nfrozen; i++) {
+        if (!stage_frozen_is_nf4(s, i)) continue;
+        const lora_mod *md = &L->mods[L->fmod[i]];
+        size_t n = (size_t)md->out * (size_t)md->in, nb = (size_t)nf4_blocks(md->out, md->in);
+        most = n > most ? n : most;
+        blocks = nb > blocks ? nb : blocks;
+    }
+    float *w = NULL;
+    if (most && !(w = malloc((most + blocks) * sizeof *w)))
+        return model_errf(err, errlen, "out of memory reading the base of layers [%d, %d)",
+                          s->l0, s->l1);
+    int rc = 0;
+    for (int i = 0; i < L->nfrozen && rc == 0; i++) {
+        const stage_param *p = &L->frozen[i];
+        float *dst = stage_frozen_data(s, i);
+        rc = safetensors_read_f32(f, p->name, p->ndim, p->shape, dst ? dst : w, err, errlen);
+        if (rc == 0 && !dst) nf4_quantize(&L->mods[L->fmod[i]].q, w, w + most);
+    }
+    free(w);
+    return rc ? -1 : 0;
 }
 
 void stage_lora_init(stage *s, uint64_t seed)
