@@ -211,7 +211,11 @@ def partition(t, job, m1, rng, wd, prev, ip):
         return (j["id"], j["committed"]) if j.get("id") not in (None, prev) and \
             j.get("committed") else None
     jid, c0 = t.wait("a committed plan of the new job on e", new_commit, 300)
-    at = rng.randint(EVERY + 3, STEPS - 15)
+    # Early in the run: two members cut off together may hold a stage and
+    # the copies of another; past 2 x snapshot_every steps the majority
+    # would then rightly fail the job for lost layers (unit.test_pool_recover
+    # covers that verdict), which is not what this scenario is about.
+    at = rng.randint(3, 2 * EVERY - 2)
     first = c0["stages"][0][0]
     t.wait("step %d" % at, lambda: (job_metrics(t, first, jid) or [{"step": 0}])[-1]["step"]
            >= at, 600)
