@@ -312,7 +312,8 @@ static void observe_hook(void *ctx, const char *addr, char *out, size_t outlen)
     out[0] = '\0';
     const gossip_member *m = gossip_find_addr(d->g, addr);
     const daemon_peer *p = m ? daemon_peer_find(d, m->rec.wg_pub) : NULL;
-    if (p) snprintf(out, outlen, "%s", p->endpoint);
+    /* Through a relay WireGuard sees the relay's port, not the member's. */
+    if (p && !p->relayed) snprintf(out, outlen, "%s", p->endpoint);
 }
 
 /* Reads WireGuard's view: endpoints as seen (for "observed" and status),

@@ -278,7 +278,13 @@ class RelayTest:
         check(isinstance(tr.get("rx_bytes_s"), (int, float)) and
               isinstance(tr.get("tx_bytes_s"), (int, float)),
               "status --json on nat1 has no traffic for nat2: %r" % tr)
-        log("ok   5. status on nat1 shows nat2 relayed via a")
+        # Neither side took the relay's port for an endpoint of its own (what
+        # its peer observes through the relay is the relay's).
+        for n in ("nat1", "nat2"):
+            eps = self.view(n)[n]["endpoints"]
+            check(not any(e.startswith(PUBLIC["a"] + ":") for e in eps),
+                  "%s's record lists the relay's address among its endpoints: %s" % (n, eps))
+        log("ok   5. status on nat1 shows nat2 relayed via a; no record lists a relay port")
 
         # 5b. A pool job whose neighbouring stages are the relayed pair.
         self.pool_job()
