@@ -113,6 +113,9 @@ typedef struct {
     const char *bind_host;     /* source address of outgoing connections (NULL: the
                                 * kernel's choice; one that is not local here is
                                 * ignored), so peers that check it see this node's */
+    bool defer_accept;         /* connections wait in the listen queue until
+                                * mesh_net_accept: a HELLO that comes before the peers
+                                * are declared is not refused as undeclared */
 } mesh_net_config;
 
 /* Bytes of a frame's payload besides its tensor and labels: an upper bound
@@ -141,6 +144,9 @@ int mesh_net_start(mesh_net **out, const mesh_net_config *cfg, char *err, size_t
 /* Closes every connection and joins the loop thread. NULL is fine. */
 void mesh_net_stop(mesh_net *n);
 int mesh_net_port(const mesh_net *n);
+/* With defer_accept: connections are taken from now on (call it once every
+ * peer is declared). */
+void mesh_net_accept(mesh_net *n);
 
 /* Declares a peer this node talks to. With a host, this node connects to
  * it (retrying with backoff until timeout_ms); without (NULL), the peer

@@ -187,7 +187,9 @@ static int start_listener(mesh_net *n, const mesh_net_config *cfg, char *err, si
     }
     n->listener = evconnlistener_new_bind(
         n->base, net_accept_cb, n,
-        LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC, 64, res->ai_addr,
+        LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC |
+            (cfg->defer_accept ? LEV_OPT_DISABLED : 0),
+        64, res->ai_addr,
         (int)res->ai_addrlen);
     freeaddrinfo(res);
     if (!n->listener) {
@@ -309,6 +311,12 @@ int mesh_net_start(mesh_net **out, const mesh_net_config *cfg, char *err, size_t
 fail:
     mesh_net_stop(n);
     return -1;
+}
+
+void mesh_net_accept(mesh_net *n)
+{
+    /* the base has locks (evthread): callable from the owner's thread */
+    if (n && n->listener) evconnlistener_enable(n->listener);
 }
 
 void mesh_net_stop(mesh_net *n)

@@ -585,7 +585,8 @@ static int engine_open(engine *e, char *err, size_t errlen)
     e->run_id = mesh_run_id(run);
     /* Listens on this node's address only; connects from it, so the peer
      * can check where the connection comes from. */
-    mesh_net_config nc = {me->name, run, me->host, me->port, cl->timeout_ms, 0, 0, me->host};
+    mesh_net_config nc = {me->name, run, me->host, me->port, cl->timeout_ms, 0, 0, me->host,
+                          true};
     if (mesh_net_start(&e->net, &nc, err, errlen)) return -1;
     /* What each peer may send, at most: the previous stage activations and
      * their labels, the next one gradients, the other end of a tied
@@ -640,6 +641,9 @@ static int engine_open(engine *e, char *err, size_t errlen)
                 return -1;
         }
     }
+    /* every peer declared: a HELLO is judged against them all (one that
+     * came sooner waited in the listen queue) */
+    mesh_net_accept(e->net);
     return mesh_net_wait_connected(e->net, cl->timeout_ms, err, errlen);
 }
 
@@ -675,7 +679,8 @@ static int save_state(engine *e, const char *path, long done, char *err, size_t 
 
 /* DIR/L<b>-<e>-s<step>.safetensors: the stage's snapshot after `done`
  * steps; older snapshots of the same layers but the newest two go. */
-static int snapshot(engine *e, const char *dir, long done, char *err, size_t errlen)
+static int snapshot(engine *e, const char *dir, long done, long ckpt_every, char *err,
+                    size_t errlen)
 {
     const cluster_node *me = &e->cl->nodes[e->self];
     char path[4200], prefix[64];
@@ -684,7 +689,9 @@ static int snapshot(engine *e, const char *dir, long done, char *err, size_t err
     if (save_state(e, path, done, err, errlen)) return -1;
     DIR *d = opendir(dir);
     if (!d) return 0;
-    long keep[2] = {done, -1};
+    /* the newest two, and the newest of a pool checkpoint's step (the
+     * submitter copies it) */
+    long keep[3] = {done, -1, ckpt_every > 0 ? done / ckpt_every * ckpt_every : -1};
     struct dirent *de;
     /* the newest other step kept beside this one */
     while ((de = readdir(d))) {
@@ -698,7 +705,9 @@ static int snapshot(engine *e, const char *dir, long done, char *err, size_t err
         char *end = NULL;
         if (strncmp(de->d_name, prefix, strlen(prefix)) != 0) continue;
         long st = strtol(de->d_name + strlen(prefix), &end, 10);
-        if (!end || strcmp(end, ".safetensors") != 0 || st == keep[0] || st == keep[1]) continue;
+        if (!end || strcmp(end, ".safetensors") != 0 || st == keep[0] || st == keep[1] ||
+            st == keep[2])
+            continue;
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
         unlink(path);
     }
@@ -787,8 +796,10 @@ int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
             abort_run(e, err);
             goto out;
         }
-        if (opt->snapshot_dir && opt->snapshot_every > 0 && done % opt->snapshot_every == 0 &&
-            done < stop && snapshot(e, opt->snapshot_dir, done, err, errlen)) {
+        bool snap_step = (opt->snapshot_every > 0 && done % opt->snapshot_every == 0) ||
+                         (opt->checkpoint_every > 0 && done % opt->checkpoint_every == 0);
+        if (opt->snapshot_dir && snap_step && done < stop &&
+            snapshot(e, opt->snapshot_dir, done, opt->checkpoint_every, err, errlen)) {
             abort_run(e, err);
             goto out;
         }
