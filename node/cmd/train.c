@@ -396,6 +396,7 @@ static int run_cluster(trainer *t, const char *job, const char *cluster_path, co
     if (snapshots) {
         eo.snapshot_dir = snapshots;
         eo.snapshot_every = t->job.snapshot_every;
+        eo.checkpoint_every = t->job.checkpoint_every;
     }
     if (resume_from) {
         if (resume) {
@@ -416,7 +417,7 @@ out:
 
 /* `train --state DIR --job JOB.json [--wait]`: the job goes to the mesh
  * through the running node; `--stop` stops the mesh's job on every node. */
-static int run_mesh(const char *state, const char *job, bool stop, bool wait)
+static int run_mesh(const char *state, const char *job, bool stop, bool wait, bool resume)
 {
     char err[2048], path[4200];
     json_t *reply = NULL;
@@ -438,8 +439,25 @@ static int run_mesh(const char *state, const char *job, bool stop, bool wait)
                               : NULL;
         if (nodej && !name) snprintf(err, sizeof err, "%.1000s: no \"name\"", path);
         json_decref(nodej);
+        char ckpt[4200] = "";
+        if (bundle && resume) {
+            /* the newest complete pool checkpoint in the job's out_dir */
+            job_spec js;
+            long long step = 0;
+            if (job_load(&js, job, err, sizeof err) != 0 ||
+                pool_checkpoint_newest(js.out_dir, ckpt, sizeof ckpt, &step, err,
+                                       sizeof err) != 0) {
+                if (js.path) job_free(&js);
+                json_decref(bundle);
+                fprintf(stderr, "shardnode train: --resume: %s\n", err);
+                return 1;
+            }
+            job_free(&js);
+            printf("train: resuming from the pool checkpoint %s (after step %lld)\n", ckpt, step);
+        }
         if (bundle) {
             json_t *req = json_pack("{s:s,s:o}", "cmd", "submit", "bundle", bundle);
+            if (ckpt[0]) json_object_set_new(req, "resume", json_string(ckpt));
             reply = node_control_call(state, req, err, sizeof err);
             json_decref(req);
         }
@@ -612,13 +630,13 @@ int cmd_train(int argc, char **argv)
     memset(&t, 0, sizeof t);
     int rc = 1;
     if (args_parse(argc, argv, 2, opts, nopts, err, sizeof err) == 0 && state) {
-        if (steps || metrics || threads || cluster || node || resume || snapshots ||
-            resume_from || append) {
+        if (steps || metrics || threads || cluster || node || snapshots || resume_from ||
+            append) {
             fprintf(stderr, "shardnode train: --state submits to the mesh; it takes --job, "
-                            "--wait or --stop only\n");
+                            "--wait, --resume or --stop only\n");
             return 2;
         }
-        return run_mesh(state, job, stop_job, wait);
+        return run_mesh(state, job, stop_job, wait, resume);
     }
     if (stop_job || wait) {
         fprintf(stderr, "shardnode train: --stop and --wait need --state DIR\n");

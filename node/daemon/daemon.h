@@ -72,5 +72,13 @@ int pool_export(const char *state, const char *out, char *err, size_t errlen);
 int cmd_probe_links(int argc, char **argv); /* run by the daemon */
 int cmd_fetch(int argc, char **argv);       /* run by the daemon */
 int cmd_stage_resume(int argc, char **argv); /* run by the daemon (pool_resume.c) */
+/* pool_resume.c: a pool checkpoint (docs/FORMATS.md, "Pool checkpoints"):
+ * the newest complete one under OUT_DIR/checkpoints (every shard's SHA-256
+ * as its manifest says), and its shards checked and (snap_dir not NULL)
+ * placed into a job's snapshots. */
+int pool_checkpoint_newest(const char *out_dir, char *dir, size_t len, long long *step,
+                           char *err, size_t errlen);
+int pool_checkpoint_place(const char *ckpt, const char *snap_dir, long long *step, char *err,
+                          size_t errlen);
 
 #endif

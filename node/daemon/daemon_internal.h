@@ -230,7 +230,9 @@ json_t *daemon_status_json(daemon_t *d);
 int pool_open(daemon_t *d);
 void pool_close(daemon_t *d);
 void pool_tick(daemon_t *d, int64_t now_ms);
-json_t *pool_submit(daemon_t *d, json_t *bundle);
+/* resume: a pool checkpoint's folder the job starts from (its shards go
+ * into the job's snapshots), or NULL. */
+json_t *pool_submit(daemon_t *d, json_t *bundle, const char *resume);
 json_t *pool_stop(daemon_t *d);
 json_t *pool_status_json(daemon_t *d);
 /* Fills the FETCH_REPLY r for request m; *data (free it after sending)

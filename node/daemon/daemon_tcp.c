@@ -525,7 +525,7 @@ static void control_readable(struct bufferevent *bev, void *arg)
         daemon_leave(d);
         reply = json_pack("{s:b}", "left", 1);
     } else if (cmd && strcmp(cmd, "submit") == 0) {
-        reply = pool_submit(d, json_object_get(req, "bundle"));
+        reply = pool_submit(d, json_object_get(req, "bundle"), node_json_str(req, "resume"));
     } else if (cmd && strcmp(cmd, "stop") == 0) {
         reply = pool_stop(d);
     } else {

@@ -109,6 +109,7 @@ static void stop_children(pool *p)
     kill_child(&p->run_pid);
     kill_child(&p->export_pid);
     kill_child(&p->pull_pid);
+    kill_child(&p->ckpt_pid);
 }
 
 /* The last non-empty line of a file: only its tail is read, so a metrics
@@ -298,6 +299,7 @@ static void setup(daemon_t *d)
             s.micro_batch = js.micro_batch;
             s.steps = js.steps;
             s.snapshot_every = js.snapshot_every;
+            s.checkpoint_every = p->checkpoint_every = js.checkpoint_every;
         } else {
             s.ok = false;
             snprintf(s.error, sizeof s.error, "%s", err);
@@ -584,6 +586,65 @@ static void start_pull(daemon_t *d, const pool_action *a)
     if (!p->pull_pid) pool_core_pulled(p->core, false, "cannot start the copy", &p->acts);
 }
 
+/* The submitter's pool checkpoint of step a.step: `shardnode stage-resume
+ * --checkpoint` gathers the snapshots a names into the job's
+ * out_dir/checkpoints/step-N/ and writes its manifest last. */
+static void start_checkpoint(daemon_t *d, const pool_action *a)
+{
+    pool *p = d->pool;
+    const pool_bundle *b = pool_core_bundle(p->core);
+    char into[DAEMON_PATH_MAX + 64], man[DAEMON_PATH_MAX + 96], snap[DAEMON_PATH_MAX + 32],
+        log[DAEMON_PATH_MAX + 32], step[32], mesh_hex[2 * GOSSIP_MESH_ID_LEN + 1];
+    if (!b || !b->out_dir) {
+        pool_core_checkpointed(p->core, a->step, false, "the job has no out_dir", &p->acts);
+        return;
+    }
+    snprintf(into, sizeof into, "%s", b->out_dir);
+    mkdir(into, 0755);
+    snprintf(into, sizeof into, "%s/checkpoints", b->out_dir);
+    mkdir(into, 0755);
+    snprintf(into, sizeof into, "%s/checkpoints/step-%lld", b->out_dir, (long long)a->step);
+    snprintf(man, sizeof man, "%s/manifest.json", into);
+    if (access(man, F_OK) == 0) {   /* written before (a restart): kept as it is */
+        pool_core_checkpointed(p->core, a->step, true, NULL, &p->acts);
+        return;
+    }
+    snprintf(snap, sizeof snap, "%s/snap", p->dir);
+    snprintf(log, sizeof log, "%s/checkpoint.log", p->dir);
+    snprintf(step, sizeof step, "%lld", (long long)a->step);
+    node_hex_encode(d->mesh_id, GOSSIP_MESH_ID_LEN, mesh_hex);
+    char **args = calloc((size_t)(24 + 2 * a->ntargets), sizeof *args);
+    char (*pieces)[GOSSIP_ADDR_MAX + MESH_NAME_MAX + 96] =
+        calloc((size_t)a->ntargets + 1, sizeof *pieces);
+    if (!args || !pieces) {
+        free(args);
+        free(pieces);
+        pool_core_checkpointed(p->core, a->step, false, "out of memory", &p->acts);
+        return;
+    }
+    int k = 0;
+    char *fixed[] = {"shardnode", "stage-resume", "--mesh", mesh_hex, "--from", d->name,
+                     "--bind", d->overlay, "--job-id", p->id, "--snap-dir", snap, "--into",
+                     into, "--checkpoint", step};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) args[k++] = fixed[i];
+    for (int i = 0; i < a->ntargets; i++) {
+        const pool_snap *x = &a->snaps[i];
+        snprintf(pieces[i], sizeof pieces[i], "L%d-%d-s%lld.safetensors=%s=%s:%d",
+                 x->layer_begin, x->layer_end, (long long)x->step, a->targets[i].name,
+                 a->targets[i].address, a->targets[i].port);
+        args[k++] = "--piece";
+        args[k++] = pieces[i];
+    }
+    args[k] = NULL;
+    kill_child(&p->ckpt_pid);
+    p->ckpt_step = a->step;
+    p->ckpt_pid = spawn(d, log, args, NULL);
+    free(args);
+    free(pieces);
+    if (!p->ckpt_pid)
+        pool_core_checkpointed(p->core, a->step, false, "cannot start the copy", &p->acts);
+}
+
 /* The snapshots in STATE/jobs/ID/snap: told to the core (the newest two of
  * each layer range, newest first, at most POOL_SNAPS_MAX); older copies of
  * a range are removed. */
@@ -618,7 +679,15 @@ static void scan_snaps(daemon_t *d)
         for (int j = 0; j < i; j++)
             same += list[j].layer_begin == list[i].layer_begin &&
                     list[j].layer_end == list[i].layer_end;
-        if (same >= 2) {   /* a third copy of a range: gone */
+        /* a third copy of a range goes, but the newest of a pool
+         * checkpoint's step (its submitter copies it) */
+        bool ckpt = p->checkpoint_every > 0 && list[i].step % p->checkpoint_every == 0;
+        for (int j = 0; ckpt && j < i; j++)
+            if (list[j].layer_begin == list[i].layer_begin &&
+                list[j].layer_end == list[i].layer_end &&
+                list[j].step % p->checkpoint_every == 0)
+                ckpt = false;
+        if (same >= 2 && !ckpt) {
             char path[DAEMON_PATH_MAX + 128];
             snprintf(path, sizeof path, "%s/L%d-%d-s%lld.safetensors", dir, list[i].layer_begin,
                      list[i].layer_end, (long long)list[i].step);
@@ -663,6 +732,7 @@ static void execute(daemon_t *d, int64_t now)
         }
         case POOL_ACT_RUN: start_run(d, &a); break;
         case POOL_ACT_PULL: start_pull(d, &a); break;
+        case POOL_ACT_CHECKPOINT: start_checkpoint(d, &a); break;
         case POOL_ACT_GATHER: start_gather(d); break;
         case POOL_ACT_FETCH: start_fetch(d, &a); break;
         }
@@ -715,6 +785,11 @@ static void reap(daemon_t *d)
     }
     if (reaped(&p->export_pid, &st)) pool_core_gathered(p->core, st == 0, &p->acts);
     if (reaped(&p->fetch_pid, &st)) fetched(d, st);
+    if (reaped(&p->ckpt_pid, &st)) {
+        snprintf(path, sizeof path, "%s/checkpoint.log", p->dir);
+        last_line(path, line, sizeof line);
+        pool_core_checkpointed(p->core, p->ckpt_step, st == 0, st == 0 ? NULL : line, &p->acts);
+    }
     if (reaped(&p->pull_pid, &st)) {
         snprintf(path, sizeof path, "%s/snap.log", p->dir);
         last_line(path, line, sizeof line);
@@ -813,13 +888,21 @@ void pool_tick(daemon_t *d, int64_t now)
     }
 }
 
-json_t *pool_submit(daemon_t *d, json_t *bundle)
+json_t *pool_submit(daemon_t *d, json_t *bundle, const char *resume)
 {
     pool *p = d->pool;
     pool_bundle b;
     char err[768];
+    long long from = 0;
     if (pool_bundle_from_json(bundle, &b, err, sizeof err) != 0)
         return json_pack("{s:s}", "error", err);
+    /* the checkpoint is checked before the job goes anywhere */
+    if (resume && (resume[0] != '/' || pool_checkpoint_place(resume, NULL, &from, err,
+                                                             sizeof err) != 0)) {
+        pool_bundle_free(&b);
+        return json_pack("{s:s}", "error", resume[0] != '/' ? "\"resume\" must be an absolute "
+                                                             "path" : err);
+    }
     int64_t now = daemon_now_ms();
     int n = build_view(d);
     int rc = pool_core_submit(p->core, &b, p->view, n, now, (int64_t)time(NULL), &p->acts, err,
@@ -827,6 +910,20 @@ json_t *pool_submit(daemon_t *d, json_t *bundle)
     pool_bundle_free(&b);
     execute(d, now);
     if (rc != 0) return json_pack("{s:s}", "error", err);
+    if (resume) {
+        /* the checkpoint's shards become this member's snapshots of the new
+         * job: its first plan resumes after their step (pool_recover.c) */
+        char snap[DAEMON_PATH_MAX + 32];
+        snprintf(snap, sizeof snap, "%s/snap", p->dir);
+        if (!p->id[0] || pool_checkpoint_place(resume, snap, &from, err, sizeof err) != 0) {
+            pool_core_stop(p->core, now, &p->acts);
+            execute(d, now);
+            return json_pack("{s:s}", "error", p->id[0] ? err : "the job was not set up here");
+        }
+        scan_snaps(d);
+        daemon_log(d, "pool: job %s resumes from the pool checkpoint %s (step %lld)", p->id,
+                   resume, from);
+    }
     const gossip_member *const *list;
     size_t members = gossip_members(d->g, &list);
     return json_pack("{s:s,s:I}", "job", pool_core_doc(p->core)->id, "members",

@@ -26,7 +26,9 @@ struct pool {
     pool_core *core;
     char id[POOL_JOB_ID_LEN + 1]; /* the job the driver set up ("" none) */
     char dir[DAEMON_PATH_MAX];   /* STATE/jobs/ID */
-    pid_t prof_pid, probe_pid, run_pid, export_pid, fetch_pid, pull_pid;
+    pid_t prof_pid, probe_pid, run_pid, export_pid, fetch_pid, pull_pid, ckpt_pid;
+    int64_t ckpt_step;           /* the pool checkpoint ckpt_pid writes */
+    int64_t checkpoint_every;    /* the job's (its snapshots of those steps are kept) */
     pool_snap pulling;           /* the snapshot pull_pid copies */
     int64_t noted_rec;           /* the recovery last written to metrics.jsonl (its n) */
     pool_job_ref fetching;       /* the job blob fetch_pid fetches */

@@ -9,12 +9,18 @@
  *   shardnode stage-resume --mesh HEX --from NAME [--bind OVERLAY] --job-id ID
  *       --snap-dir DIR --into DIR --piece FILE=NAME=ADDR:PORT ... -- TRAIN-ARGS...
  *
- * A piece whose NAME is --from's is this node's own. */
+ * A piece whose NAME is --from's is this node's own. With --checkpoint STEP
+ * instead of `-- TRAIN-ARGS` it writes a pool checkpoint instead (the job's
+ * submitter, docs/FORMATS.md "Pool checkpoints"): the pieces copied into
+ * DIR, then DIR/manifest.json with the SHA-256 of each, written last. */
 #include "daemon_internal.h"
 #include "node_base.h"
 #include "pool_job.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,10 +37,184 @@ static bool snap_name(const char *f)
     return b >= 0 && e >= b && s >= 1 && strchr(f, '/') == NULL;
 }
 
+/* dest as a copy of src (a hard link when both are on one file system). */
+static int place(const char *src, const char *dest)
+{
+    unlink(dest);
+    if (link(src, dest) == 0) return 0;
+    int in = open(src, O_RDONLY | O_CLOEXEC), out = -1, rc = -1;
+    char buf[1 << 16];
+    if (in >= 0) out = open(dest, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (out >= 0) {
+        ssize_t n;
+        rc = 0;
+        while ((n = read(in, buf, sizeof buf)) > 0)
+            if (write(out, buf, (size_t)n) != n) {
+                rc = -1;
+                break;
+            }
+        if (n < 0 || close(out) != 0) rc = -1;
+    }
+    if (in >= 0) close(in);
+    return rc;
+}
+
+/* The SHA-256 of a file in hex; its size in *bytes. */
+static int file_sha256(const char *path, char hex[65], int64_t *bytes)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    unsigned char md[EVP_MAX_MD_SIZE], buf[1 << 16];
+    unsigned int mdlen = 0;
+    int rc = -1;
+    *bytes = 0;
+    if (fd >= 0 && ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) {
+        ssize_t n;
+        while ((n = read(fd, buf, sizeof buf)) > 0) {
+            EVP_DigestUpdate(ctx, buf, (size_t)n);
+            *bytes += n;
+        }
+        if (n == 0 && EVP_DigestFinal_ex(ctx, md, &mdlen) && mdlen == 32) rc = 0;
+    }
+    for (unsigned i = 0; rc == 0 && i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    EVP_MD_CTX_free(ctx);
+    if (fd >= 0) close(fd);
+    return rc;
+}
+
+/* DIR/manifest.json of a pool checkpoint, written last (atomically). */
+static int write_manifest(const char *dir, const char *id, long long step, char **files, int n)
+{
+    json_t *shards = json_array();
+    for (int k = 0; k < n; k++) {
+        char path[DAEMON_PATH_MAX + 200], hex[65];
+        int64_t bytes;
+        int b, e;
+        long long st;
+        snprintf(path, sizeof path, "%s/%s", dir, files[k]);
+        if (sscanf(files[k], "L%d-%d-s%lld", &b, &e, &st) != 3 ||
+            file_sha256(path, hex, &bytes) != 0) {
+            fprintf(stderr, "shardnode stage-resume: %s cannot be read back\n", path);
+            json_decref(shards);
+            return -1;
+        }
+        json_array_append_new(shards, json_pack("{s:s,s:[i,i],s:s,s:I}", "file", files[k],
+                                                "layers", b, e, "sha256", hex, "bytes",
+                                                (json_int_t)bytes));
+    }
+    json_t *m = json_pack("{s:s,s:s,s:I,s:o}", "shardnode", "pool-checkpoint-1", "job", id,
+                          "step", (json_int_t)step, "shards", shards);
+    char path[DAEMON_PATH_MAX + 32], err[600];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    int rc = node_write_json(path, m, 0644, err, sizeof err);
+    if (rc) fprintf(stderr, "shardnode stage-resume: %s\n", err);
+    json_decref(m);
+    return rc;
+}
+
+/* Reads CKPT/manifest.json and checks every shard against its SHA-256;
+ * with snap_dir, places each shard there (a link or a copy). */
+static int checkpoint_check(const char *ckpt, const char *snap_dir, long long *step, char *err,
+                            size_t errlen)
+{
+    char path[DAEMON_PATH_MAX + 200];
+    snprintf(path, sizeof path, "%s/manifest.json", ckpt);
+    json_t *m = node_load_json(path, err, errlen);
+    if (!m) return -1;
+    int rc = -1;
+    const char *fmt = node_json_str(m, "shardnode");
+    json_t *shards = json_object_get(m, "shards"), *sh;
+    json_t *st = json_object_get(m, "step");
+    size_t i;
+    if (!fmt || strcmp(fmt, "pool-checkpoint-1") != 0 || !json_is_integer(st) ||
+        json_integer_value(st) < 1 || !json_is_array(shards) || json_array_size(shards) < 1) {
+        node_errf(err, errlen, "%s: not a pool checkpoint's manifest (\"shardnode\": "
+                  "\"pool-checkpoint-1\", \"step\" >= 1, \"shards\")", path);
+        goto out;
+    }
+    *step = (long long)json_integer_value(st);
+    json_array_foreach(shards, i, sh) {
+        const char *file = node_json_str(sh, "file"), *want = node_json_str(sh, "sha256");
+        int b, e, n = 0;
+        long long s2;
+        char hex[65];
+        int64_t bytes;
+        if (!file || !want || sscanf(file, "L%d-%d-s%lld.safetensors%n", &b, &e, &s2, &n) != 3 ||
+            (size_t)n != strlen(file) || strchr(file, '/') || s2 != *step) {
+            node_errf(err, errlen, "%s: shard %zu is not a snapshot of step %lld", path, i, *step);
+            goto out;
+        }
+        snprintf(path, sizeof path, "%s/%s", ckpt, file);
+        if (file_sha256(path, hex, &bytes) != 0 || strcmp(hex, want) != 0) {
+            node_errf(err, errlen, "%s: %s", path, access(path, R_OK) ? "missing or unreadable"
+                                                                       : "SHA-256 differs from "
+                                                                         "the manifest's");
+            goto out;
+        }
+        if (snap_dir) {
+            char dest[DAEMON_PATH_MAX + 200];
+            snprintf(dest, sizeof dest, "%s/%s", snap_dir, file);
+            if (place(path, dest) != 0) {
+                node_errf(err, errlen, "%s: cannot be placed in %s: %s", path, snap_dir,
+                          strerror(errno));
+                goto out;
+            }
+        }
+    }
+    rc = 0;
+out:
+    json_decref(m);
+    return rc;
+}
+
+int pool_checkpoint_newest(const char *out_dir, char *dir, size_t len, long long *step,
+                           char *err, size_t errlen)
+{
+    char base[DAEMON_PATH_MAX + 32];
+    snprintf(base, sizeof base, "%s/checkpoints", out_dir);
+    DIR *d = opendir(base);
+    if (!d) return node_errf(err, errlen, "%s: no pool checkpoint (%s)", base, strerror(errno));
+    long long best = -1;
+    struct dirent *de;
+    char why[700] = "";
+    while ((de = readdir(d))) {
+        long long s;
+        int n = 0;
+        if (sscanf(de->d_name, "step-%lld%n", &s, &n) != 1 || (size_t)n != strlen(de->d_name) ||
+            s <= best)
+            continue;
+        char cand[DAEMON_PATH_MAX + 300], e2[600];
+        long long ms;
+        snprintf(cand, sizeof cand, "%s/%s", base, de->d_name);
+        /* incomplete (no manifest: a crash while writing) or damaged: skipped */
+        if (checkpoint_check(cand, NULL, &ms, e2, sizeof e2) != 0 || ms != s) {
+            snprintf(why, sizeof why, "%.590s", e2);
+            continue;
+        }
+        best = s;
+        snprintf(dir, len, "%s", cand);
+    }
+    closedir(d);
+    if (best < 0)
+        return node_errf(err, errlen, "%s: no complete pool checkpoint%s%s", base,
+                         why[0] ? " (the last refused: " : "", why[0] ? why : "");
+    *step = best;
+    return 0;
+}
+
+int pool_checkpoint_place(const char *ckpt, const char *snap_dir, long long *step, char *err,
+                          size_t errlen)
+{
+    if (snap_dir && mkdir(snap_dir, 0700) != 0 && errno != EEXIST)
+        return node_errf(err, errlen, "%s: %s", snap_dir, strerror(errno));
+    return checkpoint_check(ckpt, snap_dir, step, err, errlen);
+}
+
 int cmd_stage_resume(int argc, char **argv)
 {
     const char *mesh = NULL, *from = NULL, *bind_addr = NULL, *snap = NULL, *into = NULL,
-               *id = NULL;
+               *id = NULL, *ckpt = NULL;
+    char *files[64];
     uint8_t mesh_id[GOSSIP_MESH_ID_LEN];
     int i = 2, npieces = 0;
     const char *pieces[64];
@@ -45,18 +225,20 @@ int cmd_stage_resume(int argc, char **argv)
         else if (strcmp(argv[i], "--snap-dir") == 0) snap = argv[i + 1];
         else if (strcmp(argv[i], "--into") == 0) into = argv[i + 1];
         else if (strcmp(argv[i], "--job-id") == 0) id = argv[i + 1];
+        else if (strcmp(argv[i], "--checkpoint") == 0) ckpt = argv[i + 1];
         else if (strcmp(argv[i], "--piece") == 0 && npieces < 64) pieces[npieces++] = argv[i + 1];
         else {
             fprintf(stderr, "shardnode stage-resume: unknown option %s\n", argv[i]);
             return 2;
         }
     }
-    if (!mesh || !from || !snap || !into || !id || npieces == 0 || i >= argc ||
-        strcmp(argv[i], "--") != 0 || i + 1 >= argc ||
-        node_hex_decode(mesh, mesh_id, sizeof mesh_id) != 0) {
+    bool train = !ckpt && i < argc && strcmp(argv[i], "--") == 0 && i + 1 < argc;
+    if (!mesh || !from || !snap || !into || !id || npieces == 0 || (!train && !ckpt) ||
+        node_hex_decode(mesh, mesh_id, sizeof mesh_id) != 0 || strlen(id) != POOL_JOB_ID_LEN ||
+        strspn(id, "0123456789abcdef") != POOL_JOB_ID_LEN) {
         fprintf(stderr, "usage: shardnode stage-resume --mesh HEX --from NAME [--bind OVERLAY] "
                         "--job-id ID --snap-dir DIR --into DIR --piece FILE=NAME=ADDR:PORT ... "
-                        "-- TRAIN-ARGS...\n");
+                        "(-- TRAIN-ARGS... | --checkpoint STEP)\n");
         return 2;
     }
     if (mkdir(into, 0700) != 0 && errno != EEXIST) {
@@ -118,14 +300,21 @@ int cmd_stage_resume(int argc, char **argv)
         } else {
             printf("stage-resume: %s from this node's own copies\n", file);
         }
-        unlink(link_to);
-        if (link(have, link_to) != 0) {
+        files[k] = (char *)pieces[k];   /* argv's own bytes */
+        files[k][eq - pieces[k]] = 0;   /* the file's name, for the manifest */
+        if (place(have, link_to) != 0) {
             fprintf(stderr, "shardnode stage-resume: %s -> %s: %s\n", have, link_to,
                     strerror(errno));
             return 1;
         }
     }
     fflush(stdout);
+    if (ckpt) {
+        if (write_manifest(into, id, atoll(ckpt), files, npieces) != 0) return 1;
+        printf("stage-resume: pool checkpoint of step %s in %s (%d shards)\n", ckpt, into,
+               npieces);
+        return 0;
+    }
     /* the stage itself, from the folder just made */
     int n = argc - (i + 1);
     char **targs = calloc((size_t)n + 4, sizeof *targs);

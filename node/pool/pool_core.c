@@ -182,7 +182,7 @@ void core_set_run(pool_core *c, pool_run_state state, const char *error)
 void core_kill(pool_core *c, pool_actions *out)
 {
     c->prof_pending = c->probe_pending = c->run_pending = c->export_pending = false;
-    c->pull_pending = false;
+    c->pull_pending = c->ckpt_pending = false;
     core_act(out, POOL_ACT_KILL);
 }
 
@@ -242,6 +242,7 @@ void pool_core_setup_done(pool_core *c, const pool_setup *s, pool_actions *out)
     c->micro_batch = s->micro_batch;
     c->steps = s->steps;
     c->snapshot_every = s->snapshot_every;
+    c->checkpoint_every = s->checkpoint_every;
     c->job_loaded = true;
     core_log(out, "pool: took up job %s (submitted by %s); %d file(s) lacking here", d->id,
              d->bundle->submitted_by, d->lacks.n);
@@ -647,6 +648,7 @@ void pool_core_step(pool_core *c, const pool_member *m, int n, int64_t now_ms, i
             run_stage(c, m, n, out);
             core_rec_progress(c, m, n, now_ms);
             core_pull(c, m, n, now_ms, out);
+            core_checkpoint(c, m, n, out);
             gather_model(c, m, n, out);
         }
     }

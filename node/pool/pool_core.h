@@ -20,6 +20,7 @@
 #define POOL_DEFAULT_LAT_NS 1000000
 #define POOL_DEFAULT_BW 100000000 /* bytes/s: a link nobody measured */
 #define POOL_MAX_MEMBERS 4096     /* members the core looks at (the view is longer: ignored) */
+#define POOL_SNAP_MIN_MS 5000     /* the plan's snapshots come at most this often */
 
 /* A member as the driver sees it this step. */
 typedef struct {
@@ -53,6 +54,10 @@ typedef enum {
     POOL_ACT_FETCH,       /* fetch the job blob `job` names from one of targets (FETCH of
                              jobs/ID/job-HASH.json; check its SHA-256); answer
                              pool_core_fetched */
+    POOL_ACT_CHECKPOINT,  /* the submitter: write a pool checkpoint of step `step` from the
+                             snapshots targets[i] serve (snaps[i]) into the job's
+                             out_dir/checkpoints/step-N/, its manifest last; answer
+                             pool_core_checkpointed */
     POOL_ACT_PULL,        /* copy snapshot snaps[0] (jobs/ID/snap/L<b>-<e>-s<step>.safetensors)
                              from targets[0] into this member's snapshots (this member is
                              the stage's buddy); answer pool_core_pulled */
@@ -69,6 +74,7 @@ typedef struct {
     char text[POOL_TEXT_MAX];     /* LOG */
     int64_t epoch;                /* SAVE_VOTE, RUN */
     int64_t micro_batch, seq_len; /* PROFILE */
+    int64_t step;                 /* CHECKPOINT */
     int ntargets;                 /* PROBE, FETCH, PULL, RUN */
     pool_target *targets;         /* PROBE, FETCH (in the order to try): owned by the list;
                                      RUN of a plan that resumes (its resume_step > 0): where
@@ -103,6 +109,7 @@ typedef struct {
     cost_shape shape;             /* the model's, at the job's sequence length */
     int64_t batch, micro_batch, steps;
     int64_t snapshot_every;       /* the job's (0: the plan chooses) */
+    int64_t checkpoint_every;     /* the job's pool checkpoints (0: none) */
     const pool_saved *saved;      /* what this member saved for the job before, or NULL */
 } pool_setup;
 
@@ -150,6 +157,9 @@ void pool_core_fetched(pool_core *c, const pool_job_ref *ref, const pool_job_blo
 /* The stage snapshots this member holds now (its own stage's and the copies
  * it keeps as a buddy: the files of jobs/ID/snap/), newest first. */
 void pool_core_snapshots(pool_core *c, const pool_snaps *held);
+/* The answer to CHECKPOINT. */
+void pool_core_checkpointed(pool_core *c, int64_t step, bool ok, const char *error,
+                            pool_actions *out);
 /* The answer to PULL. */
 void pool_core_pulled(pool_core *c, bool ok, const char *error, pool_actions *out);
 

@@ -52,6 +52,9 @@ struct pool_core {
     bool run_pending, export_pending, exported;
     int64_t run_epoch;            /* the epoch whose stage this member ran or runs (0: none) */
     int64_t snapshot_every;       /* the job's (0: the plan chooses) */
+    int64_t checkpoint_every;     /* the job's pool checkpoints (0: none) */
+    int64_t ckpt_step;            /* the last checkpoint asked for (the submitter) */
+    bool ckpt_pending;
 
     /* recovery (pool_recover.c) */
     bool recovering;              /* a holder of the committed plan was lost: re-planning */
@@ -102,6 +105,9 @@ int64_t core_snapshot_every(const pool_core *c, const plan *pl, const cost_link 
 /* The sources of this member's stage of plan pl (resume_step > 0): fills
  * a RUN action's targets and snaps; -1 when some layers have none. */
 int core_pieces(pool_core *c, const pool_member *m, int n, const pool_plan *pl, pool_action *a);
+/* The submitter: a CHECKPOINT of the newest step of checkpoint_every
+ * that the snapshots cover. */
+void core_checkpoint(pool_core *c, const pool_member *m, int n, pool_actions *out);
 /* A buddy's copies: PULL the newest snapshot of each stage it keeps. */
 void core_pull(pool_core *c, const pool_member *m, int n, int64_t now, pool_actions *out);
 /* The record of the last recovery: the seconds to the first step after it. */

@@ -191,9 +191,11 @@ static void compute_plan(pool_core *c, const pool_member *m, int n, const int *i
     lay->has_shared = true;
     lay->step_ns_shared = shared > 0 ? shared : pl->step_ns;
     lay->snapshot_every = core_snapshot_every(c, pl, links, f);
-    if (c->recovering) {
+    if (c->recovering || !pool_core_committed(c)) {
         /* the stages resume after the newest step whose snapshots cover
-         * every layer among the members of this view */
+         * every layer among the members of this view (a recovery; or a
+         * job resumed from a pool checkpoint, whose shards its submitter
+         * holds) */
         int64_t rs = core_resume_step(c, m, in, k);
         if (rs < 0) {
             pool_plan_free(lay);

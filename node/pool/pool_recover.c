@@ -249,6 +249,9 @@ int64_t core_resume_step(pool_core *c, const pool_member *m, const int *in, int 
             if (st > best && covered(c, m, in, k, L, st, NULL, 0)) best = st;
         }
     }
+    /* A job's first epoch starts after the newest step its members'
+     * snapshots cover (a pool checkpoint put them there), else at 0. */
+    if (!pool_core_committed(c)) return best;
     /* Before any snapshot, the run starts again from its first step (the
      * same data and the same seeded weights). After one, a step that no
      * member's copies cover means layers are lost: the job fails, naming
@@ -304,30 +307,38 @@ int64_t core_snapshot_every(const pool_core *c, const plan *pl, const cost_link 
     double per_step = 0.1 * (double)bw * ((double)(pl->step_ns > 0 ? pl->step_ns : 1) * 1e-9);
     double se = per_step > 0 ? (double)bytes / per_step : 1e9;
     int64_t every = se < 1 ? 1 : se > 1e9 ? 1000000000 : (int64_t)se + 1;
+    /* and no more often than every POOL_SNAP_MIN_MS: writing and copying a
+     * snapshot costs CPU too (userspace WireGuard encrypts every byte), which
+     * the link's figure does not show */
+    int64_t floor_steps = pl->step_ns > 0 ? ((int64_t)POOL_SNAP_MIN_MS * 1000000 + pl->step_ns - 1) /
+                                                pl->step_ns
+                                          : 1;
+    if (every < floor_steps) every = floor_steps;
     if (c->steps > 1 && every > c->steps) every = c->steps;
     return every;
 }
 
 /* ---- where a stage's layers come from ---- */
 
-int core_pieces(pool_core *c, const pool_member *m, int n, const pool_plan *pl, pool_action *a)
+/* The snapshots of `step` that layers [b, e) of a model of L layers start
+ * from (with the embedding when b is 0, the head when e is L): each range
+ * from this member when it holds it, else from the first live member (by
+ * the view's order) that lists it; into a's targets and snaps. -1 when
+ * some layer has none (c->doc.why says which). */
+static int gather(pool_core *c, const pool_member *m, int n, int b, int e, int64_t step,
+                  pool_action *a)
 {
-    int st = pool_plan_stage_of(pl, c->name), L = c->shape.layers;
-    int64_t rs = pl->resume_step;
-    int b = pl->stage[st].layer_begin, e = pl->stage[st].layer_end;
+    int L = c->shape.layers;
     a->targets = calloc(POOL_SNAPS_MAX * 4, sizeof *a->targets);
     a->snaps = calloc(POOL_SNAPS_MAX * 4, sizeof *a->snaps);
     if (!a->targets || !a->snaps) return -1;
-    /* every distinct range of step rs that the stage needs, from this
-     * member when it holds it, else from the first live member (by name)
-     * that does */
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < n; i++) {
             if ((pass == 0) != m[i].self || !m[i].live) continue;
             const pool_doc *d = doc_of(c, &m[i]);
             for (int j = 0; d && j < d->snaps.n; j++) {
                 const pool_snap *s = &d->snaps.s[j];
-                bool need = s->step == rs &&
+                bool need = s->step == step &&
                             ((s->layer_begin < e && s->layer_end > b) ||
                              (b == 0 && s->layer_begin == 0) || (e == L && s->layer_end == L));
                 for (int x = 0; need && x < a->ntargets; x++)
@@ -342,18 +353,89 @@ int core_pieces(pool_core *c, const pool_member *m, int n, const pool_plan *pl, 
                 a->snaps[a->ntargets++] = *s;
             }
         }
-    /* the ranges found must cover the stage */
+    bool head = e < L, embed = b > 0;
+    for (int x = 0; x < a->ntargets; x++) {
+        head |= a->snaps[x].layer_end == L;
+        embed |= a->snaps[x].layer_begin == 0;
+    }
     for (int l = b; l < e; l++) {
         bool ok = false;
         for (int x = 0; x < a->ntargets && !ok; x++)
             ok = a->snaps[x].layer_begin <= l && l < a->snaps[x].layer_end;
         if (!ok) {
             snprintf(c->doc.why, sizeof c->doc.why, "no live member holds layer %d after step "
-                     "%lld any more", l, (long long)rs);
+                     "%lld any more", l, (long long)step);
             return -1;
         }
     }
+    if (!head || !embed) {
+        snprintf(c->doc.why, sizeof c->doc.why, "no live member holds the %s after step %lld "
+                 "any more", head ? "embedding" : "head", (long long)step);
+        return -1;
+    }
     return 0;
+}
+
+int core_pieces(pool_core *c, const pool_member *m, int n, const pool_plan *pl, pool_action *a)
+{
+    int st = pool_plan_stage_of(pl, c->name);
+    return gather(c, m, n, pl->stage[st].layer_begin, pl->stage[st].layer_end, pl->resume_step,
+                  a);
+}
+
+/* ---- pool checkpoints ---- */
+
+void core_checkpoint(pool_core *c, const pool_member *m, int n, pool_actions *out)
+{
+    const pool_plan *pl = pool_core_committed(c);
+    if (!pl || c->recovering || c->ckpt_pending || c->checkpoint_every <= 0 || !c->doc.bundle ||
+        strcmp(c->doc.bundle->submitted_by, c->name) != 0)
+        return;
+    /* the newest step of a checkpoint that the live members' snapshots cover */
+    int64_t best = 0;
+    for (int i = 0; i < n; i++) {
+        const pool_doc *d = m[i].live ? doc_of(c, &m[i]) : NULL;
+        for (int j = 0; d && j < d->snaps.n; j++) {
+            int64_t st = d->snaps.s[j].step;
+            if (st > best && st > c->ckpt_step && st % c->checkpoint_every == 0) {
+                int *in = malloc((size_t)(n > 0 ? n : 1) * sizeof *in), k = 0;
+                for (int q = 0; in && q < n; q++)
+                    if (m[q].live && doc_of(c, &m[q])) in[k++] = q;
+                if (in && covered(c, m, in, k, c->shape.layers, st, NULL, 0)) best = st;
+                free(in);
+            }
+        }
+    }
+    if (!best) return;
+    pool_action *a = core_act(out, POOL_ACT_CHECKPOINT);
+    if (!a) return;
+    char why[sizeof c->doc.why];
+    memcpy(why, c->doc.why, sizeof why);
+    int rc = gather(c, m, n, 0, c->shape.layers, best, a);
+    memcpy(c->doc.why, why, sizeof why);
+    if (rc != 0) {
+        free(a->targets);
+        free(a->snaps);
+        out->n--;
+        return;
+    }
+    a->step = best;
+    c->ckpt_pending = true;
+    c->ckpt_step = best;
+}
+
+void pool_core_checkpointed(pool_core *c, int64_t step, bool ok, const char *error,
+                            pool_actions *out)
+{
+    if (!c->ckpt_pending) return;
+    c->ckpt_pending = false;
+    if (ok) {
+        core_log(out, "pool: checkpoint of step %lld written", (long long)step);
+        return;
+    }
+    c->ckpt_step = step - 1 > 0 ? step - 1 : 0;   /* tried again with the next snapshot */
+    core_log(out, "pool: the checkpoint of step %lld failed: %s", (long long)step,
+             error ? error : "");
 }
 
 /* ---- the buddy ---- */

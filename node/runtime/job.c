@@ -243,10 +243,11 @@ static int parse_job(ctx *c, job_spec *j, json_t *root)
         "config", "init_weights", "tokenizer", "data", "seq_len", "batch", "micro_batch",
         "steps", "lr", "min_lr", "warmup_steps", "weight_decay", "beta1", "beta2", "eps",
         "grad_clip", "seed", "val_interval", "val_batches", "checkpoint_interval",
-        "log_interval", "out_dir", "threads", "base", "lora", "snapshot_every", NULL};
+        "log_interval", "out_dir", "threads", "base", "lora", "snapshot_every", "checkpoint_every",
+        NULL};
     if (check_keys(c, root, known)) return -1;
     long seq = 0, batch = 0, micro = 0, steps = 0, seed = 1, warmup = 0, val_interval = 0,
-         val_batches = 8, ckpt = 0, log = 10, threads = 0, snap = 0;
+         val_batches = 8, ckpt = 0, log = 10, threads = 0, snap = 0, pool_ckpt = 0;
     if (parse_base(c, j, json_object_get(root, "base")) ||
         parse_lora(c, j, json_object_get(root, "lora")))
         return -1;
@@ -273,7 +274,8 @@ static int parse_job(ctx *c, job_spec *j, json_t *root)
         get_int(c, root, "checkpoint_interval", false, 0, 1L << 40, &ckpt) ||
         get_int(c, root, "log_interval", false, 1, 1L << 40, &log) ||
         get_int(c, root, "threads", false, 0, 1024, &threads) ||
-        get_int(c, root, "snapshot_every", false, 0, 1L << 40, &snap))
+        get_int(c, root, "snapshot_every", false, 0, 1L << 40, &snap) ||
+        get_int(c, root, "checkpoint_every", false, 0, 1L << 40, &pool_ckpt))
         return -1;
     j->lr = 3e-4;
     j->weight_decay = 0.1;
@@ -315,6 +317,7 @@ static int parse_job(ctx *c, job_spec *j, json_t *root)
     j->val_batches = (int)val_batches;
     j->checkpoint_interval = ckpt;
     j->snapshot_every = snap;
+    j->checkpoint_every = pool_ckpt;
     j->log_interval = log;
     j->threads = (int)threads;
     return 0;

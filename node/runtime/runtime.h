@@ -108,6 +108,7 @@ typedef struct {
     int seq_len, batch, micro_batch;
     long steps, warmup_steps, val_interval, checkpoint_interval, log_interval;
     long snapshot_every;         /* a pool run's stage snapshots (0: the plan chooses) */
+    long checkpoint_every;       /* a pool run's checkpoints of every stage (0: none) */
     int val_batches, threads;
     double lr, min_lr, weight_decay, beta1, beta2, eps, grad_clip;
     uint64_t seed;
@@ -199,6 +200,7 @@ typedef struct {
                              * state into DIR/L<begin>-<end>-s<step>.safetensors (the newest
                              * two of its layers are kept); NULL: none */
     long snapshot_every;
+    long checkpoint_every;  /* ... and at every multiple of this (a pool checkpoint's step) */
     const char *const *resume_files; /* instead of resume: the stage's state from these
                              * snapshots of one step (any layer ranges that cover it) */
     int nresume_files;

@@ -18,7 +18,11 @@ of a run, and the pool goes on by itself (docs/ARCHITECTURE.md, "Recovery").
    status and train --wait say what was lost, at which step, the steps redone
    and the seconds to the first step after it.
 4. The killed member comes back; the same with the holder of the last stage.
-5. A partition mid-run ({a, b} | {c, d, e}, underlay packets dropped): the
+5. Pool checkpoints: the jobs above wrote out_dir/checkpoints/step-20 and
+   step-40 (manifest last, SHA-256 of every shard); `train --state --job J
+   --resume` submits the first job again: it starts after step 40 and ends
+   with one process's losses and model.
+6. A partition mid-run ({a, b} | {c, d, e}, underlay packets dropped): the
    minority never commits a later epoch; the majority recovers, finishes
    with one process's losses and model; the partition heals.
 
@@ -26,6 +30,7 @@ Needs root (namespaces, wireguard-go); exits 77 (skip) otherwise.
 """
 
 import argparse
+import json
 import os
 import random
 import signal
@@ -39,6 +44,7 @@ from nslib import (Pool, check, check_gathered, log, metrics, pool_job_files,  #
 
 STEPS = 60
 EVERY = 10
+CKPT = 20      # pool checkpoints (the submitter's out_dir/checkpoints/step-N)
 # A buddy's copy arrives after the snapshot's publication (2 s), gossip and
 # the copy itself: steps done meanwhile may be redone (ARCHITECTURE.md).
 LAG_STEPS = 12
@@ -92,7 +98,7 @@ def scenario(t, job, m1, rng, name, which, wd, prev):
     out = os.path.join(wd, name)
     # 8 micro-batches of 2: a pipeline of several stages pays (the planner
     # chooses from measured profiles, so the count can still vary)
-    jp = job(name, out, snapshot_every=EVERY, micro_batch=2)
+    jp = job(name, out, snapshot_every=EVERY, micro_batch=2, checkpoint_every=CKPT)
     sub = subprocess.Popen(["ip", "netns", "exec", t.net.full("e"), t.sn, "train", "--state",
                             t.state("e"), "--job", jp, "--wait"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -169,6 +175,7 @@ def scenario(t, job, m1, rng, name, which, wd, prev):
     check(seen == set(range(1, STEPS + 1)), "%s: the survivors' metrics miss steps %s"
           % (name, sorted(set(range(1, STEPS + 1)) - seen)))
     check(recorded >= 1, "%s: no survivor's metrics.jsonl records the recovery" % name)
+    check_checkpoints(name, out, [CKPT, 2 * CKPT])
     wdiff = check_gathered(out, os.path.join(wd, "single"), 0.0)
     p = t.sn_in("e", ["status", "--state", t.state("e")], ok=False)
     check("recovered" in p.stdout and victim in p.stdout, "%s: status does not show the "
@@ -183,6 +190,61 @@ def scenario(t, job, m1, rng, name, which, wd, prev):
         if "recover" in ln:
             log("     status: " + ln.strip())
     return victim, jid
+
+
+def check_checkpoints(name, out, steps):
+    """out/checkpoints/step-N for each N: a manifest naming shards whose
+    SHA-256 it holds; returns the steps found."""
+    import hashlib
+    base = os.path.join(out, "checkpoints")
+    found = sorted(int(d.split("-")[1]) for d in os.listdir(base) if d.startswith("step-"))
+    check(found == steps, "%s: pool checkpoints of steps %s (want %s)" % (name, found, steps))
+    for st in found:
+        d = os.path.join(base, "step-%d" % st)
+        with open(os.path.join(d, "manifest.json")) as f:
+            man = json.load(f)
+        check(man["step"] == st and man["shards"], "%s: manifest of step %d: %s" % (name, st, man))
+        for sh in man["shards"]:
+            with open(os.path.join(d, sh["file"]), "rb") as f:
+                check(hashlib.sha256(f.read()).hexdigest() == sh["sha256"],
+                      "%s: %s's SHA-256 differs from its manifest's" % (name, sh["file"]))
+    return found
+
+
+def resume(t, m1, wd, prev):
+    """`train --state --job J --resume` on e: the middle scenario's job again,
+    from its newest pool checkpoint: the stages start after that step, and the
+    run ends with one process's losses and model."""
+    name = "middle"
+    out = os.path.join(wd, name)
+    jp = os.path.join(wd, name + ".json")
+    os.rename(os.path.join(out, "model.safetensors"), os.path.join(wd, "middle-first.safetensors"))
+    p = subprocess.run(["ip", "netns", "exec", t.net.full("e"), t.sn, "train", "--state",
+                        t.state("e"), "--job", jp, "--resume", "--wait"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=900)
+    log(p.stdout.strip())
+    check(p.returncode == 0, "resume: train --resume --wait exited %d:\n%s%s"
+          % (p.returncode, p.stdout, p.stderr))
+    check("resuming from the pool checkpoint" in p.stdout and "step-40" in p.stdout,
+          "resume: train did not say it resumed from step 40's checkpoint:\n%s" % p.stdout)
+    j = t.status("e")["job"]
+    check(j["id"] != prev and j["committed"].get("rs") == 40, "resume: the plan resumes after "
+          "step %s" % j["committed"].get("rs"))
+    want = {m["step"]: m["loss"] for m in metrics(m1)}
+    steps = set()
+    for n in "abcd":
+        for m in job_metrics(t, n, j["id"]):
+            if "step" in m:
+                steps.add(m["step"])
+                check(m["loss"] == want[m["step"]], "resume: step %d loss %.17g on %s, single "
+                      "process %.17g" % (m["step"], m["loss"], n, want[m["step"]]))
+    check(steps == set(range(41, STEPS + 1)), "resume: steps done %s (want 41..%d)"
+          % (sorted(steps), STEPS))
+    wdiff = check_gathered(out, os.path.join(wd, "single"), 0.0)
+    log("ok   resume: the job again from its pool checkpoint of step 40 (out/checkpoints/step-40,"
+        " manifest and SHA-256 checked): steps 41-%d only, one process's losses and model (%.1e)"
+        % (STEPS, wdiff))
+    return j["id"]
 
 
 def cut(t, ip, side, other, on):
@@ -275,6 +337,7 @@ def body(t, seed):
         victim, prev = scenario(t, job, m1, rng, name, which, wd, prev)
         t.start(victim, ["up", "--state", t.state(victim)] + opts[victim])
         t.wait("%s back" % victim, lambda: t.all_alive(NAMES, 5), 90)
+    prev = resume(t, m1, wd, prev)
     partition(t, job, m1, rng, wd, prev, ip)
 
 

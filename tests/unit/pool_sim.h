@@ -126,6 +126,10 @@ static struct {
     int64_t steps;               /* the job's */
     int64_t snapshot_every;      /* the job's (0: the plan chooses) */
     int64_t reached;             /* the furthest step any stage did */
+    int64_t first_step;          /* the first step any stage did in the run (0: none yet) */
+    int64_t checkpoint_every;    /* the job's pool checkpoints (0: none) */
+    int64_t ckpt[16];            /* the pool checkpoints written, by step */
+    int nckpt;
 } S;
 
 #define SIM_STEP_MS TICK            /* a pipeline step */
@@ -447,10 +451,12 @@ static void pipelines(void)
         if (!whole || m->run_step >= S.steps) continue;
         int64_t done = m->run_step + 1;
         if (done > S.reached) S.reached = done;
+        if (!S.first_step) S.first_step = done;
         for (int s = 0; s < pl->nstages; s++) {
             int j = member_of(pl->stage[s].holder[0].name);
             S.m[j].run_step = done;
-            if (pl->snapshot_every > 0 && done % pl->snapshot_every == 0 && done < S.steps) {
+            if (((pl->snapshot_every > 0 && done % pl->snapshot_every == 0) ||
+                 (S.checkpoint_every > 0 && done % S.checkpoint_every == 0)) && done < S.steps) {
                 pool_snap x = {pl->stage[s].layer_begin, pl->stage[s].layer_end, done};
                 sim_hold(j, &x);
             }
@@ -482,6 +488,7 @@ static void execute(int i)
             s.micro_batch = 2;
             s.steps = S.steps;
             s.snapshot_every = S.snapshot_every;
+            s.checkpoint_every = S.checkpoint_every;
             if (m->lacks_data)
                 pool_lacks_add(&s.lacks, "data", S.bundle.data[0], S.bundle.data[0], "missing");
             json_t *j = m->disk ? json_loads(m->disk, 0, NULL) : NULL;
@@ -534,6 +541,24 @@ static void execute(int i)
         case POOL_ACT_RUN: start_stage(i, &a); break;
         case POOL_ACT_FETCH: fetch_blob(i, &a); break;
         case POOL_ACT_GATHER: m->gather_at = S.now + 1000; break;
+        case POOL_ACT_CHECKPOINT: {
+            /* every piece held by a member this one reaches, every layer covered */
+            bool ok = true;
+            int cover[64] = {0};
+            for (int k = 0; k < a.ntargets; k++) {
+                int j = member_of(a.targets[k].name);
+                ok &= j >= 0 && S.m[j].up && hears(i, j) && sim_holds(j, &a.snaps[k]) &&
+                      a.snaps[k].step == a.step;
+                for (int l = a.snaps[k].layer_begin; l < a.snaps[k].layer_end && l < 64; l++)
+                    cover[l] = 1;
+            }
+            for (int l = 0; l < SHAPE.layers; l++) ok &= cover[l] == 1;
+            CHECK(ok, "%s: a checkpoint of step %lld from pieces that are not all there",
+                  m->name, (long long)a.step);
+            if (ok && S.nckpt < 16) S.ckpt[S.nckpt++] = a.step;
+            pool_core_checkpointed(m->core, a.step, ok, ok ? NULL : "a piece is gone", &S.acts);
+            break;
+        }
         case POOL_ACT_PULL:
             m->pulling = a.snaps[0];
             m->pull_from = -1;

@@ -49,7 +49,8 @@ static void start(uint64_t seed)
     S.m[4].no_compute = true;
     pool_core_destroy(S.m[4].core);
     new_core(&S.m[4]);
-    S.reached = 0;
+    S.reached = S.first_step = 0;
+    S.nckpt = 0;
     set_bundle("m04", WALL0);
     submit(4);
     CHECK(run_until(committed, 60000), "seed %llu: no commit within 60 s",
@@ -242,6 +243,42 @@ static void scenario_no_copy(uint64_t seed)
            S.m[lost[0]].name, stage + 1, S.m[lost[1]].name, e);
 }
 
+/* Pool checkpoints: the submitter writes one every checkpoint_every steps
+ * from the stages' snapshots; a job submitted with a checkpoint's shards in
+ * its submitter's folder starts after that step (no earlier step is done
+ * again) and finishes. */
+static void scenario_checkpoints(uint64_t seed)
+{
+    S.checkpoint_every = 20;
+    start(seed);
+    CHECK(run_until(finished, 240000), "checkpoints: the run did not finish");
+    CHECK(S.nckpt == 2 && S.ckpt[0] == 20 && S.ckpt[1] == 40, "checkpoints: %d written (want "
+          "steps 20 and 40)", S.nckpt);
+    /* the same job again, its submitter holding step 40's shards */
+    const pool_plan *c = plan_of(4);
+    pool_snap shards[8];
+    int ns = 0;
+    for (int s = 0; c && s < c->nstages && ns < 8; s++)
+        shards[ns++] = (pool_snap){c->stage[s].layer_begin, c->stage[s].layer_end, 40};
+    world_init(5, seed + 100);
+    S.m[4].no_compute = true;
+    pool_core_destroy(S.m[4].core);
+    new_core(&S.m[4]);
+    for (int k = 0; k < ns; k++) sim_hold(4, &shards[k]);
+    S.reached = S.first_step = 0;
+    S.nckpt = 0;
+    set_bundle("m04", WALL0);
+    submit(4);
+    CHECK(run_until(finished, 240000), "checkpoints: the resumed job did not finish");
+    CHECK(plan_of(4) && plan_of(4)->resume_step == 40 && S.first_step == 41,
+          "checkpoints: the resumed job's plan starts after step %lld, its first step is %lld "
+          "(want 40, 41)", plan_of(4) ? (long long)plan_of(4)->resume_step : -1LL,
+          (long long)S.first_step);
+    printf("checkpoints: written at steps 20 and 40; the job resubmitted with step 40's %d "
+           "shards on its submitter started after step 40 and finished\n", ns);
+    S.checkpoint_every = 0;
+}
+
 int main(void)
 {
     S.verbose = getenv("POOL_SIM_VERBOSE") != NULL;
@@ -254,6 +291,7 @@ int main(void)
     scenario_early(15);
     scenario_partition(16);
     scenario_no_copy(17);
+    scenario_checkpoints(18);
     sim_done();
     printf("%s\n", failures ? "FAILED" : "test_pool_recover: ok");
     return failures != 0;
