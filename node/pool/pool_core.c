@@ -648,7 +648,7 @@ void pool_core_step(pool_core *c, const pool_member *m, int n, int64_t now_ms, i
             run_stage(c, m, n, out);
             core_rec_progress(c, m, n, now_ms);
             core_pull(c, m, n, now_ms, out);
-            core_checkpoint(c, m, n, out);
+            core_checkpoint(c, m, n, now_ms, out);
             gather_model(c, m, n, out);
         }
     }

@@ -54,6 +54,9 @@ struct pool_core {
     int64_t snapshot_every;       /* the job's (0: the plan chooses) */
     int64_t checkpoint_every;     /* the job's pool checkpoints (0: none) */
     int64_t ckpt_step;            /* the last checkpoint asked for (the submitter) */
+    int64_t ckpt_done;            /* the last one written (or given up) */
+    int ckpt_tries;               /* failures of ckpt_step */
+    int64_t ckpt_retry_ms;        /* not before (-1: the next step sets it) */
     bool ckpt_pending;
 
     /* recovery (pool_recover.c) */
@@ -107,7 +110,8 @@ int64_t core_snapshot_every(const pool_core *c, const plan *pl, const cost_link 
 int core_pieces(pool_core *c, const pool_member *m, int n, const pool_plan *pl, pool_action *a);
 /* The submitter: a CHECKPOINT of the newest step of checkpoint_every
  * that the snapshots cover. */
-void core_checkpoint(pool_core *c, const pool_member *m, int n, pool_actions *out);
+void core_checkpoint(pool_core *c, const pool_member *m, int n, int64_t now,
+                     pool_actions *out);
 /* A buddy's copies: PULL the newest snapshot of each stage it keeps. */
 void core_pull(pool_core *c, const pool_member *m, int n, int64_t now, pool_actions *out);
 /* The record of the last recovery: the seconds to the first step after it. */

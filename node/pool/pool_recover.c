@@ -385,11 +385,13 @@ int core_pieces(pool_core *c, const pool_member *m, int n, const pool_plan *pl, 
 
 /* ---- pool checkpoints ---- */
 
-void core_checkpoint(pool_core *c, const pool_member *m, int n, pool_actions *out)
+void core_checkpoint(pool_core *c, const pool_member *m, int n, int64_t now, pool_actions *out)
 {
     const pool_plan *pl = pool_core_committed(c);
+    /* after a failure, a pause: a member that just died may still be listed live */
+    if (c->ckpt_retry_ms < 0) c->ckpt_retry_ms = now + 2 * POOL_QUIET_MS;
     if (!pl || c->recovering || c->ckpt_pending || c->checkpoint_every <= 0 || !c->doc.bundle ||
-        strcmp(c->doc.bundle->submitted_by, c->name) != 0)
+        strcmp(c->doc.bundle->submitted_by, c->name) != 0 || now < c->ckpt_retry_ms)
         return;
     /* the newest step of a checkpoint that the live members' snapshots cover */
     int64_t best = 0;
@@ -397,7 +399,7 @@ void core_checkpoint(pool_core *c, const pool_member *m, int n, pool_actions *ou
         const pool_doc *d = m[i].live ? doc_of(c, &m[i]) : NULL;
         for (int j = 0; d && j < d->snaps.n; j++) {
             int64_t st = d->snaps.s[j].step;
-            if (st > best && st > c->ckpt_step && st % c->checkpoint_every == 0) {
+            if (st > best && st > c->ckpt_done && st % c->checkpoint_every == 0) {
                 int *in = malloc((size_t)(n > 0 ? n : 1) * sizeof *in), k = 0;
                 for (int q = 0; in && q < n; q++)
                     if (m[q].live && doc_of(c, &m[q])) in[k++] = q;
@@ -421,6 +423,7 @@ void core_checkpoint(pool_core *c, const pool_member *m, int n, pool_actions *ou
     }
     a->step = best;
     c->ckpt_pending = true;
+    if (c->ckpt_step != best) c->ckpt_tries = 0;
     c->ckpt_step = best;
 }
 
@@ -430,12 +433,16 @@ void pool_core_checkpointed(pool_core *c, int64_t step, bool ok, const char *err
     if (!c->ckpt_pending) return;
     c->ckpt_pending = false;
     if (ok) {
+        c->ckpt_done = step;
         core_log(out, "pool: checkpoint of step %lld written", (long long)step);
         return;
     }
-    c->ckpt_step = step - 1 > 0 ? step - 1 : 0;   /* tried again with the next snapshot */
-    core_log(out, "pool: the checkpoint of step %lld failed: %s", (long long)step,
-             error ? error : "");
+    /* tried again after a pause (a stopped copy at once: core_kill), three
+     * times a step */
+    if (++c->ckpt_tries >= 3) c->ckpt_done = step;
+    c->ckpt_retry_ms = -1;
+    core_log(out, "pool: the checkpoint of step %lld failed%s: %s", (long long)step,
+             c->ckpt_tries >= 3 ? " three times; it is skipped" : "", error ? error : "");
 }
 
 /* ---- the buddy ---- */

@@ -145,7 +145,7 @@ static void pool_state(const uint8_t *data, size_t size)
     fuzz_state_restore(&state);
     fuzz_write_file(job_state, data, size, path, sizeof path);
     daemon_t *d = fuzz_state_open_node(&state, T);
-    json_t *reply = pool_submit(d, bundle);
+    json_t *reply = pool_submit(d, bundle, NULL);
     fuzz_require(reply != NULL, T, "no answer to a submit", NULL);
     json_decref(reply);
     daemon_free(d);

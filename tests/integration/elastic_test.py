@@ -197,7 +197,9 @@ def check_checkpoints(name, out, steps):
     SHA-256 it holds; returns the steps found."""
     import hashlib
     base = os.path.join(out, "checkpoints")
-    found = sorted(int(d.split("-")[1]) for d in os.listdir(base) if d.startswith("step-"))
+    # complete ones (a folder without its manifest is one a recovery cut short)
+    found = sorted(int(d.split("-")[1]) for d in os.listdir(base) if d.startswith("step-") and
+                   os.path.exists(os.path.join(base, d, "manifest.json")))
     check(found == steps, "%s: pool checkpoints of steps %s (want %s)" % (name, found, steps))
     for st in found:
         d = os.path.join(base, "step-%d" % st)
