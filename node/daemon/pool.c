@@ -805,8 +805,9 @@ static void note_recovery(daemon_t *d)
     const pool_doc *doc = pool_core_doc(p->core);
     if (!p->id[0] || !(doc->has & POOL_HAS_REC) || doc->rec.ms < 0) return;
     const pool_recovery *r = &doc->rec;
-    if (r->n == p->noted_rec) return;
+    if (r->n == p->noted_rec && strcmp(p->noted_job, p->id) == 0) return;
     p->noted_rec = r->n;
+    snprintf(p->noted_job, sizeof p->noted_job, "%s", p->id);
     char path[DAEMON_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/metrics.jsonl", p->dir);
     json_t *j = json_pack("{s:{s:s,s:I,s:I,s:I,s:I,s:f}}", "recovery", "lost", r->lost, "at",

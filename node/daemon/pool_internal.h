@@ -31,6 +31,7 @@ struct pool {
     int64_t checkpoint_every;    /* the job's (its snapshots of those steps are kept) */
     pool_snap pulling;           /* the snapshot pull_pid copies */
     int64_t noted_rec;           /* the recovery last written to metrics.jsonl (its n) */
+    char noted_job[POOL_JOB_ID_LEN + 1];   /* ... of this job */
     pool_job_ref fetching;       /* the job blob fetch_pid fetches */
     cost_shape shape;            /* the job's model, to check its profile */
     int64_t next_ms;
