@@ -45,6 +45,11 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const floa
  * Applied in place to the first `nheads` heads of each row, row stride `ld`,
  * position of row n is n % T. */
 void rope_tables(float *cos_tab, float *sin_tab, int T, int HD, float theta);
+/* Plain RoPE's HD/2 inverse frequencies theta^(-2i/HD), as HF computes them
+ * in float32; rope_tables_freq builds the tables from any such list
+ * (angle(t, i) = t * inv_freq[i]), e.g. one rescaled for Llama 3.1. */
+void rope_inv_freq(float *inv_freq, int HD, float theta);
+void rope_tables_freq(float *cos_tab, float *sin_tab, int T, int HD, const float *inv_freq);
 void rope_forward(float *x, const float *cos_tab, const float *sin_tab,
                   int N, int T, int nheads, int HD, int ld);
 /* In place: dx = R^T dy (the rotation is orthogonal; no saved input needed). */

@@ -6,6 +6,8 @@
 #include "model.h"
 #include "model_util.h"
 
+#include "kernels.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <float.h>
@@ -186,12 +188,7 @@ static int check_explicit_head_dim(json_t *root, const llama_config *cfg, const 
  * config that sets them would otherwise load as a silently different model. */
 static int check_unsupported(json_t *root, const char *src, char *err, size_t errlen)
 {
-    json_t *v = optional_key(root, "rope_scaling");
-    if (v) {
-        model_errf(err, errlen, "%s: rope_scaling is not supported (only plain RoPE); "
-                "remove it or set it to null", src);
-        return -1;
-    }
+    json_t *v;
     static const char *const biases[] = {"attention_bias", "mlp_bias"};
     for (size_t i = 0; i < sizeof biases / sizeof biases[0]; i++) {
         v = optional_key(root, biases[i]);
@@ -206,6 +203,197 @@ static int check_unsupported(json_t *root, const char *src, char *err, size_t er
         model_errf(err, errlen, "%s: hidden_act must be \"silu\" (the LLaMA MLP)", src);
         return -1;
     }
+    return 0;
+}
+
+/* ---- rope_scaling ------------------------------------------------------------ */
+
+static const char *const llama3_keys[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                          "original_max_position_embeddings"};
+
+/* rope_type, or its older spelling type; both present must agree. */
+static int rope_scaling_type(json_t *rs, const char *src, const char **type, char *err,
+                             size_t errlen)
+{
+    static const char *const names[] = {"rope_type", "type"};
+    const char *seen[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        json_t *v = json_object_get(rs, names[i]);
+        if (!v) continue;
+        if (!json_is_string(v)) {
+            model_errf(err, errlen, "%s: rope_scaling.%s must be a string, got %s", src,
+                    names[i], model_json_kind(v));
+            return -1;
+        }
+        seen[i] = json_string_value(v);
+    }
+    if (!seen[0] && !seen[1]) {
+        model_errf(err, errlen, "%s: rope_scaling has no rope_type (nor type)", src);
+        return -1;
+    }
+    if (seen[0] && seen[1] && strcmp(seen[0], seen[1]) != 0) {
+        model_errf(err, errlen, "%s: rope_scaling.rope_type (\"%.40s\") and rope_scaling.type "
+                "(\"%.40s\") disagree", src, seen[0], seen[1]);
+        return -1;
+    }
+    *type = seen[0] ? seen[0] : seen[1];
+    return 0;
+}
+
+/* Any key of rs other than rope_type, type and the n in `allowed`. */
+static int rope_scaling_extra_key(json_t *rs, const char *src, const char *type,
+                                  const char *const *allowed, size_t n, char *err,
+                                  size_t errlen)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(rs, key, v) {
+        bool known = strcmp(key, "rope_type") == 0 || strcmp(key, "type") == 0;
+        for (size_t i = 0; i < n && !known; i++) known = strcmp(key, allowed[i]) == 0;
+        if (!known) {
+            model_errf(err, errlen, "%s: rope_scaling.%.60s is not a key of rope_type \"%s\"%s",
+                    src, key, type, n ? " (its keys: factor, low_freq_factor, high_freq_factor, "
+                    "original_max_position_embeddings)" : "");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* HF's rope_scaling: null or absent, {"rope_type": "default"} (plain RoPE),
+ * or Llama 3.1's {"rope_type": "llama3", factor, low_freq_factor,
+ * high_freq_factor, original_max_position_embeddings}; ranges are
+ * llama_config_validate's job. */
+static int parse_rope_scaling(json_t *root, llama_config *cfg, const char *src, char *err,
+                              size_t errlen)
+{
+    json_t *rs = optional_key(root, "rope_scaling");
+    const char *type;
+    llama_rope_scaling r = {.llama3 = true};
+    if (!rs)
+        return 0;
+    if (!json_is_object(rs)) {
+        model_errf(err, errlen, "%s: rope_scaling must be an object or null, got %s", src,
+                model_json_kind(rs));
+        return -1;
+    }
+    if (rope_scaling_type(rs, src, &type, err, errlen))
+        return -1;
+    if (strcmp(type, "default") == 0)
+        return rope_scaling_extra_key(rs, src, type, NULL, 0, err, errlen);
+    if (strcmp(type, "llama3") != 0) {
+        model_errf(err, errlen, "%s: rope_scaling type \"%.40s\" is not supported (only "
+                "\"llama3\", Llama 3.1/3.2's; null for plain RoPE)", src, type);
+        return -1;
+    }
+    if (rope_scaling_extra_key(rs, src, type, llama3_keys, 4, err, errlen))
+        return -1;
+    double *reals[] = {&r.factor, &r.low_freq_factor, &r.high_freq_factor};
+    for (int i = 0; i < 4; i++) {
+        json_t *v = json_object_get(rs, llama3_keys[i]);
+        char name[64];
+        snprintf(name, sizeof name, "rope_scaling.%s", llama3_keys[i]);
+        if (!v) {
+            model_errf(err, errlen, "%s: %s is missing (rope_type \"llama3\" needs it)", src,
+                    name);
+            return -1;
+        }
+        if (i == 3) {
+            if (get_positive_int(v, src, name, &r.original_max_position_embeddings, err,
+                                 errlen))
+                return -1;
+        } else if (!json_is_number(v)) {
+            model_errf(err, errlen, "%s: %s must be a number, got %s", src, name,
+                    model_json_kind(v));
+            return -1;
+        } else {
+            *reals[i] = json_number_value(v);
+        }
+    }
+    cfg->rope_scaling = r;
+    return 0;
+}
+
+/* Range checks of a llama3 rope_scaling (see llama_rope_inv_freq's
+ * divisions). */
+static int validate_rope_scaling(const llama_rope_scaling *r, const char *src, char *err,
+                                 size_t errlen)
+{
+    if (!r->llama3)
+        return 0;
+    if (!(r->factor >= 1.0) || !(r->factor <= FLT_MAX)) {
+        model_errf(err, errlen, "%s: rope_scaling.factor must be a finite number >= 1, got %g",
+                src, r->factor);
+        return -1;
+    }
+    if (!(r->low_freq_factor > 0) || !(r->low_freq_factor <= FLT_MAX)) {
+        model_errf(err, errlen, "%s: rope_scaling.low_freq_factor must be positive and finite, "
+                "got %g", src, r->low_freq_factor);
+        return -1;
+    }
+    if (!(r->high_freq_factor > r->low_freq_factor) || !(r->high_freq_factor <= FLT_MAX)) {
+        model_errf(err, errlen, "%s: rope_scaling.high_freq_factor (%g) must be finite and "
+                "greater than low_freq_factor (%g)", src, r->high_freq_factor,
+                r->low_freq_factor);
+        return -1;
+    }
+    if (r->original_max_position_embeddings <= 0) {
+        model_errf(err, errlen, "%s: rope_scaling.original_max_position_embeddings must be "
+                "positive, got %d", src, r->original_max_position_embeddings);
+        return -1;
+    }
+    return 0;
+}
+
+/* A double as torch casts a Python scalar for a float32 operation (finite
+ * values past float32's range become infinities, never undefined). */
+static float to_f32(double d)
+{
+    return d > FLT_MAX ? INFINITY : d < -FLT_MAX ? -INFINITY : (float)d;
+}
+
+/* transformers 4.46's _compute_llama3_parameters, operation by operation in
+ * float32: a Python scalar divided by a tensor is reciprocal() * scalar,
+ * comparisons against a scalar cast it to float32, one float32 rounding per
+ * operation (each on its own line: no contraction into an FMA). */
+void llama_rope_inv_freq(const llama_config *cfg, float *inv_freq)
+{
+    const llama_rope_scaling *r = &cfg->rope_scaling;
+    rope_inv_freq(inv_freq, cfg->head_dim, cfg->rope_theta);
+    if (!r->llama3)
+        return;
+    double old = r->original_max_position_embeddings;
+    float factor = to_f32(r->factor), low = to_f32(r->low_freq_factor), oldf = to_f32(old);
+    float span = to_f32(r->high_freq_factor - r->low_freq_factor);
+    float low_wavelen = to_f32(old / r->low_freq_factor);
+    float high_wavelen = to_f32(old / r->high_freq_factor);
+    float two_pi = (float)6.283185307179586;
+    for (int i = 0; i < cfg->head_dim / 2; i++) {
+        float f = inv_freq[i];
+        float wavelen = 1.0f / f;
+        wavelen = wavelen * two_pi;
+        float scaled = wavelen > low_wavelen ? f / factor : f;
+        float smooth = 1.0f / wavelen;
+        smooth = smooth * oldf;
+        smooth = smooth - low;
+        smooth = smooth / span;
+        float a = 1.0f - smooth;
+        a = a * scaled;
+        a = a / factor;
+        float b = smooth * scaled;
+        bool medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+        inv_freq[i] = medium ? a + b : scaled;
+    }
+}
+
+int llama_rope_tables(const llama_config *cfg, float *cos_tab, float *sin_tab, int T)
+{
+    float *inv = malloc((size_t)(cfg->head_dim / 2 > 0 ? cfg->head_dim / 2 : 1) * sizeof *inv);
+    if (!inv)
+        return -1;
+    llama_rope_inv_freq(cfg, inv);
+    rope_tables_freq(cos_tab, sin_tab, T, cfg->head_dim, inv);
+    free(inv);
     return 0;
 }
 
@@ -230,7 +418,9 @@ int llama_config_load(llama_config *cfg, const char *path, char *err, size_t err
     else if (parse_config(&c, root, path, err, errlen) == 0 &&
              llama_config_validate(&c, path, err, errlen) == 0 &&
              check_explicit_head_dim(root, &c, path, err, errlen) == 0 &&
-             check_unsupported(root, path, err, errlen) == 0) {
+             check_unsupported(root, path, err, errlen) == 0 &&
+             parse_rope_scaling(root, &c, path, err, errlen) == 0 &&
+             validate_rope_scaling(&c.rope_scaling, path, err, errlen) == 0) {
         *cfg = c;
         rc = 0;
     }
@@ -286,6 +476,8 @@ int llama_config_validate(llama_config *cfg, const char *src, char *err, size_t 
                 src, (double)cfg->rope_theta);
         return -1;
     }
+    if (validate_rope_scaling(&cfg->rope_scaling, src, err, errlen))
+        return -1;
     cfg->head_dim = head_dim;
     return 0;
 }
@@ -329,6 +521,17 @@ static json_t *config_to_json(const llama_config *c)
     bad |= add(o, "rms_norm_eps", json_real(shortest_decimal(c->rms_norm_eps)));
     bad |= add(o, "rope_theta", json_real(shortest_decimal(c->rope_theta)));
     bad |= add(o, "tie_word_embeddings", json_boolean(c->tie_word_embeddings));
+    if (c->rope_scaling.llama3) {
+        const llama_rope_scaling *r = &c->rope_scaling;
+        json_t *rs = json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3",
+                               "factor", r->factor, "low_freq_factor", r->low_freq_factor,
+                               "high_freq_factor", r->high_freq_factor,
+                               "original_max_position_embeddings",
+                               r->original_max_position_embeddings);
+        bad |= !rs || add(o, "rope_scaling", rs);
+    } else {
+        bad |= add(o, "rope_scaling", json_null());
+    }
     /* HF's defaults too, spelled out so no reader has to guess them. */
     bad |= add(o, "attention_bias", json_false());
     bad |= add(o, "mlp_bias", json_false());
@@ -349,6 +552,22 @@ int llama_config_save(const llama_config *cfg, const char *path, char *err, size
     /* Never write a file our own loader (or HF) would refuse. */
     if (llama_config_validate(&c, path, err, errlen))
         return -1;
+    /* The file carries reals with 9 significant digits (what float32 needs);
+     * rope_scaling's are doubles: refuse one that would read back changed. */
+    if (c.rope_scaling.llama3) {
+        const double v[] = {c.rope_scaling.factor, c.rope_scaling.low_freq_factor,
+                            c.rope_scaling.high_freq_factor};
+        for (int i = 0; i < 3; i++) {
+            char buf[40];
+            snprintf(buf, sizeof buf, "%.9g", v[i]);
+            if (strtod(buf, NULL) != v[i]) {
+                model_errf(err, errlen, "%s: rope_scaling.%s (%.17g) needs more than 9 "
+                        "significant digits, which config.json is written with", path,
+                        llama3_keys[i], v[i]);
+                return -1;
+            }
+        }
+    }
     root = config_to_json(&c);
     text = root ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(root);

@@ -201,7 +201,7 @@ int generator_create(generator **out, const llama_config *cfg, stage *s, int max
     gen_layout(g, g->arena);
     /* Same tables as a stage of T = max_len, so position t rotates exactly
      * as row t of a training sequence does. */
-    rope_tables(g->rope_cos, g->rope_sin, max_len, g->HD, cfg->rope_theta);
+    if (llama_rope_tables(cfg, g->rope_cos, g->rope_sin, max_len)) goto oom;
     *out = g;
     return 0;
 oom:

@@ -14,6 +14,17 @@
 
 /* ======================= HF config.json (llama_config) =================== */
 
+/* HF's rope_scaling {"rope_type": "llama3", ...} (Llama 3.1/3.2): the
+ * inverse frequencies of plain RoPE rescaled as transformers'
+ * _compute_llama3_parameters does. All zero (llama3 false) is plain RoPE. */
+typedef struct {
+    bool llama3;
+    double factor;             /* >= 1: low frequencies are divided by it */
+    double low_freq_factor;    /* > 0 */
+    double high_freq_factor;   /* > low_freq_factor */
+    int original_max_position_embeddings;
+} llama_rope_scaling;
+
 typedef struct {
     int hidden_size;
     int intermediate_size;
@@ -26,17 +37,26 @@ typedef struct {
     float rms_norm_eps;        /* default 1e-6 */
     float rope_theta;          /* default 10000 */
     bool tie_word_embeddings;  /* default false */
+    llama_rope_scaling rope_scaling;   /* default none */
 } llama_config;
 
 /* Reads an HF config.json of a LlamaForCausalLM and validates it. Keys the
  * model needs are required (num_key_value_heads, rms_norm_eps, rope_theta,
  * tie_word_embeddings, max_position_embeddings have HF's defaults); other
  * HF keys are ignored; an "architectures" list, if present, must name
- * LlamaForCausalLM. */
+ * LlamaForCausalLM; rope_scaling may be null, "default" or "llama3" (every
+ * field checked), other types are refused by name. */
 int llama_config_load(llama_config *cfg, const char *path, char *err, size_t errlen);
 /* Checks sizes are positive and heads divide hidden size, KV heads divide
  * heads, head_dim even (RoPE). `src` names the origin in messages. */
 int llama_config_validate(llama_config *cfg, const char *src, char *err, size_t errlen);
+/* The HD/2 RoPE inverse frequencies of cfg (head_dim set by validate):
+ * theta^(-2i/HD) in float32, then rope_scaling's rescaling with
+ * transformers' float32 operations in its order. */
+void llama_rope_inv_freq(const llama_config *cfg, float *inv_freq);
+/* cos/sin tables [T, head_dim/2] from those frequencies (rope_tables_freq);
+ * -1 only when out of memory. */
+int llama_rope_tables(const llama_config *cfg, float *cos_tab, float *sin_tab, int T);
 /* Writes config.json as HF would (architectures, model_type "llama", dtype). */
 int llama_config_save(const llama_config *cfg, const char *path, char *err, size_t errlen);
 

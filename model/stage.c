@@ -329,7 +329,7 @@ int stage_create_lora(stage **out, const llama_config *cfg, int layer_begin, int
         if (!s->dhead_apart) goto oom;
         s->dhead = s->dhead_apart;
     }
-    rope_tables(s->rope_cos, s->rope_sin, T, cfg->head_dim, cfg->rope_theta);
+    if (llama_rope_tables(cfg, s->rope_cos, s->rope_sin, T)) goto oom;
     *out = s;
     return 0;
 oom:

@@ -6,18 +6,36 @@
 
 #include <math.h>
 
+/* HF: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), all fp32. */
+static float default_inv_freq(int i, int HD, float theta)
+{
+    return 1.0f / powf(theta, (float)(2 * i) / (float)HD);
+}
+
+/* Column i of the tables; the angle in double keeps large t exact. */
+static void fill_column(float *cos_tab, float *sin_tab, int T, int h, int i, float inv_freq)
+{
+    for (int t = 0; t < T; t++) {
+        double a = (double)t * (double)inv_freq;
+        cos_tab[(size_t)t * h + i] = (float)cos(a);
+        sin_tab[(size_t)t * h + i] = (float)sin(a);
+    }
+}
+
+void rope_inv_freq(float *inv_freq, int HD, float theta)
+{
+    for (int i = 0; i < HD / 2; i++) inv_freq[i] = default_inv_freq(i, HD, theta);
+}
+
+void rope_tables_freq(float *cos_tab, float *sin_tab, int T, int HD, const float *inv_freq)
+{
+    for (int i = 0; i < HD / 2; i++) fill_column(cos_tab, sin_tab, T, HD / 2, i, inv_freq[i]);
+}
+
 void rope_tables(float *cos_tab, float *sin_tab, int T, int HD, float theta)
 {
-    int h = HD / 2;
-    for (int i = 0; i < h; i++) {
-        /* HF computes inv_freq in fp32; the angle in double keeps large t exact. */
-        float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)HD);
-        for (int t = 0; t < T; t++) {
-            double a = (double)t * (double)inv_freq;
-            cos_tab[(size_t)t * h + i] = (float)cos(a);
-            sin_tab[(size_t)t * h + i] = (float)sin(a);
-        }
-    }
+    for (int i = 0; i < HD / 2; i++)
+        fill_column(cos_tab, sin_tab, T, HD / 2, i, default_inv_freq(i, HD, theta));
 }
 
 /* sign = +1 rotates forward; -1 applies the transpose (the backward). */

@@ -31,6 +31,16 @@ void checkpoint_config_string(const llama_config *c, char *buf, size_t len)
              c->num_attention_heads, c->num_key_value_heads, c->vocab_size,
              c->max_position_embeddings, (double)c->rms_norm_eps, (double)c->rope_theta,
              (int)c->tie_word_embeddings);
+    /* only when set: strings of plain-RoPE configs stay what older
+     * checkpoints carry */
+    const llama_rope_scaling *r = &c->rope_scaling;
+    size_t used = strlen(buf);
+    if (r->llama3 && used < len)
+        snprintf(buf + used, len - used,
+                 ",rope_scaling=llama3,rope_factor=%.17g,rope_low_freq_factor=%.17g,"
+                 "rope_high_freq_factor=%.17g,rope_original_max_position_embeddings=%d",
+                 r->factor, r->low_freq_factor, r->high_freq_factor,
+                 r->original_max_position_embeddings);
 }
 
 /* Whether a stage of the chain holds the embedding itself (a first stage). */

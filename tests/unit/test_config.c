@@ -14,6 +14,7 @@
 #include "check.h"
 
 static char cfg_path[512];
+static char *slurp(const char *path);
 
 static void write_text(const char *path, const char *text)
 {
@@ -212,8 +213,6 @@ static void test_shape_rules(void)
 /* Keys that would silently change the network are refused, not ignored. */
 static void test_unsupported_features(void)
 {
-    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"rope_scaling\":{\"rope_type\":\"llama3\","
-                "\"factor\":8.0}}", "rope_scaling is not supported");
     EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"attention_bias\":true}",
                 "attention_bias must be false");
     EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"mlp_bias\":true}", "mlp_bias must be false");
@@ -224,6 +223,142 @@ static void test_unsupported_features(void)
     CHECK(load_text("{" BASE ",\"num_attention_heads\":4,\"rope_scaling\":null,"
                     "\"attention_bias\":false,\"hidden_act\":\"silu\"}", &cfg, err,
                     sizeof err) == 0, "plain LLaMA keys refused: %s", err);
+}
+
+#define L3 "\"factor\":8.0,\"low_freq_factor\":1.0,\"high_freq_factor\":4.0," \
+           "\"original_max_position_embeddings\":64"
+#define ROPE(body) "{" BASE ",\"num_attention_heads\":4,\"rope_scaling\":{" body "}}"
+
+/* Llama 3.1/3.2's rope_scaling loads with every field; anything else in it is
+ * refused naming the field, other scalings by their type. */
+static void test_rope_scaling(void)
+{
+    llama_config c;
+    char err[512] = "";
+    CHECK(load_text(ROPE("\"rope_type\":\"llama3\"," L3), &c, err, sizeof err) == 0, "%s", err);
+    CHECK(c.rope_scaling.llama3 && c.rope_scaling.factor == 8.0 &&
+          c.rope_scaling.low_freq_factor == 1.0 && c.rope_scaling.high_freq_factor == 4.0 &&
+          c.rope_scaling.original_max_position_embeddings == 64, "llama3 fields not kept");
+    /* the older spelling "type", both agreeing, integers for the factors */
+    CHECK(load_text(ROPE("\"type\":\"llama3\",\"factor\":8,\"low_freq_factor\":1,"
+                         "\"high_freq_factor\":4,\"original_max_position_embeddings\":64.0"),
+                    &c, err, sizeof err) == 0 && c.rope_scaling.llama3 &&
+          c.rope_scaling.factor == 8.0, "%s", err);
+    CHECK(load_text(ROPE("\"type\":\"llama3\",\"rope_type\":\"llama3\"," L3), &c, err,
+                    sizeof err) == 0, "%s", err);
+    CHECK(load_text(ROPE("\"rope_type\":\"default\""), &c, err, sizeof err) == 0 &&
+          !c.rope_scaling.llama3, "default: %s", err);
+
+    EXPECT_FAIL(ROPE("\"rope_type\":\"linear\",\"factor\":2.0"), "\"linear\" is not supported");
+    EXPECT_FAIL(ROPE("\"type\":\"dynamic\",\"factor\":2.0"), "\"dynamic\" is not supported");
+    EXPECT_FAIL(ROPE("\"rope_type\":\"yarn\",\"factor\":4.0"), "\"yarn\" is not supported");
+    EXPECT_FAIL(ROPE(L3), "rope_scaling has no rope_type");
+    EXPECT_FAIL(ROPE("\"rope_type\":3," L3), "rope_scaling.rope_type must be a string");
+    EXPECT_FAIL(ROPE("\"rope_type\":\"llama3\",\"type\":\"linear\"," L3), "disagree");
+    EXPECT_FAIL(ROPE("\"rope_type\":\"default\",\"factor\":2.0"),
+                "rope_scaling.factor is not a key of rope_type \"default\"");
+    EXPECT_FAIL(ROPE("\"rope_type\":\"llama3\",\"beta_fast\":32," L3),
+                "rope_scaling.beta_fast is not a key of rope_type \"llama3\"");
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"rope_scaling\":\"llama3\"}",
+                "rope_scaling must be an object or null");
+    static const char *const fields[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                         "original_max_position_embeddings"};
+    for (int i = 0; i < 4; i++) {
+        /* each field missing, then of the wrong type */
+        char text[600], needle[96];
+        const char *vals[] = {"8.0", "1.0", "4.0", "64"};
+        for (int bad = 0; bad < 2; bad++) {
+            int n = snprintf(text, sizeof text, "{" BASE ",\"num_attention_heads\":4,"
+                             "\"rope_scaling\":{\"rope_type\":\"llama3\"");
+            for (int k = 0; k < 4; k++) {
+                if (k == i && !bad) continue;
+                n += snprintf(text + n, sizeof text - (size_t)n, ",\"%s\":%s", fields[k],
+                              k == i ? "\"8\"" : vals[k]);
+            }
+            snprintf(text + n, sizeof text - (size_t)n, "}}");
+            snprintf(needle, sizeof needle, "rope_scaling.%s %s", fields[i],
+                     bad ? "must be a" : "is missing");
+            EXPECT_FAIL(text, needle);
+        }
+    }
+    EXPECT_FAIL(ROPE("\"rope_type\":\"llama3\",\"factor\":0.5,\"low_freq_factor\":1.0,"
+                     "\"high_freq_factor\":4.0,\"original_max_position_embeddings\":64"),
+                "rope_scaling.factor must be a finite number >= 1");
+    EXPECT_FAIL(ROPE("\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":0,"
+                     "\"high_freq_factor\":4.0,\"original_max_position_embeddings\":64"),
+                "rope_scaling.low_freq_factor must be positive");
+    EXPECT_FAIL(ROPE("\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":4.0,"
+                     "\"high_freq_factor\":4.0,\"original_max_position_embeddings\":64"),
+                "rope_scaling.high_freq_factor (4) must be finite and greater than "
+                "low_freq_factor (4)");
+    EXPECT_FAIL(ROPE("\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":1.0,"
+                     "\"high_freq_factor\":1e300,\"original_max_position_embeddings\":64"),
+                "rope_scaling.high_freq_factor");
+    EXPECT_FAIL(ROPE("\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":1.0,"
+                     "\"high_freq_factor\":4.0,\"original_max_position_embeddings\":0"),
+                "rope_scaling.original_max_position_embeddings must be a positive integer");
+    EXPECT_FAIL(ROPE("\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":1.0,"
+                     "\"high_freq_factor\":4.0,\"original_max_position_embeddings\":64.5"),
+                "rope_scaling.original_max_position_embeddings must be a positive integer");
+
+    /* The frequencies: a wavelength 2 pi / f under original / high is kept,
+     * one over original / low is divided by factor, those between lie in
+     * between; the scaled list still falls with i, as plain RoPE's does. */
+    CHECK(load_text(ROPE("\"rope_type\":\"llama3\"," L3), &c, err, sizeof err) == 0, "%s", err);
+    float plain[8], scaled[8];
+    int kept = 0, divided = 0, between = 0;
+    llama_config p = c;
+    p.rope_scaling.llama3 = false;
+    llama_rope_inv_freq(&p, plain);
+    llama_rope_inv_freq(&c, scaled);
+    for (int i = 0; i < 8; i++) {
+        double wavelen = 2 * 3.141592653589793 / plain[i];
+        if (wavelen < 64.0 / 4.0) {
+            kept++;
+            CHECK(scaled[i] == plain[i], "freq %d: %g changed to %g", i, (double)plain[i],
+                  (double)scaled[i]);
+        } else if (wavelen > 64.0 / 1.0) {
+            divided++;
+            CHECK(scaled[i] == plain[i] / 8.0f, "freq %d: %g not divided by 8: %g", i,
+                  (double)plain[i], (double)scaled[i]);
+        } else {
+            between++;
+            CHECK(scaled[i] < plain[i] && scaled[i] > plain[i] / 8.0f, "freq %d: %g -> %g", i,
+                  (double)plain[i], (double)scaled[i]);
+        }
+        CHECK(i == 0 || scaled[i] < scaled[i - 1], "freq %d: %g after %g", i,
+              (double)scaled[i], (double)scaled[i - 1]);
+    }
+    CHECK(kept && divided && between, "test config covers all three bands: %d %d %d", kept,
+          divided, between);
+    /* the tables the stages and the generator use rotate by those */
+    float cs[4 * 8], sn[4 * 8];
+    CHECK(llama_rope_tables(&c, cs, sn, 4) == 0, "tables");
+    for (int t = 0; t < 4; t++)
+        for (int i = 0; i < 8; i++)
+            CHECK(cs[t * 8 + i] == (float)cos((double)t * scaled[i]) &&
+                  sn[t * 8 + i] == (float)sin((double)t * scaled[i]), "table (%d, %d)", t, i);
+
+    /* saved and loaded back the same; a plain config saves null */
+    char path[600];
+    llama_config back;
+    snprintf(path, sizeof path, "%s.rope", cfg_path);
+    CHECK(llama_config_save(&c, path, err, sizeof err) == 0, "%s", err);
+    CHECK(llama_config_load(&back, path, err, sizeof err) == 0 &&
+          memcmp(&back.rope_scaling, &c.rope_scaling, sizeof c.rope_scaling) == 0,
+          "rope_scaling round trip: %s", err);
+    CHECK(strstr(slurp(path), "\"rope_type\": \"llama3\""), "%s", slurp(path));
+    CHECK(llama_config_save(&p, path, err, sizeof err) == 0 &&
+          llama_config_load(&back, path, err, sizeof err) == 0 && !back.rope_scaling.llama3 &&
+          strstr(slurp(path), "\"rope_scaling\": null"), "plain: %s", err);
+    /* a factor config.json's 9 digits would change is refused, not rounded */
+    c.rope_scaling.factor = 8.0000000001;
+    CHECK(llama_config_save(&c, path, err, sizeof err) != 0 &&
+          strstr(err, "rope_scaling.factor"), "%s", err);
+    c.rope_scaling.factor = 0.5;
+    CHECK(llama_config_validate(&c, "mem", err, sizeof err) != 0 &&
+          strstr(err, "rope_scaling.factor"), "%s", err);
+    unlink(path);
 }
 
 static void test_bad_files(void)
@@ -366,6 +501,7 @@ int main(void)
     test_wrong_types();
     test_shape_rules();
     test_unsupported_features();
+    test_rope_scaling();
     test_bad_files();
     test_save_round_trip();
     test_absurd_sizes_refused_with_figure();
