@@ -189,8 +189,11 @@ static int check_unsupported(const gguf_file *f, const llama_config *c, char *er
     }
     free(s);
     if (gguf_tensor_find(f, "rope_freqs.weight"))
-        return model_errf(err, errlen, "%s: tensor rope_freqs.weight: Llama 3 style RoPE "
-                          "frequency scaling is not supported (plain RoPE only)", path);
+        return model_errf(err, errlen, "%s: tensor rope_freqs.weight: Llama 3.1-style RoPE "
+                          "scaling is not imported from GGUF (the file keeps per-frequency "
+                          "factors, not rope_scaling's parameters); import the model's Hugging "
+                          "Face directory instead (rope_scaling \"llama3\" is supported there)",
+                          path);
     static const char *const lengths[] = {"llama.attention.key_length",
                                           "llama.attention.value_length",
                                           "llama.rope.dimension_count"};

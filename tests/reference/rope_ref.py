@@ -23,7 +23,10 @@ transformers as safetensors. Checks:
   4. refusals: rope_scaling of type "yarn" and a llama3 one without
      low_freq_factor are refused by `shardnode generate`, naming them; a
      job whose "config" is the plain config.json with the scaled model as
-     its base is refused (the configs differ in rope_scaling);
+     its base is refused (the configs differ in rope_scaling); a GGUF of
+     the model with llama.cpp's rope_freqs.weight tensor (its converter's
+     per-frequency factors) is refused by `shardnode import --gguf` naming
+     the tensor, not imported as plain RoPE;
   5. fine-tuning: a LoRA job on the scaled model trains a few steps;
      `shardnode export --merge` writes a config.json with the same
      rope_scaling, and PEFT's PeftModel on the scaled base with the
@@ -45,7 +48,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import refvenv  # noqa: E402
 
-refvenv.enter("transformers, peft, tokenizers, safetensors")
+refvenv.enter("transformers, peft, tokenizers, safetensors, gguf")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -59,6 +62,7 @@ CFG = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_atten
            num_key_value_heads=2, vocab_size=320, max_position_embeddings=256,
            rms_norm_eps=1e-5, rope_theta=10000.0, initializer_range=0.1)
 failures = []
+TOK = []   # the tokenizers object the model was saved with
 
 
 def check(cond, what):
@@ -233,6 +237,31 @@ def test_refusals(sn, work, scaled, plain, tok_path, corpus, ids):
     missing = variant(scaled, work, "missing", partial)
     expect_refused([sn, "generate", "--model", missing, "--logits", ids_s, "--out", out],
                    ["rope_scaling.low_freq_factor is missing"], "llama3 without low_freq_factor")
+    import gguf_ref
+    sd = load_file(os.path.join(scaled, "model.safetensors"))
+    tensors = []
+    for name, w in sd.items():
+        w = w.astype(np.float32)
+        if name.endswith("q_proj.weight"):
+            w = gguf_ref.permute(w, CFG["num_attention_heads"])
+        elif name.endswith("k_proj.weight"):
+            w = gguf_ref.permute(w, CFG["num_key_value_heads"])
+        tensors.append((gguf_ref.hf_to_gguf_name(name), np.ascontiguousarray(w), None))
+    hd = CFG["hidden_size"] // CFG["num_attention_heads"]
+    freqs = 1.0 / (CFG["rope_theta"] ** (np.arange(0, hd, 2, dtype=np.float32) / hd))
+    old = SCALING["original_max_position_embeddings"]
+    lo, hi, fac = SCALING["low_freq_factor"], SCALING["high_freq_factor"], SCALING["factor"]
+    factors = []
+    for f in freqs:   # convert_hf_to_gguf.py's LlamaModel rope_freqs
+        wl = 2 * math.pi / f
+        sm = (old / wl - lo) / (hi - lo)
+        factors.append(1.0 if wl < old / hi else fac if wl > old / lo
+                       else 1 / ((1 - sm) / fac + sm))
+    tensors.append(("rope_freqs.weight", np.array(factors, dtype=np.float32), None))
+    gpath = os.path.join(work, "scaled.gguf")
+    gguf_ref.write_gguf(gpath, CFG, tensors, TOK[0])
+    expect_refused([sn, "import", "--gguf", gpath, "--out", os.path.join(work, "from-gguf")],
+                   ["rope_freqs.weight", "not imported"], "GGUF with rope_freqs.weight")
     jp = write_job(work, "mixed", scaled, tok_path, corpus,
                    config=os.path.join(plain, "config.json"))
     expect_refused([sn, "train", "--job", jp, "--threads", "2"], ["rope_scaling"],
@@ -280,6 +309,7 @@ def main():
     t0 = time.time()
     corpus = kjv(a.workdir)
     tok = train_tokenizer(corpus, CFG["vocab_size"])
+    TOK.append(tok)
     scaled = make_model(a.workdir, tok)
     tok_path = os.path.join(scaled, "tokenizer.json")
     ids = [int(x) for x in np.random.default_rng(5).integers(0, CFG["vocab_size"], 200)]
