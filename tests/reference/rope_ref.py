@@ -27,7 +27,10 @@ transformers as safetensors. Checks:
      the model with llama.cpp's rope_freqs.weight tensor (its converter's
      per-frequency factors) is refused by `shardnode import --gguf` naming
      the tensor, not imported as plain RoPE;
-  5. fine-tuning: a LoRA job on the scaled model trains a few steps;
+  5. checkpoints: a run from scratch on the scaled config stopped after 2
+     steps is refused by --resume with the plain config, naming the
+     scaling, and the reverse;
+  6. fine-tuning: a LoRA job on the scaled model trains a few steps;
      `shardnode export --merge` writes a config.json with the same
      rope_scaling, and PEFT's PeftModel on the scaled base with the
      exported adapter gives the logits of shardnode's merged directory
@@ -207,7 +210,8 @@ def expect_refused(args, needles, what):
         print("ok   refused, %s: %s" % (what, msg.strip().splitlines()[-1][:200]), flush=True)
 
 
-def write_job(work, name, base, tok_path, corpus, config=None):
+def write_job(work, name, base, tok_path, corpus, config=None, steps=4):
+    """A LoRA job on base; with base None, a job training config from scratch."""
     out = os.path.join(work, name)
     shutil.rmtree(out, ignore_errors=True)
     job = {"base": {"model": base}, "tokenizer": tok_path,
@@ -217,8 +221,11 @@ def write_job(work, name, base, tok_path, corpus, config=None):
            "log_interval": 1000, "out_dir": out,
            "lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "k_proj", "v_proj",
                                                            "o_proj"]}}
+    job["steps"] = steps
     if config:
         job["config"] = config
+    if base is None:
+        del job["base"], job["lora"]
     path = os.path.join(work, name + ".json")
     with open(path, "w") as f:
         json.dump(job, f, indent=1)
@@ -266,6 +273,26 @@ def test_refusals(sn, work, scaled, plain, tok_path, corpus, ids):
                    config=os.path.join(plain, "config.json"))
     expect_refused([sn, "train", "--job", jp, "--threads", "2"], ["rope_scaling"],
                    "a plain config with the scaled model as base")
+
+
+def test_checkpoint(sn, work, scaled, plain, tok_path, corpus):
+    """A run from scratch on the scaled config, stopped after 2 steps, does
+    not resume with the plain config (nor the reverse)."""
+    for first, then, what in ((scaled, plain, "scaled run resumed as plain"),
+                              (plain, scaled, "plain run resumed as scaled")):
+        name = "ckpt-" + os.path.basename(first)
+        jp = write_job(work, name, None, tok_path, corpus,
+                       config=os.path.join(first, "config.json"), steps=4)
+        run([sn, "train", "--job", jp, "--threads", "2", "--steps", "2"])
+        check(os.path.exists(os.path.join(work, name, "checkpoint.safetensors")),
+              "%s: no checkpoint after --steps 2" % what)
+        with open(jp) as f:
+            job = json.load(f)
+        job["config"] = os.path.join(then, "config.json")
+        with open(jp, "w") as f:
+            json.dump(job, f, indent=1)
+        expect_refused([sn, "train", "--job", jp, "--threads", "2", "--resume"],
+                       ["different model config", "rope_scaling=llama3"], what)
 
 
 def test_finetune(sn, work, scaled, tok_path, corpus, ids):
@@ -316,6 +343,7 @@ def main():
     test_bands()
     plain = test_logits(sn, a.workdir, scaled, ids)
     test_refusals(sn, a.workdir, scaled, plain, tok_path, corpus, ids)
+    test_checkpoint(sn, a.workdir, scaled, plain, tok_path, corpus)
     test_finetune(sn, a.workdir, scaled, tok_path, corpus, ids)
     if failures:
         print("rope_ref: %d checks failed (%.1f s)" % (len(failures), time.time() - t0))
