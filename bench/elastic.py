@@ -1,0 +1,256 @@
+"""Recovery from a lost member: what it costs (docs/ARCHITECTURE.md, "Recovery").
+
+    /usr/bin/python3 bench/elastic.py --shardnode build/shardnode [--trials 10] [--seed 1]
+
+A pool of five members in network namespaces over wireguard-go (a, b, c, d
+compute with one thread each, e submits and watches), the demo's model
+(configs/kjv/config.json: hidden 256, 4 layers) on the KJV text, batch 16
+of 128 tokens in micro-batches of 4, snapshots as the pool chooses them
+(the job sets none). Timings only, never pass/fail.
+
+1. Insurance: the same job without snapshots (`snapshot_every` larger than
+   the job) and with them, alternately, `--pairs` times: the median step
+   time of each, and their ratio (the cost of snapshots and of the buddies'
+   copies).
+2. `--trials` failures: a job is submitted from e; at a step drawn at random
+   (seeded) every process of a stage holder drawn at random is killed
+   (SIGKILL, as a machine that loses power); the pool recovers by itself.
+   Per trial: the seconds from the kill to the members' noticing it
+   (detection), to the new plan's commit, to the first step after it; the
+   MB of snapshots moved to the new stages and their MB/s (stage-resume's
+   lines); the steps redone; the seconds lost in all (the time from the
+   kill to the end of the run, less the time the steps left would have
+   taken at the median step time); whether every loss every survivor wrote
+   equals the uninterrupted run's at that step. The killed member is started
+   again before the next trial.
+
+Needs root (namespaces, wireguard-go).
+"""
+
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+from nslib import Pool, Failure, log, metrics, requirements, run, write_json  # noqa: E402
+
+NAMES = "abcde"
+STEPS = 80
+TAG = "snb%d-" % os.getpid()
+
+
+def status_job(t, n):
+    s = t.status(n)
+    return (s or {}).get("job") or {}
+
+
+def job_metrics(t, n, jid):
+    path = os.path.join(t.state(n), "jobs", jid, "metrics.jsonl")
+    return [m for m in metrics(path) if "step" in m] if os.path.exists(path) else []
+
+
+def log_times(t, n, pattern):
+    """The times (Unix s) of node n's log lines matching pattern."""
+    out = []
+    try:
+        with open(os.path.join(t.state(n), "node.log"), errors="replace") as f:
+            for ln in f:
+                if re.search(pattern, ln):
+                    out.append(time.mktime(time.strptime(ln[:19], "%Y-%m-%d %H:%M:%S")))
+    except OSError:
+        pass
+    return out
+
+
+def submit(t, jp, prev):
+    sub = subprocess.Popen(["ip", "netns", "exec", t.net.full("e"), t.sn, "train", "--state",
+                            t.state("e"), "--job", jp, "--wait"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def new_commit():
+        j = status_job(t, "e")
+        return (j["id"], j["committed"]) if j.get("id") not in (None, prev) and \
+            j.get("committed") else None
+    jid, c = t.wait("a committed plan", new_commit, 600)
+    return sub, jid, c
+
+
+def finish(sub, what):
+    o, e = sub.communicate(timeout=1800)
+    if sub.returncode != 0:
+        raise Failure("%s: train --wait exited %d:\n%s%s" % (what, sub.returncode, o, e))
+    return o
+
+
+def median_step(t, stages, jid):
+    ms = [m["step_ms"] for m in job_metrics(t, stages[0][0], jid)][5:]
+    return statistics.median(ms) if ms else float("nan")
+
+
+def kill_member(t, n):
+    ns = t.net.full(n)
+    for pid in t.net.pids(ns):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    t.net.kill_all(ns, signal.SIGKILL)
+    t.procs.pop(n).wait(timeout=10)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shardnode", default=os.path.join(ROOT, "build", "shardnode"))
+    ap.add_argument("--trials", type=int, default=10)
+    ap.add_argument("--pairs", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    sn = os.path.abspath(args.shardnode)
+    if requirements("bench/elastic", sn):
+        return 0
+    t = Pool(sn, args.keep, TAG)
+    try:
+        return body(t, args)
+    except Failure as e:
+        log("FAIL " + str(e))
+        t.report()
+        return 1
+    finally:
+        t.cleanup()
+
+
+def body(t, args):
+    rng = random.Random(args.seed)
+    wd = os.path.join(t.tmp, "data")
+    os.makedirs(wd)
+    text = os.path.join(wd, "kjv.txt")
+    with open(text, "w") as f:
+        f.write(subprocess.run(["bible", "Gen1:1-Rev22:21"], stdout=subprocess.PIPE, text=True,
+                               check=True).stdout)
+    tok = os.path.join(wd, "tokenizer.json")
+    run([t.sn, "tokenizer", "train", "--input", text, "--vocab-size", "2048", "--out", tok])
+    config = os.path.join(ROOT, "configs", "kjv", "config.json")
+
+    def job(name, **over):
+        j = {"config": config, "tokenizer": tok,
+             "data": {"files": [text], "separator": "\n\n", "val_fraction": 0.02},
+             "seq_len": 128, "batch": 16, "micro_batch": 4, "steps": STEPS, "lr": 3e-3,
+             "min_lr": 3e-4, "warmup_steps": 10, "seed": 1, "log_interval": 1000,
+             "val_interval": 0, "checkpoint_interval": 0, "out_dir": os.path.join(wd, name)}
+        j.update(over)
+        return write_json(os.path.join(wd, name + ".json"), j)
+
+    ip = {n: "10.205.0.%d" % (11 + i) for i, n in enumerate(NAMES)}
+    t.net.build(ip, {})
+    opts = {n: ["--threads", "1"] for n in "abcd"}
+    opts["e"] = ["--no-compute"]
+    t.grow(ip, "10.80.0.0/16", opts, 30)
+    t.wait("all five alive", lambda: t.all_alive(NAMES, 5), 120)
+    print("load before: %s" % open("/proc/loadavg").read().split()[:3], flush=True)
+
+    prev = None
+    # 1. insurance: snapshots off (an interval past the job) and on (the pool's)
+    steps = {"off": [], "on": []}
+    every = None
+    ref = None
+    for i in range(args.pairs):
+        for kind in ("off", "on"):
+            over = {"snapshot_every": STEPS + 1} if kind == "off" else {}
+            sub, jid, c = submit(t, job("ins-%s-%d" % (kind, i), **over), prev)
+            finish(sub, "insurance")
+            prev = jid
+            steps[kind].append(median_step(t, c["stages"], jid))
+            if kind == "on":
+                every = c.get("se")
+            if ref is None:
+                ref = {m["step"]: m["loss"] for m in job_metrics(t, c["stages"][0][0], jid)}
+            print("insurance %-3s pair %d: median step %.1f ms (plan: %d stages%s)"
+                  % (kind, i, steps[kind][-1], len(c["stages"]),
+                     ", snapshots every %s steps" % c.get("se") if kind == "on" else ""),
+                  flush=True)
+    off, on = statistics.median(steps["off"]), statistics.median(steps["on"])
+    print("insurance: median step %.1f ms without snapshots, %.1f ms with them every %s steps: "
+          "ratio %.3f (%+.1f%%)" % (off, on, every, on / off, 100 * (on / off - 1)), flush=True)
+
+    # 2. failures
+    rows = []
+    for k in range(args.trials):
+        sub, jid, c = submit(t, job("trial-%d" % k), prev)
+        prev = jid
+        stages = c["stages"]
+        victim = rng.choice([s[0] for s in stages])
+        at = rng.randint(5, STEPS - 20)
+
+        def reached():
+            m = job_metrics(t, stages[0][0], jid)
+            return m and m[-1]["step"] >= at
+        t.wait("step %d" % at, reached, 900)
+        done = max((m["step"] for m in job_metrics(t, victim, jid)), default=0)
+        t_kill = time.time()
+        kill_member(t, victim)
+        o = finish(sub, "trial %d" % k)
+        t_end = time.time()
+        j = status_job(t, "e")
+        c2 = j["committed"]
+        rec = j["members"]["e"].get("rec") or {}
+        survivors = [n for n in NAMES if n not in (victim, "e")]
+        seen = [t_ for n in survivors for t_ in log_times(t, n, r"pool: (lost|the pipeline "
+                                                          r"broke)") if t_ >= t_kill - 1]
+        commits = [t_ for n in survivors for t_ in log_times(t, n, "epoch %d committed"
+                                                           % c2["e"]) if t_ >= t_kill - 1]
+        moved_mb, moved_s = 0.0, 0.0
+        for n in survivors:
+            try:
+                with open(os.path.join(t.state(n), "jobs", jid, "train.log")) as f:
+                    for ln in f:
+                        m = re.search(r"stage-resume: \S+ \(([\d.]+) MB\) from \S+ in ([\d.]+) s",
+                                      ln)
+                        if m:
+                            moved_mb += float(m.group(1))
+                            moved_s += float(m.group(2))
+            except OSError:
+                pass
+        med = median_step(t, c2["stages"], jid)
+        left = STEPS - done
+        lost_s = (t_end - t_kill) - left * med / 1e3
+        equal = all(m["loss"] == ref[m["step"]] for n in survivors
+                    for m in job_metrics(t, n, jid))
+        rows.append(dict(victim=victim, at=done, detect=(min(seen) - t_kill) if seen else None,
+                         commit=(min(commits) - t_kill) if commits else None,
+                         first=rec.get("ms", -1) / 1e3, mb=moved_mb,
+                         mbps=moved_mb / moved_s if moved_s > 0 else None,
+                         redone=rec.get("at", 0) - rec.get("from", 0), lost=lost_s,
+                         equal=equal))
+        r = rows[-1]
+        print("trial %2d: %s killed after step %2d: detected %s s, committed %s s, first step "
+              "%.1f s; %.1f MB moved%s; %d steps redone; %.1f s lost; losses %s"
+              % (k, victim, done, "%.1f" % r["detect"] if r["detect"] is not None else "?",
+                 "%.1f" % r["commit"] if r["commit"] is not None else "?", r["first"], r["mb"],
+                 " at %.1f MB/s" % r["mbps"] if r["mbps"] else "", r["redone"], r["lost"],
+                 "equal to the uninterrupted run" if equal else "DIFFER"), flush=True)
+        t.start(victim, ["up", "--state", t.state(victim)] + opts[victim])
+        t.wait("%s back" % victim, lambda: t.all_alive(NAMES, 5), 120)
+    if rows:
+        print("failures: %d trials, %d with the uninterrupted run's losses; median seconds lost "
+              "%.1f (max %.1f), median first step after the loss %.1f s, median steps redone %d"
+              % (len(rows), sum(r["equal"] for r in rows),
+                 statistics.median(r["lost"] for r in rows), max(r["lost"] for r in rows),
+                 statistics.median(r["first"] for r in rows),
+                 statistics.median(r["redone"] for r in rows)), flush=True)
+        print(json.dumps({"insurance": {"off_ms": off, "on_ms": on, "every": every},
+                          "trials": rows}))
+    print("load after: %s" % open("/proc/loadavg").read().split()[:3])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
