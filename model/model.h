@@ -48,7 +48,9 @@ typedef struct {
  * field checked), other types are refused by name. */
 int llama_config_load(llama_config *cfg, const char *path, char *err, size_t errlen);
 /* Checks sizes are positive and heads divide hidden size, KV heads divide
- * heads, head_dim even (RoPE). `src` names the origin in messages. */
+ * heads, head_dim even (RoPE), a llama3 rope_scaling's ranges (factor >= 1,
+ * 0 < low_freq_factor < high_freq_factor, all finite). `src` names the
+ * origin in messages. */
 int llama_config_validate(llama_config *cfg, const char *src, char *err, size_t errlen);
 /* The HD/2 RoPE inverse frequencies of cfg (head_dim set by validate):
  * theta^(-2i/HD) in float32, then rope_scaling's rescaling with
