@@ -1,4 +1,5 @@
-/* config.c — HF config.json of a LlamaForCausalLM: load, validate, save.
+/* config.c — HF config.json of a LlamaForCausalLM (or a Mistral that computes
+ * as one): load, validate, save.
  *
  * Parsing is strict on the keys the model uses (a value of the wrong type is
  * an error, never silently coerced) and ignores every other HF key, so a
@@ -112,23 +113,69 @@ static int get_optional_bool(json_t *root, const char *src, const char *key, boo
     return 0;
 }
 
-static int check_architectures(json_t *root, const char *src, char *err, size_t errlen)
+static const char *const arch_names[] = {"LlamaForCausalLM", "MistralForCausalLM"};
+
+/* The family: model_type when it is "llama" or "mistral" (what transformers'
+ * AutoConfig goes by), else the first of the architectures we know. The
+ * architectures list, if present, must name one of them. */
+static int parse_family(json_t *root, const char *src, llama_arch *arch, char *err,
+                        size_t errlen)
 {
-    json_t *v = optional_key(root, "architectures"), *item;
+    json_t *v = optional_key(root, "architectures"), *item, *mt;
     size_t i;
-    if (!v)
-        return 0;
-    if (!json_is_array(v)) {
-        model_errf(err, errlen, "%s: architectures must be a list, got %s", src, model_json_kind(v));
+    int listed = -1;
+    *arch = LLAMA_ARCH_LLAMA;
+    if (v) {
+        if (!json_is_array(v)) {
+            model_errf(err, errlen, "%s: architectures must be a list, got %s", src,
+                    model_json_kind(v));
+            return -1;
+        }
+        json_array_foreach(v, i, item) {
+            for (int a = 0; a < 2 && listed < 0; a++)
+                if (json_is_string(item) && strcmp(json_string_value(item), arch_names[a]) == 0)
+                    listed = a;
+        }
+        if (listed < 0) {
+            model_errf(err, errlen, "%s: architectures lists neither LlamaForCausalLM nor "
+                    "MistralForCausalLM (only LLaMA-family models are supported)", src);
+            return -1;
+        }
+        *arch = listed == 1 ? LLAMA_ARCH_MISTRAL : LLAMA_ARCH_LLAMA;
+    }
+    mt = optional_key(root, "model_type");
+    if (mt && !json_is_string(mt)) {
+        model_errf(err, errlen, "%s: model_type must be a string, got %s", src,
+                model_json_kind(mt));
         return -1;
     }
-    json_array_foreach(v, i, item) {
-        if (json_is_string(item) && strcmp(json_string_value(item), "LlamaForCausalLM") == 0)
-            return 0;
+    if (mt && strcmp(json_string_value(mt), "mistral") == 0)
+        *arch = LLAMA_ARCH_MISTRAL;
+    else if (mt && strcmp(json_string_value(mt), "llama") == 0)
+        *arch = LLAMA_ARCH_LLAMA;
+    return 0;
+}
+
+/* MistralConfig's sliding_window: absent means its default 4096, null means
+ * none. Accepted only when it can never bind (every query sees at most
+ * max_position_embeddings keys), so the network is plain causal LLaMA. */
+static int check_sliding_window(json_t *root, const llama_config *cfg, const char *src,
+                                char *err, size_t errlen)
+{
+    json_t *v = json_object_get(root, "sliding_window");
+    int w = 4096;
+    if (cfg->arch != LLAMA_ARCH_MISTRAL || (v && json_is_null(v)))
+        return 0;
+    if (v && get_positive_int(v, src, "sliding_window", &w, err, errlen))
+        return -1;
+    if (w < cfg->max_position_embeddings) {
+        model_errf(err, errlen, "%s: sliding_window %d%s < max_position_embeddings %d: "
+                "sliding-window attention is not supported", src, w,
+                v ? "" : " (MistralConfig's default, the key is absent)",
+                cfg->max_position_embeddings);
+        return -1;
     }
-    model_errf(err, errlen, "%s: architectures does not list LlamaForCausalLM "
-            "(only LLaMA models are supported)", src);
-    return -1;
+    return 0;
 }
 
 static int parse_config(llama_config *cfg, json_t *root, const char *src, char *err,
@@ -146,8 +193,17 @@ static int parse_config(llama_config *cfg, json_t *root, const char *src, char *
         if (get_required_int(root, src, required[i].key, field, err, errlen))
             return -1;
     }
+    if (parse_family(root, src, &cfg->arch, err, errlen))
+        return -1;
     cfg->num_key_value_heads = cfg->num_attention_heads;
     cfg->max_position_embeddings = 2048;
+    if (cfg->arch == LLAMA_ARCH_MISTRAL) {
+        /* MistralConfig: an absent num_key_value_heads is 8 (null is "as many as
+         * the heads"), max_position_embeddings 4096 * 32. */
+        if (!json_object_get(root, "num_key_value_heads"))
+            cfg->num_key_value_heads = 8;
+        cfg->max_position_embeddings = 4096 * 32;
+    }
     cfg->rms_norm_eps = 1e-6f;
     cfg->rope_theta = 10000.0f;
     cfg->tie_word_embeddings = false;
@@ -160,7 +216,7 @@ static int parse_config(llama_config *cfg, json_t *root, const char *src, char *
         get_optional_bool(root, src, "tie_word_embeddings", &cfg->tie_word_embeddings, err,
                           errlen))
         return -1;
-    return check_architectures(root, src, err, errlen);
+    return check_sliding_window(root, cfg, src, err, errlen);
 }
 
 /* Newer HF configs spell head_dim out. The model derives it from the hidden
@@ -281,6 +337,12 @@ static int parse_rope_scaling(json_t *root, llama_config *cfg, const char *src, 
         return -1;
     if (strcmp(type, "default") == 0)
         return rope_scaling_extra_key(rs, src, type, NULL, 0, err, errlen);
+    if (cfg->arch == LLAMA_ARCH_MISTRAL) {
+        model_errf(err, errlen, "%s: rope_scaling type \"%.40s\" in a Mistral config is not "
+                "supported (transformers' MistralForCausalLM ignores it or applies it, by "
+                "version; null for plain RoPE)", src, type);
+        return -1;
+    }
     if (strcmp(type, "llama3") != 0) {
         model_errf(err, errlen, "%s: rope_scaling type \"%.40s\" is not supported (only "
                 "\"llama3\", Llama 3.1/3.2's; null for plain RoPE)", src, type);
@@ -478,6 +540,15 @@ int llama_config_validate(llama_config *cfg, const char *src, char *err, size_t 
     }
     if (validate_rope_scaling(&cfg->rope_scaling, src, err, errlen))
         return -1;
+    if (cfg->arch != LLAMA_ARCH_LLAMA && cfg->arch != LLAMA_ARCH_MISTRAL) {
+        model_errf(err, errlen, "%s: unknown architecture family %d", src, (int)cfg->arch);
+        return -1;
+    }
+    if (cfg->arch == LLAMA_ARCH_MISTRAL && cfg->rope_scaling.llama3) {
+        model_errf(err, errlen, "%s: rope_scaling \"llama3\" is not supported in a Mistral "
+                "config", src);
+        return -1;
+    }
     cfg->head_dim = head_dim;
     return 0;
 }
@@ -504,10 +575,14 @@ static int add(json_t *obj, const char *key, json_t *value)
 
 static json_t *config_to_json(const llama_config *c)
 {
+    bool mistral = c->arch == LLAMA_ARCH_MISTRAL;
     json_t *o = json_object(), *arch = json_array();
-    int bad = !o || !arch || json_array_append_new(arch, json_string("LlamaForCausalLM"));
+    int bad = !o || !arch || json_array_append_new(arch, json_string(arch_names[mistral]));
     bad |= add(o, "architectures", arch);
-    bad |= add(o, "model_type", json_string("llama"));
+    bad |= add(o, "model_type", json_string(mistral ? "mistral" : "llama"));
+    /* The window never bound (load checked it): none is the same network. */
+    if (mistral)
+        bad |= add(o, "sliding_window", json_null());
     bad |= add(o, "torch_dtype", json_string("float32"));
     bad |= add(o, "hidden_act", json_string("silu"));
     bad |= add(o, "hidden_size", json_integer(c->hidden_size));

@@ -25,7 +25,14 @@ typedef struct {
     int original_max_position_embeddings;
 } llama_rope_scaling;
 
+/* The HF class a config was read as. Both compute the same network here (a
+ * Mistral config is accepted only when its sliding window never binds); the
+ * family decides the defaults of absent keys and what llama_config_save
+ * writes back, so an export of a Mistral base loads as a Mistral. */
+typedef enum { LLAMA_ARCH_LLAMA = 0, LLAMA_ARCH_MISTRAL } llama_arch;
+
 typedef struct {
+    llama_arch arch;           /* default (zero) LLaMA */
     int hidden_size;
     int intermediate_size;
     int num_hidden_layers;
@@ -44,8 +51,13 @@ typedef struct {
  * model needs are required (num_key_value_heads, rms_norm_eps, rope_theta,
  * tie_word_embeddings, max_position_embeddings have HF's defaults); other
  * HF keys are ignored; an "architectures" list, if present, must name
- * LlamaForCausalLM; rope_scaling may be null, "default" or "llama3" (every
- * field checked), other types are refused by name. */
+ * LlamaForCausalLM or MistralForCausalLM; rope_scaling may be null, "default"
+ * or "llama3" (every field checked), other types are refused by name.
+ * A Mistral config (model_type "mistral", or no model_type and architectures
+ * naming MistralForCausalLM) takes MistralConfig's defaults (8 KV heads when
+ * the key is absent, max_position_embeddings 131072, sliding_window 4096) and
+ * is accepted only when sliding_window is null or >= max_position_embeddings
+ * (the window never binds) and rope_scaling is null or "default". */
 int llama_config_load(llama_config *cfg, const char *path, char *err, size_t errlen);
 /* Checks sizes are positive and heads divide hidden size, KV heads divide
  * heads, head_dim even (RoPE), a llama3 rope_scaling's ranges (factor >= 1,
@@ -59,7 +71,9 @@ void llama_rope_inv_freq(const llama_config *cfg, float *inv_freq);
 /* cos/sin tables [T, head_dim/2] from those frequencies (rope_tables_freq);
  * -1 only when out of memory. */
 int llama_rope_tables(const llama_config *cfg, float *cos_tab, float *sin_tab, int T);
-/* Writes config.json as HF would (architectures, model_type "llama", dtype). */
+/* Writes config.json as HF would (architectures, model_type, dtype): a
+ * LlamaForCausalLM "llama", or for cfg->arch Mistral a MistralForCausalLM
+ * "mistral" with sliding_window null (equivalent: the window never bound). */
 int llama_config_save(const llama_config *cfg, const char *path, char *err, size_t errlen);
 
 /* ======================= atomic files ==================================== */

@@ -491,6 +491,85 @@ static void test_one_line_messages(void)
           "%s", err);
 }
 
+/* Mistral-style configs: MistralConfig's defaults, accepted only while the
+ * sliding window cannot bind; saved back as a Mistral. */
+#define MISTRAL "\"architectures\":[\"MistralForCausalLM\"],\"model_type\":\"mistral\""
+
+static void test_mistral(void)
+{
+    llama_config c, back;
+    char err[512] = "", path[600];
+    int rc = load_text("{" BASE "," MISTRAL ",\"num_attention_heads\":4,"
+                       "\"num_key_value_heads\":2,\"max_position_embeddings\":256,"
+                       "\"sliding_window\":null,\"head_dim\":16}", &c, err, sizeof err);
+    CHECK(rc == 0 && c.arch == LLAMA_ARCH_MISTRAL && c.head_dim == 16 &&
+          c.num_key_value_heads == 2 && c.max_position_embeddings == 256, "%s", err);
+    /* A window as long as the context never binds; longer neither. */
+    rc = load_text("{" BASE "," MISTRAL ",\"num_attention_heads\":4,\"num_key_value_heads\":4,"
+                   "\"max_position_embeddings\":256,\"sliding_window\":256}", &c, err,
+                   sizeof err);
+    CHECK(rc == 0 && c.arch == LLAMA_ARCH_MISTRAL, "%s", err);
+    /* MistralConfig's defaults: 8 KV heads, 131072 positions, and (absent)
+     * a window of 4096, which binds there. */
+    EXPECT_FAIL("{" BASE "," MISTRAL ",\"num_attention_heads\":8}",
+                "sliding_window 4096 (MistralConfig's default, the key is absent) < "
+                "max_position_embeddings 131072: sliding-window attention is not supported");
+    rc = load_text("{" BASE "," MISTRAL ",\"num_attention_heads\":8,\"sliding_window\":null}",
+                   &c, err, sizeof err);
+    CHECK(rc == 0 && c.num_key_value_heads == 8 && c.max_position_embeddings == 131072,
+          "kv %d max pos %d: %s", c.num_key_value_heads, c.max_position_embeddings, err);
+    /* null KV heads is "as many as the heads" in MistralConfig too. */
+    rc = load_text("{" BASE "," MISTRAL ",\"num_attention_heads\":4,\"num_key_value_heads\":null,"
+                   "\"sliding_window\":null}", &c, err, sizeof err);
+    CHECK(rc == 0 && c.num_key_value_heads == 4, "kv %d: %s", c.num_key_value_heads, err);
+    /* model_type alone makes it a Mistral; the architecture alone too. */
+    rc = load_text("{" BASE ",\"model_type\":\"mistral\",\"num_attention_heads\":4,"
+                   "\"num_key_value_heads\":4,\"sliding_window\":null}", &c, err, sizeof err);
+    CHECK(rc == 0 && c.arch == LLAMA_ARCH_MISTRAL, "%s", err);
+    rc = load_text("{" BASE ",\"architectures\":[\"MistralForCausalLM\"],\"num_attention_heads\":4,"
+                   "\"num_key_value_heads\":4,\"sliding_window\":null}", &c, err, sizeof err);
+    CHECK(rc == 0 && c.arch == LLAMA_ARCH_MISTRAL, "%s", err);
+    /* A LLaMA ignores sliding_window (LlamaConfig has none). */
+    rc = load_text("{" BASE ",\"num_attention_heads\":4,\"sliding_window\":16}", &c, err,
+                   sizeof err);
+    CHECK(rc == 0 && c.arch == LLAMA_ARCH_LLAMA, "%s", err);
+
+    EXPECT_FAIL("{" BASE "," MISTRAL ",\"num_attention_heads\":4,\"max_position_embeddings\":256,"
+                "\"sliding_window\":64}", "sliding_window 64 < max_position_embeddings 256: "
+                "sliding-window attention is not supported");
+    EXPECT_FAIL("{" BASE "," MISTRAL ",\"num_attention_heads\":4,\"sliding_window\":\"64\"}",
+                "sliding_window must be a positive integer");
+    EXPECT_FAIL("{" BASE "," MISTRAL ",\"num_attention_heads\":4,\"num_key_value_heads\":4,"
+                "\"sliding_window\":null,\"head_dim\":32}", "head_dim (32) differs from hidden_size / "
+                "num_attention_heads (16)");
+    EXPECT_FAIL("{" BASE "," MISTRAL ",\"num_attention_heads\":4,\"num_key_value_heads\":4,"
+                "\"sliding_window\":null,\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8}}",
+                "rope_scaling type \"llama3\" in a Mistral config is not supported");
+    EXPECT_FAIL("{" BASE ",\"num_attention_heads\":4,\"model_type\":7}",
+                "model_type must be a string");
+
+    /* Saved as it was loaded: a Mistral with no window, which loads again. */
+    rc = load_text("{" BASE "," MISTRAL ",\"num_attention_heads\":4,\"num_key_value_heads\":2,"
+                   "\"max_position_embeddings\":256,\"sliding_window\":1000}", &c, err,
+                   sizeof err);
+    CHECK(rc == 0, "%s", err);
+    snprintf(path, sizeof path, "%s.mistral", cfg_path);
+    CHECK(llama_config_save(&c, path, err, sizeof err) == 0, "%s", err);
+    const char *text = slurp(path);
+    CHECK(strstr(text, "\"MistralForCausalLM\"") && !strstr(text, "LlamaForCausalLM") &&
+          strstr(text, "\"model_type\": \"mistral\"") &&
+          strstr(text, "\"sliding_window\": null"), "%s", text);
+    CHECK(llama_config_load(&back, path, err, sizeof err) == 0 &&
+          back.arch == LLAMA_ARCH_MISTRAL && back.num_key_value_heads == 2 &&
+          back.max_position_embeddings == 256, "%s", err);
+    c.rope_scaling = (llama_rope_scaling){.llama3 = true, .factor = 8, .low_freq_factor = 1,
+                                          .high_freq_factor = 4,
+                                          .original_max_position_embeddings = 64};
+    CHECK(llama_config_save(&c, path, err, sizeof err) != 0 && strstr(err, "Mistral"), "%s",
+          err);
+    unlink(path);
+}
+
 int main(void)
 {
     snprintf(cfg_path, sizeof cfg_path, "%s/test_config_%d_cfg.json", SHARDNODE_TEST_TMP,
@@ -504,6 +583,7 @@ int main(void)
     test_rope_scaling();
     test_bad_files();
     test_save_round_trip();
+    test_mistral();
     test_absurd_sizes_refused_with_figure();
     test_one_line_messages();
     unlink(cfg_path);
