@@ -32,7 +32,6 @@ typedef struct {
 typedef enum { LLAMA_ARCH_LLAMA = 0, LLAMA_ARCH_MISTRAL } llama_arch;
 
 typedef struct {
-    llama_arch arch;           /* default (zero) LLaMA */
     int hidden_size;
     int intermediate_size;
     int num_hidden_layers;
@@ -45,6 +44,7 @@ typedef struct {
     float rope_theta;          /* default 10000 */
     bool tie_word_embeddings;  /* default false */
     llama_rope_scaling rope_scaling;   /* default none */
+    llama_arch arch;           /* default (zero) LLaMA; last, for positional initializers */
 } llama_config;
 
 /* Reads an HF config.json of a LlamaForCausalLM and validates it. Keys the

@@ -20,7 +20,7 @@
 
 #define T "fuzz_fleet"
 
-static const llama_config TINY = {96, 260, 4, 6, 2, 259, 256, 16, 1e-5f, 10000.0f, false, {0}};
+static const llama_config TINY = {96, 260, 4, 6, 2, 259, 256, 16, 1e-5f, 10000.0f, false, {0}, LLAMA_ARCH_LLAMA};
 
 static void fleet(const uint8_t *data, size_t size)
 {

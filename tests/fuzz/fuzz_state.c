@@ -50,7 +50,7 @@ static void init(void)
         return;
     done = 1;
     char err[512], path[700];
-    llama_config cfg = {16, 32, 2, 2, 1, 300, 16, 0, 1e-5f, 10000.0f, true, {0}};
+    llama_config cfg = {16, 32, 2, 2, 1, 300, 16, 0, 1e-5f, 10000.0f, true, {0}, LLAMA_ARCH_LLAMA};
     fuzz_require(llama_config_validate(&cfg, "fixed", err, sizeof err) == 0, T, "config", err);
     split_plan plan;
     fuzz_require(split_parse(&plan, "1", 2, "--split", err, sizeof err) == 0, T, "split", err);
@@ -119,7 +119,7 @@ static void make_job(void)
     fuzz_write_file("job/tokenizer.json", "", 0, path, sizeof path);
     fuzz_require(tokenizer_save(tok, path, err, sizeof err) == 0, T, "tokenizer", err);
     tokenizer_free(tok);
-    llama_config cfg = {16, 32, 2, 2, 1, 300, 16, 0, 1e-5f, 10000.0f, true, {0}};
+    llama_config cfg = {16, 32, 2, 2, 1, 300, 16, 0, 1e-5f, 10000.0f, true, {0}, LLAMA_ARCH_LLAMA};
     fuzz_write_file("job/config.json", "", 0, path, sizeof path);
     fuzz_require(llama_config_save(&cfg, path, err, sizeof err) == 0, T, "config", err);
     fuzz_write_file("job/corpus.txt", text, sizeof text - 1, path, sizeof path);

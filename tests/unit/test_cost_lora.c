@@ -217,7 +217,7 @@ static void test_real_stage(const llama_config *c)
 
 static void test_times(void)
 {
-    llama_config c = {768, 2048, 12, 12, 4, 4096, 1024, 64, 1e-5f, 10000.0f, false, {0}};
+    llama_config c = {768, 2048, 12, 12, 4, 4096, 1024, 64, 1e-5f, 10000.0f, false, {0}, LLAMA_ARCH_LLAMA};
     cost_profile pf = {.micro_batch = 1, .fwd_ns = {100, 10000000, 3000000},
                        .bwd_ns = {200, 20000000, 6000000}, .opt_ns = {500, 7000000, 4000},
                        .memory_bytes = 1, .scratch_slots = 1};
@@ -336,7 +336,7 @@ int main(void)
     test_enums_and_nf4();
     char path[1024], err[512];
     repo_path(path, sizeof path, "configs/bench-768/config.json");
-    llama_config c768, c2048 = {2048, 5632, 22, 32, 4, 32000, 2048, 64, 1e-5f, 10000.0f, false, {0}};
+    llama_config c768, c2048 = {2048, 5632, 22, 32, 4, 32000, 2048, 64, 1e-5f, 10000.0f, false, {0}, LLAMA_ARCH_LLAMA};
     if (llama_config_load(&c768, path, err, sizeof err)) {
         CHECK(0, "%s", err);
         return 1;

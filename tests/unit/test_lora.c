@@ -379,8 +379,8 @@ int main(void)
     test_no_layers();
     test_hf_nf4();
     test_adopt();
-    llama_config c768 = {768, 2048, 12, 12, 4, 4096, 1024, 64, 1e-5f, 10000.0f, false, {0}};
-    llama_config c2048 = {2048, 5632, 22, 32, 4, 32000, 2048, 64, 1e-5f, 10000.0f, false, {0}};
+    llama_config c768 = {768, 2048, 12, 12, 4, 4096, 1024, 64, 1e-5f, 10000.0f, false, {0}, LLAMA_ARCH_LLAMA};
+    llama_config c2048 = {2048, 5632, 22, 32, 4, 32000, 2048, 64, 1e-5f, 10000.0f, false, {0}, LLAMA_ARCH_LLAMA};
     memory_figures("768x12", &c768);
     memory_figures("2048x22", &c2048);
     if (failures) printf("test_lora: %d failure(s)\n", failures);

@@ -27,7 +27,7 @@
 #define SHARDNODE_TEST_TMP "/tmp"
 #endif
 
-static const llama_config tiny = {32, 48, 2, 4, 2, 40, 16, 8, 1e-5f, 10000.0f, false, {0}};
+static const llama_config tiny = {32, 48, 2, 4, 2, 40, 16, 8, 1e-5f, 10000.0f, false, {0}, LLAMA_ARCH_LLAMA};
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static float frand(void)
