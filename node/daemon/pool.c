@@ -24,18 +24,10 @@
 #include <time.h>
 #include <unistd.h>
 
-static void self_exe(char *out, size_t len)
-{
-    ssize_t n = readlink("/proc/self/exe", out, len - 1);
-    out[n > 0 ? n : 0] = 0;
-}
-
 /* A child `shardnode ARGS...` with stdout and stderr appended to log;
  * keys: the path of its HELLO keys (SHARDNODE_HELLO_KEYS), or NULL. */
 static pid_t spawn(daemon_t *d, const char *log, char *const *args, const char *keys)
 {
-    char exe[DAEMON_PATH_MAX];
-    self_exe(exe, sizeof exe);
     /* No signal may reach the child before its handlers are the default
      * ones: libevent's would write the signal into the daemon's own loop (a
      * SIGTERM to a child just forked stopped the daemon). */
@@ -65,7 +57,10 @@ static pid_t spawn(daemon_t *d, const char *log, char *const *args, const char *
         if (keys) setenv("SHARDNODE_HELLO_KEYS", keys, 1);
         else unsetenv("SHARDNODE_HELLO_KEYS");
         setpgid(0, 0);
-        execv(exe, args);
+        /* this very binary, even when its file was replaced or removed
+         * since the node started (an upgrade): /proc/self/exe still names
+         * the inode that runs */
+        execv("/proc/self/exe", args);
         _exit(127);
     }
     sigprocmask(SIG_SETMASK, &old, NULL);
@@ -494,6 +489,30 @@ static void fetched(daemon_t *d, int st)
     if (ok) pool_job_blob_free(&blob);
 }
 
+typedef char piece_text[GOSSIP_ADDR_MAX + MESH_NAME_MAX + 96];
+
+/* args[k..]: `shardnode stage-resume` and its options for the snapshots a
+ * names (written into pieces), into folder `into`; returns the new k. */
+static int stage_resume_args(daemon_t *d, const pool_action *a, char **args, int k,
+                             piece_text *pieces, char *mesh_hex, char *snap, char *into)
+{
+    pool *p = d->pool;
+    node_hex_encode(d->mesh_id, GOSSIP_MESH_ID_LEN, mesh_hex);
+    char *fixed[] = {"shardnode", "stage-resume", "--mesh", mesh_hex, "--from", d->name,
+                     "--bind", d->overlay, "--job-id", p->id, "--snap-dir", snap,
+                     "--into", into};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) args[k++] = fixed[i];
+    for (int i = 0; i < a->ntargets; i++) {
+        const pool_snap *x = &a->snaps[i];
+        snprintf(pieces[i], sizeof pieces[i], "L%d-%d-s%lld.safetensors=%s=%s:%d",
+                 x->layer_begin, x->layer_end, (long long)x->step, a->targets[i].name,
+                 a->targets[i].address, a->targets[i].port);
+        args[k++] = "--piece";
+        args[k++] = pieces[i];
+    }
+    return k;
+}
+
 /* This node's stage of the committed plan: `shardnode train --cluster`,
  * snapshotting into STATE/jobs/ID/snap; a plan that resumes after a step
  * (a recovery) starts it through `shardnode stage-resume`, which gathers the
@@ -522,8 +541,7 @@ static void start_run(daemon_t *d, const pool_action *a)
                      d->threads ? "--threads" : NULL, thr, NULL};
     int ntrain = d->threads ? 15 : 13;
     char **args = calloc((size_t)(24 + 2 * a->ntargets + ntrain), sizeof *args);
-    char (*pieces)[GOSSIP_ADDR_MAX + MESH_NAME_MAX + 96] =
-        calloc((size_t)a->ntargets + 1, sizeof *pieces);
+    piece_text *pieces = calloc((size_t)a->ntargets + 1, sizeof *pieces);
     char mesh_hex[2 * GOSSIP_MESH_ID_LEN + 1];
     if (!args || !pieces) {
         free(args);
@@ -533,20 +551,8 @@ static void start_run(daemon_t *d, const pool_action *a)
     }
     int k = 0;
     if (c->resume_step > 0) {
-        node_hex_encode(d->mesh_id, GOSSIP_MESH_ID_LEN, mesh_hex);
         snprintf(into, sizeof into, "%s/resume-e%lld", p->dir, (long long)c->epoch);
-        char *fixed[] = {"shardnode", "stage-resume", "--mesh", mesh_hex, "--from", d->name,
-                         "--bind", d->overlay, "--job-id", p->id, "--snap-dir", snap,
-                         "--into", into};
-        for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) args[k++] = fixed[i];
-        for (int i = 0; i < a->ntargets; i++) {
-            const pool_snap *x = &a->snaps[i];
-            snprintf(pieces[i], sizeof pieces[i], "L%d-%d-s%lld.safetensors=%s=%s:%d",
-                     x->layer_begin, x->layer_end, (long long)x->step, a->targets[i].name,
-                     a->targets[i].address, a->targets[i].port);
-            args[k++] = "--piece";
-            args[k++] = pieces[i];
-        }
+        k = stage_resume_args(d, a, args, k, pieces, mesh_hex, snap, into);
         args[k++] = "--";
     }
     for (int i = 0; i < ntrain; i++) args[k++] = train[i];
@@ -612,29 +618,17 @@ static void start_checkpoint(daemon_t *d, const pool_action *a)
     snprintf(snap, sizeof snap, "%s/snap", p->dir);
     snprintf(log, sizeof log, "%s/checkpoint.log", p->dir);
     snprintf(step, sizeof step, "%lld", (long long)a->step);
-    node_hex_encode(d->mesh_id, GOSSIP_MESH_ID_LEN, mesh_hex);
     char **args = calloc((size_t)(24 + 2 * a->ntargets), sizeof *args);
-    char (*pieces)[GOSSIP_ADDR_MAX + MESH_NAME_MAX + 96] =
-        calloc((size_t)a->ntargets + 1, sizeof *pieces);
+    piece_text *pieces = calloc((size_t)a->ntargets + 1, sizeof *pieces);
     if (!args || !pieces) {
         free(args);
         free(pieces);
         pool_core_checkpointed(p->core, a->step, false, "out of memory", &p->acts);
         return;
     }
-    int k = 0;
-    char *fixed[] = {"shardnode", "stage-resume", "--mesh", mesh_hex, "--from", d->name,
-                     "--bind", d->overlay, "--job-id", p->id, "--snap-dir", snap, "--into",
-                     into, "--checkpoint", step};
-    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) args[k++] = fixed[i];
-    for (int i = 0; i < a->ntargets; i++) {
-        const pool_snap *x = &a->snaps[i];
-        snprintf(pieces[i], sizeof pieces[i], "L%d-%d-s%lld.safetensors=%s=%s:%d",
-                 x->layer_begin, x->layer_end, (long long)x->step, a->targets[i].name,
-                 a->targets[i].address, a->targets[i].port);
-        args[k++] = "--piece";
-        args[k++] = pieces[i];
-    }
+    int k = stage_resume_args(d, a, args, 0, pieces, mesh_hex, snap, into);
+    args[k++] = "--checkpoint";
+    args[k++] = step;
     args[k] = NULL;
     kill_child(&p->ckpt_pid);
     p->ckpt_step = a->step;

@@ -323,11 +323,8 @@ int cmd_stage_resume(int argc, char **argv)
     targs[n] = "--resume-from";
     targs[n + 1] = (char *)into;
     targs[n + 2] = NULL;
-    char exe[DAEMON_PATH_MAX];
-    ssize_t l = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    exe[l > 0 ? l : 0] = 0;
-    execv(exe, targs);
-    fprintf(stderr, "shardnode stage-resume: cannot run %s: %s\n", exe, strerror(errno));
+    execv("/proc/self/exe", targs);   /* this binary, whatever its file became */
+    fprintf(stderr, "shardnode stage-resume: cannot run train: %s\n", strerror(errno));
     free(targs);
     return 1;
 }

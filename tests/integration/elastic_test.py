@@ -94,19 +94,27 @@ def kill_member(t, n):
     return len(pids)
 
 
-def scenario(t, job, m1, rng, name, which, wd, prev):
-    out = os.path.join(wd, name)
-    # 8 micro-batches of 2: a pipeline of several stages pays (the planner
-    # chooses from measured profiles, so the count can still vary)
-    jp = job(name, out, snapshot_every=EVERY, micro_batch=2, checkpoint_every=CKPT)
+def submit(t, jp, prev):
+    """`train --wait` of job jp on e, in the background, once a plan of a job
+    other than prev is committed: (the process, the job id, the plan)."""
     sub = subprocess.Popen(["ip", "netns", "exec", t.net.full("e"), t.sn, "train", "--state",
                             t.state("e"), "--job", jp, "--wait"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
     def new_commit():
         j = (t.status("e") or {}).get("job") or {}
         return (j["id"], j["committed"]) if j.get("id") not in (None, prev) and \
             j.get("committed") else None
     jid, c0 = t.wait("a committed plan of the new job on e", new_commit, 300)
+    return sub, jid, c0
+
+
+def scenario(t, job, m1, rng, name, which, wd, prev):
+    out = os.path.join(wd, name)
+    # 8 micro-batches of 2: a pipeline of several stages pays (the planner
+    # chooses from measured profiles, so the count can still vary)
+    jp = job(name, out, snapshot_every=EVERY, micro_batch=2, checkpoint_every=CKPT)
+    sub, jid, c0 = submit(t, jp, prev)
     stages = c0["stages"]
     check(len(stages) >= 2, "%s: a plan of %d stage (want 2 or more)" % (name, len(stages)))
     if which == "middle" and len(stages) < 3:
@@ -266,15 +274,7 @@ def partition(t, job, m1, rng, wd, prev, ip):
     name = "partition"
     out = os.path.join(wd, name)
     jp = job(name, out, snapshot_every=EVERY, micro_batch=2)
-    sub = subprocess.Popen(["ip", "netns", "exec", t.net.full("e"), t.sn, "train", "--state",
-                            t.state("e"), "--job", jp, "--wait"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    def new_commit():
-        j = (t.status("e") or {}).get("job") or {}
-        return (j["id"], j["committed"]) if j.get("id") not in (None, prev) and \
-            j.get("committed") else None
-    jid, c0 = t.wait("a committed plan of the new job on e", new_commit, 300)
+    sub, jid, c0 = submit(t, jp, prev)
     # Early in the run: two members cut off together may hold a stage and
     # the copies of another; past 2 x snapshot_every steps the majority
     # would then rightly fail the job for lost layers (unit.test_pool_recover
