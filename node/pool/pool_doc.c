@@ -453,7 +453,8 @@ static int lacks_read(json_t *j, pool_lacks *out, char *err, size_t errlen)
         const char *local = json_string_value(json_object_get(l, "local"));
         const char *why = json_string_value(json_object_get(l, "why"));
         if (!json_is_object(l) || pool_json_unknown_key(l, keys) || !role || !path || !local ||
-            !why || (strcmp(role, "tokenizer") && strcmp(role, "weights") && strcmp(role, "data")))
+            !why || (strcmp(role, "tokenizer") && strcmp(role, "weights") && strcmp(role, "data") &&
+                      strcmp(role, "base")))
             return node_errf(err, errlen, "\"lack\" entry %zu must be {role, path, local, why}",
                              i);
         if (pool_lacks_add(out, role, path, local, why) != 0)

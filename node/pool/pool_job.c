@@ -169,6 +169,45 @@ static int add_file(json_t *files, const char *role, const char *path, char *err
     return 0;
 }
 
+/* The base model's files (role "base"), as hf_open finds them: DIR/config.json,
+ * then DIR/model.safetensors.index.json and every shard its weight_map names
+ * (each once, in the order first named), or DIR/model.safetensors. Shards are
+ * plain names inside DIR (a member maps the directory, not each file). */
+static int add_base_files(json_t *files, const char *dir, char *err, size_t errlen)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (add_file(files, "base", path, err, errlen)) return -1;
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    if (access(path, F_OK) != 0) {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        return add_file(files, "base", path, err, errlen);
+    }
+    if (add_file(files, "base", path, err, errlen)) return -1;
+    json_t *index = node_load_json(path, err, errlen), *seen = json_object(), *v;
+    json_t *map = json_object_get(index, "weight_map");
+    const char *key;
+    int rc = index && seen ? 0 : -1;
+    if (!rc && !json_is_object(map))
+        rc = node_errf(err, errlen, "%s: \"weight_map\" must be an object", path);
+    json_object_foreach(map, key, v) {
+        const char *shard = json_string_value(v);
+        if (rc || (shard && json_object_get(seen, shard))) continue;
+        if (!shard || !shard[0] || strchr(shard, '/') || strcmp(shard, "..") == 0) {
+            rc = node_errf(err, errlen, "%s: weight_map.%.80s must name a shard file in %s", path,
+                           key, dir);
+            continue;
+        }
+        char spath[4400];
+        snprintf(spath, sizeof spath, "%s/%s", dir, shard);
+        rc = json_object_set_new(seen, shard, json_true()) ||
+             add_file(files, "base", spath, err, errlen) ? -1 : 0;
+    }
+    json_decref(index);
+    json_decref(seen);
+    return rc;
+}
+
 /* The job object with every path as job_load resolved it (absolute, since
  * the job file's path is). */
 static int absolute_paths(json_t *job, const job_spec *js, char *err, size_t errlen)
@@ -180,6 +219,9 @@ static int absolute_paths(json_t *job, const job_spec *js, char *err, size_t err
               json_object_set_new(job, "out_dir", json_string(js->out_dir)) ||
               (js->init_weights &&
                json_object_set_new(job, "init_weights", json_string(js->init_weights)));
+    if (js->base_model && !bad)   /* a member would resolve it against its copy of the job */
+        bad = json_object_set_new(json_object_get(job, "base"), "model",
+                                  json_string(js->base_model));
     for (int i = 0; i < js->ndata && !bad; i++)
         bad = json_array_set_new(files, (size_t)i, json_string(js->data_files[i]));
     return bad ? node_errf(err, errlen, "%s: out of memory (or a path that is not UTF-8)", js->path)
@@ -209,6 +251,9 @@ json_t *pool_bundle_make(const char *job_path, const char *submitter, int64_t no
         node_errf(err, errlen, "%s:%d:%d: %s", js.path, je.line, je.column, je.text);
         goto fail;
     }
+    /* "models/tiny/": the directory's name is "tiny" */
+    size_t bn = js.base_model ? strlen(js.base_model) : 0;
+    while (bn > 1 && js.base_model[bn - 1] == '/') js.base_model[--bn] = '\0';
     if (absolute_paths(job, &js, err, errlen)) goto fail;
     llama_config cfg;
     if (llama_config_load(&cfg, js.config, err, errlen)) goto fail;
@@ -221,6 +266,7 @@ json_t *pool_bundle_make(const char *job_path, const char *submitter, int64_t no
     if (js.init_weights && add_file(files, "weights", js.init_weights, err, errlen)) goto fail;
     for (int i = 0; i < js.ndata; i++)
         if (add_file(files, "data", js.data_files[i], err, errlen)) goto fail;
+    if (js.base_model && add_base_files(files, js.base_model, err, errlen)) goto fail;
     bundle = json_pack("{s:i, s:o, s:o, s:o, s:s, s:I}", "v", 1, "job", job, "config", config,
                        "files", files, "submitted_by", submitter, "submitted_at",
                        (json_int_t)now_s);
@@ -284,6 +330,34 @@ static int job_path_at(json_t *obj, const char *key, bool required, const char *
     if (!json_is_string(v) || json_string_value(v)[0] != '/')
         return node_errf(err, errlen, "%s: \"job\".\"%s\" must be an absolute path", who, key);
     *out = json_string_value(v);
+    return 0;
+}
+
+/* Entries from `first` on: role "base", each a plain file name inside the
+ * base model's directory, config.json first, sha256 and bytes as any file's. */
+static int check_base_files(json_t *files, size_t first, const char *base, const char *who,
+                            char *err, size_t errlen)
+{
+    static const char *const file_keys[] = {"role", "path", "sha256", "bytes", NULL};
+    size_t blen = strlen(base);
+    for (size_t i = first; i < json_array_size(files); i++) {
+        json_t *f = json_array_get(files, i);
+        const char *role = json_string_value(json_object_get(f, "role"));
+        const char *path = json_string_value(json_object_get(f, "path"));
+        const char *sha = json_string_value(json_object_get(f, "sha256"));
+        json_t *bytes = json_object_get(f, "bytes");
+        const char *bad, *name = path && strncmp(path, base, blen) == 0 && path[blen] == '/'
+                                     ? path + blen + 1 : NULL;
+        if (!json_is_object(f) || !only_keys(f, file_keys, &bad) || !role ||
+            strcmp(role, "base") != 0 || !name || !name[0] || strchr(name, '/') ||
+            strcmp(name, "..") == 0 || strcmp(name, ".") == 0 ||
+            (i == first && strcmp(name, "config.json") != 0))
+            return node_errf(err, errlen, "%s: \"files\" entry %zu must be the base model's "
+                             "%s in %s", who, i, i == first ? "config.json" : "file", base);
+        if (!sha || !is_hex(sha, 64) || !json_is_integer(bytes) || json_integer_value(bytes) < 0)
+            return node_errf(err, errlen, "%s: \"files\" entry %zu (%s): \"sha256\" must be 64 "
+                             "lowercase hex digits and \"bytes\" a size", who, i, path);
+    }
     return 0;
 }
 
@@ -371,12 +445,19 @@ static int bundle_read(json_t *bundle, pool_bundle *out, char *err, size_t errle
     int rc = job_parse(&js, who, text, jerr, sizeof jerr);
     free(text);
     if (rc) return node_errf(err, errlen, "%s: its job is not valid: %s", who, jerr);
-    const char *p, *out_dir = NULL, *tok = NULL, *weights = NULL;
+    const char *p, *out_dir = NULL, *tok = NULL, *weights = NULL, *base = NULL;
     json_t *data_files = json_object_get(json_object_get(job, "data"), "files");
+    json_t *base_obj = json_object_get(job, "base");
     rc = job_path_at(job, "config", true, &p, who, err, errlen) ||
          job_path_at(job, "out_dir", true, &out_dir, who, err, errlen) ||
          job_path_at(job, "tokenizer", true, &tok, who, err, errlen) ||
          job_path_at(job, "init_weights", false, &weights, who, err, errlen) ? -1 : 0;
+    if (!rc && json_is_object(base_obj) && json_object_get(base_obj, "model")) {
+        base = json_string_value(json_object_get(base_obj, "model"));
+        if (!base || base[0] != '/')
+            rc = node_errf(err, errlen, "%s: \"job\".\"base\".\"model\" must be an absolute "
+                           "path", who);
+    }
     for (size_t i = 0; !rc && i < json_array_size(data_files); i++) {
         const char *f = json_string_value(json_array_get(data_files, i));
         if (!f || f[0] != '/')
@@ -385,11 +466,13 @@ static int bundle_read(json_t *bundle, pool_bundle *out, char *err, size_t errle
     }
     job_free(&js);
     if (rc) return -1;
-    /* the files: the job's, role by role, in order */
+    /* the files: the job's, role by role, in order; then a base model's */
     size_t nfiles = 1 + (weights ? 1 : 0) + json_array_size(data_files);
-    if (json_array_size(files) != nfiles)
-        return node_errf(err, errlen, "%s: \"files\" lists %zu files, the job reads %zu", who,
-                         json_array_size(files), nfiles);
+    if (base ? json_array_size(files) < nfiles + 2 : json_array_size(files) != nfiles)
+        return node_errf(err, errlen, "%s: \"files\" lists %zu files, the job reads %zu%s", who,
+                         json_array_size(files), nfiles,
+                         base ? " and its base model's config and weights" : "");
+    if (base && check_base_files(files, nfiles, base, who, err, errlen)) return -1;
     for (size_t i = 0; i < nfiles; i++) {
         json_t *f = json_array_get(files, i);
         const char *want_role = i == 0 ? "tokenizer" : (weights && i == 1) ? "weights" : "data";
@@ -507,59 +590,6 @@ bool pool_job_later(json_t *a, json_t *b, int64_t now_s)
     return later;
 }
 
-/* ---- lacks ------------------------------------------------------------------------ */
-
-int pool_lacks_add(pool_lacks *lacks, const char *role, const char *path, const char *local,
-                   const char *why)
-{
-    pool_lack *n = realloc(lacks->l, (size_t)(lacks->n + 1) * sizeof *n);
-    if (!n) return -1;
-    lacks->l = n;
-    pool_lack *l = &n[lacks->n];
-    memset(l, 0, sizeof *l);
-    snprintf(l->role, sizeof l->role, "%s", role ? role : "");
-    l->path = strdup(path ? path : "");
-    l->local = strdup(local ? local : "");
-    l->why = strdup(why ? why : "");
-    lacks->n++;
-    return l->path && l->local && l->why ? 0 : -1;
-}
-
-void pool_lacks_free(pool_lacks *lacks)
-{
-    for (int i = 0; i < lacks->n; i++) {
-        free(lacks->l[i].path);
-        free(lacks->l[i].local);
-        free(lacks->l[i].why);
-    }
-    free(lacks->l);
-    memset(lacks, 0, sizeof *lacks);
-}
-
-int pool_lacks_copy(pool_lacks *dst, const pool_lacks *src)
-{
-    memset(dst, 0, sizeof *dst);
-    for (int i = 0; i < src->n; i++)
-        if (pool_lacks_add(dst, src->l[i].role, src->l[i].path, src->l[i].local,
-                           src->l[i].why) != 0) {
-            pool_lacks_free(dst);
-            return -1;
-        }
-    return 0;
-}
-
-void pool_lacks_roles(const pool_lacks *lacks, bool *can_first, bool *can_any)
-{
-    bool first = true, any = true;
-    for (int i = 0; lacks && i < lacks->n; i++) {
-        const char *role = lacks->l[i].role;
-        if (strcmp(role, "weights") == 0) any = false;
-        else first = false;   /* tokenizer, data */
-    }
-    *can_first = first && any;
-    *can_any = any;
-}
-
 /* ---- on this node ------------------------------------------------------------------- */
 
 static int make_dir(const char *path, char *err, size_t errlen)
@@ -597,11 +627,32 @@ static int local_path(json_t *node_paths, const char *state_dir, const char *pat
     return 0;
 }
 
-/* The job with this node's paths: tokenizer, init_weights and data files
- * where they are found here (tok, weights, data[i]: NULL keeps the
- * bundle's), config and out_dir under DIR/jobs/ID. */
+/* Where this node keeps a base model file the bundle names base/NAME: in
+ * the directory node.json's "paths" maps base's last component to, else in
+ * base itself (the directory is mapped, not each file: its files keep their
+ * names). `dir` gets that directory. */
+static int local_base_path(json_t *node_paths, const char *state_dir, const char *base,
+                           const char *path, char *dir, size_t dlen, char *out, size_t len,
+                           char *err, size_t errlen)
+{
+    char trimmed[4096];
+    size_t n = strlen(base);
+    while (n > 1 && base[n - 1] == '/') n--;
+    snprintf(trimmed, sizeof trimmed, "%.*s", (int)n, base);
+    if (local_path(node_paths, state_dir, trimmed, dir, dlen, err, errlen)) return -1;
+    int m = snprintf(out, len, "%s/%s", dir, path + strlen(base) + 1);
+    if (m < 0 || (size_t)m >= len)
+        return node_errf(err, errlen, "%s: path too long", dir);
+    return 0;
+}
+
+/* The job with this node's paths: tokenizer, init_weights, data files and
+ * the base model's directory where they are found here (tok, weights,
+ * data[i], base: NULL keeps the bundle's), config and out_dir under
+ * DIR/jobs/ID. */
 static json_t *local_job(const pool_bundle *b, const char *tok, const char *weights,
-                         char *const *data, const char *cfg_path, const char *out_dir)
+                         char *const *data, const char *base, const char *cfg_path,
+                         const char *out_dir)
 {
     json_t *job = json_deep_copy(b->job), *files = json_array(), *dobj = NULL;
     const char *key;
@@ -616,6 +667,8 @@ static json_t *local_job(const pool_bundle *b, const char *tok, const char *weig
         bad = json_object_set_new(dobj, "files", files) ||
               (tok && json_object_set_new(job, "tokenizer", json_string(tok))) ||
               (weights && json_object_set_new(job, "init_weights", json_string(weights))) ||
+              (base && json_object_set_new(json_object_get(job, "base"), "model",
+                                           json_string(base))) ||
               json_object_set_new(job, "config", json_string(cfg_path)) ||
               json_object_set_new(job, "out_dir", json_string(out_dir));
     else
@@ -641,7 +694,9 @@ int pool_bundle_check(const pool_bundle *b, const char *state_dir, json_t *node_
                          "names to local paths", state_dir);
     const char *id = b->id;
     pool_lacks out = {0, NULL};
-    char dir[4096], cfg_path[4096], job_path[4096], out_dir[4096];
+    char dir[4096], cfg_path[4096], job_path[4096], out_dir[4096], base_dir[4096] = "";
+    const char *base = json_string_value(json_object_get(json_object_get(b->job, "base"),
+                                                         "model"));
     char **found = calloc((size_t)b->nfiles + 1, sizeof *found);
     char **data = calloc((size_t)b->ndata + 1, sizeof *data);
     const char *tok = NULL, *weights = NULL;
@@ -665,7 +720,15 @@ int pool_bundle_check(const pool_bundle *b, const char *state_dir, json_t *node_
         const pool_file *f = &b->files[i];
         char local[4096], hex[65], why[256], text[400];
         int64_t bytes;
-        if (local_path(node_paths, state_dir, f->path, local, sizeof local, err, errlen)) goto done;
+        bool is_base = strcmp(f->role, "base") == 0;
+        if (is_base && !base) {
+            node_errf(err, errlen, "job %s: a base model file but no \"base\".\"model\"", id);
+            goto done;
+        }
+        if (is_base ? local_base_path(node_paths, state_dir, base, f->path, base_dir,
+                                               sizeof base_dir, local, sizeof local, err, errlen)
+                    : local_path(node_paths, state_dir, f->path, local, sizeof local, err, errlen))
+            goto done;
         hash_result h = sha256_file(local, f->bytes, hex, &bytes, why, sizeof why);
         const char *lacking = NULL;
         if (h == HASH_MISSING) {
@@ -693,9 +756,10 @@ int pool_bundle_check(const pool_bundle *b, const char *state_dir, json_t *node_
         }
         if (strcmp(f->role, "tokenizer") == 0) tok = found[i];
         else if (strcmp(f->role, "weights") == 0) weights = found[i];
-        else data[ndata++] = found[i];
+        else if (!is_base) data[ndata++] = found[i];
     }
-    if (!(job = local_job(b, tok, weights, data, cfg_path, out_dir))) {
+    if (!(job = local_job(b, tok, weights, data, base_dir[0] ? base_dir : NULL, cfg_path,
+                          out_dir))) {
         node_errf(err, errlen, "%s: out of memory (or a path that is not UTF-8)", dir);
         goto done;
     }

@@ -27,7 +27,7 @@
 
 /* One file a job reads, as its submitter has it. */
 typedef struct {
-    char role[16];                     /* "tokenizer", "weights", "data" */
+    char role[16];                     /* "tokenizer", "weights", "data", "base" */
     char *path;                        /* absolute, on the submitter */
     char sha256[65];                   /* 64 lowercase hex digits */
     int64_t bytes;
@@ -37,8 +37,10 @@ typedef struct {
  *   {"v": 1, "id": ID,
  *    "job": <the job JSON object with every path made absolute>,
  *    "config": <the model config JSON object, inline>,
- *    "files": [{"role": "weights"|"tokenizer"|"data", "path": ABS, "sha256": HEX,
- *               "bytes": N}, ...],        (tokenizer, weights if any, data in order)
+ *    "files": [{"role": "weights"|"tokenizer"|"data"|"base", "path": ABS, "sha256": HEX,
+ *               "bytes": N}, ...],        (tokenizer, weights if any, data in order,
+ *               then with "base": {"model"} the base model's config.json and weights:
+ *               model.safetensors, or model.safetensors.index.json and its shards)
  *    "submitted_by": NAME, "submitted_at": unix seconds}.
  * The id is the first 16 hex digits of the SHA-256 of the compact, key-sorted
  * JSON of everything except "id" (submitted_at included: the order of jobs
@@ -107,7 +109,10 @@ bool pool_job_later(json_t *a, json_t *b, int64_t now_s);
  * absolute path), hashes it and compares SHA-256. Writes
  * DIR/jobs/ID/config.json and DIR/jobs/ID/job.json: the bundle's job with
  * local paths, "config": that config.json, "out_dir": DIR/jobs/ID/out
- * (created). A missing or different file is not an error: it is listed in
+ * (created). The base model's files are looked for in one directory, the
+ * one "paths" maps the base's last component to (e.g. "smollm2" for
+ * /data/smollm2), else the bundle's; job.json's "base"."model" names that
+ * directory. A missing or different file is not an error: it is listed in
  * *lacks ("path" as the bundle names it, "local" where it was looked for,
  * "why" "missing" or "sha256 differs (have X..., job has Y...)" — a size
  * difference reads "sha256 differs (have N bytes, job has M bytes)" without
@@ -121,7 +126,8 @@ int pool_bundle_check(const pool_bundle *b, const char *state_dir, json_t *node_
 
 /* Whether the lacks leave this node able to be the first stage (it has the
  * tokenizer and every data file, and can hold a stage at all) and able to
- * hold any stage (it has the initial weights if the job names any). */
+ * hold any stage (it has the initial weights and the base model's files if
+ * the job names any). */
 void pool_lacks_roles(const pool_lacks *lacks, bool *can_first, bool *can_any);
 int pool_lacks_add(pool_lacks *lacks, const char *role, const char *path, const char *local,
                    const char *why);

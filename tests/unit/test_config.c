@@ -540,8 +540,8 @@ static void test_mistral(void)
     EXPECT_FAIL("{" BASE "," MISTRAL ",\"num_attention_heads\":4,\"sliding_window\":\"64\"}",
                 "sliding_window must be a positive integer");
     EXPECT_FAIL("{" BASE "," MISTRAL ",\"num_attention_heads\":4,\"num_key_value_heads\":4,"
-                "\"sliding_window\":null,\"head_dim\":32}", "head_dim (32) differs from hidden_size / "
-                "num_attention_heads (16)");
+                "\"sliding_window\":null,\"head_dim\":32}",
+                "head_dim (32) differs from hidden_size / num_attention_heads (16)");
     EXPECT_FAIL("{" BASE "," MISTRAL ",\"num_attention_heads\":4,\"num_key_value_heads\":4,"
                 "\"sliding_window\":null,\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8}}",
                 "rope_scaling type \"llama3\" in a Mistral config is not supported");

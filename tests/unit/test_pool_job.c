@@ -2,7 +2,8 @@
  * files (stable id, absolute paths, config inline), refused when altered or
  * too large, and each member's comparison of the bundle's files with its own
  * (same files, a missing one, a changed byte, a file found through node.json
- * "paths"), with the job written under DIR/jobs/ID loading with job_load. */
+ * "paths"), with the job written under DIR/jobs/ID loading with job_load; a
+ * job on a relative base model, its files in the bundle and on a member. */
 #include "runtime.h"
 #include "pool_job.h"
 
@@ -421,6 +422,148 @@ static void test_bad_input(void)
           "large job: \"%s\"", err);
 }
 
+/* A job whose "base": {"model"} is relative: the bundle names it absolute
+ * (a member would otherwise resolve it against its own copy of the job,
+ * DIR/jobs/ID/), lists the base model's config and weights with their
+ * SHA-256, and a member finds them there or in the directory node.json
+ * "paths" maps the base's name to. */
+static void make_base_job(const char *sub, bool sharded)
+{
+    char dir[1024], base[1100], p[1200];
+    make_job(sub, "in the beginning\n");
+    snprintf(dir, sizeof dir, "%s/%s", root, sub);
+    snprintf(base, sizeof base, "%s/models", dir);
+    mkdir(base, 0755);
+    snprintf(base, sizeof base, "%s/models/tiny", dir);
+    mkdir(base, 0755);
+    write_file(base, "config.json", config_text);
+    if (sharded) {
+        write_file(base, "model.safetensors.index.json",
+                   "{\"metadata\": {}, \"weight_map\": {\"a\": \"s1.safetensors\", "
+                   "\"b\": \"s2.safetensors\", \"c\": \"s1.safetensors\"}}\n");
+        write_file(base, "s1.safetensors", "shard one\n");
+        write_file(base, "s2.safetensors", "shard two, longer\n");
+    } else {
+        write_file(base, "model.safetensors", "not really weights\n");
+    }
+    snprintf(p, sizeof p, "%s/job.json", dir);
+    write_file(dir, "job.json",
+               "{\"base\": {\"model\": \"models/tiny/\"}, \"tokenizer\": \"tokenizer.json\",\n"
+               " \"data\": {\"files\": [\"corpus/a.txt\", \"corpus/b.txt\"]},\n"
+               " \"lora\": {\"r\": 4, \"alpha\": 8},\n"
+               " \"seq_len\": 16, \"batch\": 4, \"micro_batch\": 2, \"steps\": 10,\n"
+               " \"out_dir\": \"out\"}\n");
+}
+
+static const char *file_path(json_t *b, size_t i)
+{
+    return json_string_value(json_object_get(json_array_get(json_object_get(b, "files"), i),
+                                             "path"));
+}
+
+static void test_base_model(void)
+{
+    char err[512] = "", state[1024], p[1200], want[1200];
+    make_base_job("job5", false);
+    json_t *b = bundle_of("job5", err, sizeof err);
+    CHECK(b != NULL, "base bundle: %s", err);
+    if (!b) return;
+    const char *base = json_string_value(
+        json_object_get(json_object_get(json_object_get(b, "job"), "base"), "model"));
+    struct stat st;
+    snprintf(want, sizeof want, "%s/job5/models/tiny", root);   /* the job's "/" dropped */
+    CHECK(base && base[0] == '/' && strcmp(base, want) == 0 && stat(base, &st) == 0 &&
+              S_ISDIR(st.st_mode), "base.model \"%s\", want the existing %s", base, want);
+    json_t *files = json_object_get(b, "files");
+    CHECK(json_array_size(files) == 5, "files: %zu", json_array_size(files));
+    const char *roles[] = {"tokenizer", "data", "data", "base", "base"};
+    const char *ends[] = {"/tokenizer.json", "/a.txt", "/b.txt", "/models/tiny/config.json",
+                          "/models/tiny/model.safetensors"};
+    for (size_t i = 0; i < 5 && i < json_array_size(files); i++) {
+        json_t *f = json_array_get(files, i);
+        const char *path = file_path(b, i);
+        CHECK(strcmp(json_string_value(json_object_get(f, "role")), roles[i]) == 0 && path &&
+                  strlen(path) > strlen(ends[i]) &&
+                  strcmp(path + strlen(path) - strlen(ends[i]), ends[i]) == 0,
+              "file %zu: %s %s", i, json_string_value(json_object_get(f, "role")), path);
+    }
+    CHECK(json_integer_value(json_object_get(json_array_get(files, 4), "bytes")) == 19,
+          "weights' bytes");
+    /* a member with the same directory: no lacks, job.json names it */
+    snprintf(state, sizeof state, "%s/state-base", root);
+    mkdir(state, 0700);
+    pool_lacks lacks;
+    bool first, any;
+    CHECK(check_bundle(b, state, NULL, &lacks, err, sizeof err) == 0 && lacks.n == 0,
+          "same base: %s (%d lacks)", err, lacks.n);
+    pool_lacks_free(&lacks);
+    snprintf(p, sizeof p, "%s/jobs/%s/job.json", state, id_of(b));
+    job_spec js;
+    memset(&js, 0, sizeof js);
+    CHECK(job_load(&js, p, err, sizeof err) == 0 && js.base_model &&
+              strcmp(js.base_model, want) == 0, "member's base %s: %s", js.base_model, err);
+    job_free(&js);
+    /* the base elsewhere on this member: "paths" maps the directory's name */
+    char mirror[1200];
+    snprintf(mirror, sizeof mirror, "%s/mirror", root);
+    mkdir(mirror, 0755);
+    write_file(mirror, "config.json", config_text);
+    write_file(mirror, "model.safetensors", "not really weights\n");
+    json_t *paths = json_pack("{s:s}", "tiny", mirror);
+    CHECK(check_bundle(b, state, paths, &lacks, err, sizeof err) == 0 && lacks.n == 0,
+          "mapped base: %s (%d lacks)", err, lacks.n);
+    pool_lacks_free(&lacks);
+    memset(&js, 0, sizeof js);
+    CHECK(job_load(&js, p, err, sizeof err) == 0 && js.base_model &&
+              strcmp(js.base_model, mirror) == 0, "mapped base %s: %s", js.base_model, err);
+    job_free(&js);
+    /* other weights there: a lack of role "base", and no stage at all */
+    write_file(mirror, "model.safetensors", "other weights, other size\n");
+    CHECK(check_bundle(b, state, paths, &lacks, err, sizeof err) == 0 && lacks.n == 1 &&
+              strcmp(lacks.l[0].role, "base") == 0 && strstr(lacks.l[0].why, "sha256 differs"),
+          "changed base: %s (%d lacks)", err, lacks.n);
+    pool_lacks_roles(&lacks, &first, &any);
+    CHECK(!any, "a member lacking the base model's weights can hold no stage");
+    pool_lacks_free(&lacks);
+    json_decref(paths);
+    /* refused on arrival: a base file outside the directory, none at all */
+    json_t *bad = json_deep_copy(b);
+    snprintf(p, sizeof p, "%s/job5/models/tiny/../../tokenizer.json", root);
+    json_object_set_new(json_array_get(json_object_get(bad, "files"), 4), "path", json_string(p));
+    pool_bundle t;
+    CHECK(pool_bundle_from_json(bad, &t, err, sizeof err) != 0 &&
+              strstr(err, "must be the base model's file"), "escaping base file: \"%s\"", err);
+    json_array_remove(json_object_get(bad, "files"), 4);
+    json_array_remove(json_object_get(bad, "files"), 3);
+    CHECK(pool_bundle_from_json(bad, &t, err, sizeof err) != 0 &&
+              strstr(err, "and its base model's config and weights"), "no base files: \"%s\"",
+          err);
+    json_object_set_new(json_object_get(json_object_get(bad, "job"), "base"), "model",
+                        json_string("models/tiny"));
+    CHECK(pool_bundle_from_json(bad, &t, err, sizeof err) != 0 &&
+              strstr(err, "\"job\".\"base\".\"model\" must be an absolute path"),
+          "relative base on arrival: \"%s\"", err);
+    json_decref(bad);
+    json_decref(b);
+
+    /* sharded: the index and each shard once */
+    make_base_job("job6", true);
+    b = bundle_of("job6", err, sizeof err);
+    CHECK(b && json_array_size(json_object_get(b, "files")) == 7, "sharded: %s", err);
+    CHECK(b && strstr(file_path(b, 4), "/model.safetensors.index.json") &&
+              strstr(file_path(b, 5), "/s1.safetensors") &&
+              strstr(file_path(b, 6), "/s2.safetensors"), "sharded files");
+    json_decref(b);
+    /* a shard named outside the directory: refused when the bundle is made */
+    snprintf(p, sizeof p, "%s/job6/models/tiny", root);
+    write_file(p, "model.safetensors.index.json",
+               "{\"weight_map\": {\"a\": \"../../tokenizer.json\"}}\n");
+    b = bundle_of("job6", err, sizeof err);
+    CHECK(!b && strstr(err, "weight_map.a must name a shard file"), "escaping shard: \"%s\"",
+          err);
+    json_decref(b);
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "%s/test_pool_job_%d", SHARDNODE_TEST_TMP, (int)getpid());
@@ -431,6 +574,7 @@ int main(void)
     test_refusals();
     test_order();
     test_bad_input();
+    test_base_model();
     remove_tree(root);
     if (failures) printf("%d failures\n", failures);
     return failures ? 1 : 0;
