@@ -279,8 +279,8 @@ json_t *pool_bundle_make(const char *job_path, const char *submitter, int64_t no
     int64_t size = compact_size(bundle);
     if (size > POOL_BUNDLE_MAX_BYTES) {
         node_errf(err, errlen, "%s: the job's bundle is %lld bytes as compact JSON, more than the "
-                  "%d a gossip record carries (fewer or shorter data file paths, or a smaller "
-                  "config, would fit)", js.path, (long long)size, POOL_BUNDLE_MAX_BYTES);
+                  "%d a gossip record carries (fewer or shorter data file paths, a base model "
+                  "in fewer shards, or a smaller config, would fit)", js.path, (long long)size, POOL_BUNDLE_MAX_BYTES);
         goto fail;
     }
     job_free(&js);
