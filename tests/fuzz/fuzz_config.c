@@ -22,7 +22,8 @@ static int same(const llama_config *a, const llama_config *b)
            a->num_key_value_heads == b->num_key_value_heads && a->vocab_size == b->vocab_size &&
            a->max_position_embeddings == b->max_position_embeddings &&
            a->head_dim == b->head_dim && a->rms_norm_eps == b->rms_norm_eps &&
-           a->rope_theta == b->rope_theta && a->tie_word_embeddings == b->tie_word_embeddings;
+           a->rope_theta == b->rope_theta && a->tie_word_embeddings == b->tie_word_embeddings &&
+           a->arch == b->arch;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
