@@ -52,6 +52,19 @@ struct pool {
 int pool_hello_key(const uint8_t own_priv[GOSSIP_KEY_LEN], const uint8_t own_pub[GOSSIP_KEY_LEN],
                    const uint8_t peer_pub[GOSSIP_KEY_LEN], const char *run,
                    uint8_t key[MESH_HELLO_KEY_LEN]);
+/* pool.c: a child `shardnode ARGS...` (stdout and stderr appended to log,
+ * keys: its HELLO keys' path or NULL; 0 when it cannot start), a child
+ * stopped (SIGTERM, then SIGKILL), a file's last non-empty line. */
+pid_t pool_spawn(daemon_t *d, const char *log, char *const *args, const char *keys);
+void pool_kill_child(pid_t *pid);
+void pool_last_line(const char *path, char *out, size_t len);
+/* pool_run.c: the core's RUN, PULL and CHECKPOINT as children; the
+ * snapshot folder told to the core; a finished recovery's metrics line. */
+void pool_start_run(daemon_t *d, const pool_action *a);
+void pool_start_pull(daemon_t *d, const pool_action *a);
+void pool_start_checkpoint(daemon_t *d, const pool_action *a);
+void pool_scan_snaps(daemon_t *d);
+void pool_note_recovery(daemon_t *d);
 /* pool_run.c: this node's run files of committed plan c under the job's
  * folder (their paths in job_path, cl_path, keys_path). 0, or -1 with err. */
 int pool_write_run_files(daemon_t *d, const pool_plan *c, char *job_path, char *cl_path,
