@@ -40,9 +40,16 @@ static bool snap_name(const char *f)
 /* dest as a copy of src (a hard link when both are on one file system). */
 static int place(const char *src, const char *dest)
 {
+    /* a regular file only: a link planted among a checkpoint's shards must
+     * not bring another file into the snapshots members are served */
+    struct stat ls;
+    if (lstat(src, &ls) != 0 || !S_ISREG(ls.st_mode)) {
+        errno = EINVAL;
+        return -1;
+    }
     unlink(dest);
     if (link(src, dest) == 0) return 0;
-    int in = open(src, O_RDONLY | O_CLOEXEC), out = -1, rc = -1;
+    int in = open(src, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), out = -1, rc = -1;
     char buf[1 << 16];
     if (in >= 0) out = open(dest, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (out >= 0) {
@@ -62,7 +69,7 @@ static int place(const char *src, const char *dest)
 /* The SHA-256 of a file in hex; its size in *bytes. */
 static int file_sha256(const char *path, char hex[65], int64_t *bytes)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);   /* a link is no shard */
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     unsigned char md[EVP_MAX_MD_SIZE], buf[1 << 16];
     unsigned int mdlen = 0;

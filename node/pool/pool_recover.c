@@ -395,19 +395,19 @@ void core_checkpoint(pool_core *c, const pool_member *m, int n, int64_t now, poo
         return;
     /* the newest step of a checkpoint that the live members' snapshots cover */
     int64_t best = 0;
-    for (int i = 0; i < n; i++) {
-        const pool_doc *d = m[i].live ? doc_of(c, &m[i]) : NULL;
-        for (int j = 0; d && j < d->snaps.n; j++) {
+    int *in = malloc((size_t)(n > 0 ? n : 1) * sizeof *in), k = 0;
+    for (int q = 0; in && q < n; q++)   /* the live members with the job, once */
+        if (m[q].live && doc_of(c, &m[q])) in[k++] = q;
+    for (int i = 0; in && i < k; i++) {
+        const pool_doc *d = doc_of(c, &m[in[i]]);
+        for (int j = 0; j < d->snaps.n; j++) {
             int64_t st = d->snaps.s[j].step;
-            if (st > best && st > c->ckpt_done && st % c->checkpoint_every == 0) {
-                int *in = malloc((size_t)(n > 0 ? n : 1) * sizeof *in), k = 0;
-                for (int q = 0; in && q < n; q++)
-                    if (m[q].live && doc_of(c, &m[q])) in[k++] = q;
-                if (in && covered(c, m, in, k, c->shape.layers, st, NULL, 0)) best = st;
-                free(in);
-            }
+            if (st > best && st > c->ckpt_done && st % c->checkpoint_every == 0 &&
+                covered(c, m, in, k, c->shape.layers, st, NULL, 0))
+                best = st;
         }
     }
+    free(in);
     if (!best) return;
     pool_action *a = core_act(out, POOL_ACT_CHECKPOINT);
     if (!a) return;
@@ -557,7 +557,13 @@ void pool_core_pulled(pool_core *c, bool ok, const char *error, pool_actions *ou
 
 void pool_core_snapshots(pool_core *c, const pool_snaps *held)
 {
-    if (memcmp(&c->doc.snaps, held, sizeof *held) == 0) return;
+    /* field by field: memcmp would also compare the padding after n */
+    bool same = c->doc.snaps.n == held->n;
+    for (int i = 0; same && i < held->n; i++)
+        same = c->doc.snaps.s[i].layer_begin == held->s[i].layer_begin &&
+               c->doc.snaps.s[i].layer_end == held->s[i].layer_end &&
+               c->doc.snaps.s[i].step == held->s[i].step;
+    if (same) return;
     c->doc.snaps = *held;
     c->dirty = true;
     c->next_doc_ms = 0;   /* said at once: a buddy's copy lags it by no more */
