@@ -529,6 +529,26 @@ static void execute(daemon_t *d, int64_t now)
 }
 
 /* The children that ended, and the stage's progress, told to the core. */
+/* Each link whose pair the mesh relays now names its relay (the planner
+ * counts it as two hops sharing the relay's upload: pool_links.c). */
+static void relayed_links(daemon_t *d, pool_links *links)
+{
+    const gossip_member *const *ms;
+    size_t n = d->g ? gossip_members(d->g, &ms) : 0;
+    for (int i = 0; i < links->n; i++) {
+        pool_link *l = &links->l[i];
+        l->via[0] = '\0';
+        for (size_t k = 0; k < n; k++) {
+            if (ms[k]->self || ms[k]->displaced || strcmp(ms[k]->rec.name, l->name) != 0)
+                continue;
+            const gossip_member *via = daemon_relay_via(d, ms[k]);
+            if (via && strcmp(via->rec.name, l->name) != 0)
+                snprintf(l->via, sizeof l->via, "%s", via->rec.name);
+            break;
+        }
+    }
+}
+
 static void reap(daemon_t *d)
 {
     pool *p = d->pool;
@@ -554,6 +574,7 @@ static void reap(daemon_t *d)
         if (!lj || pool_links_from_json(lj, &links, err, sizeof err) != 0)
             memset(&links, 0, sizeof links);   /* nothing measured: the defaults */
         json_decref(lj);
+        relayed_links(d, &links);
         pool_core_links_measured(p->core, &links, &p->acts);
         pool_links_free(&links);
     }

@@ -37,6 +37,21 @@ typedef struct {
                                      NULL (then computed when needed) */
 } pool_member;
 
+/* ---- links in the plan (pool_links.c; docs/ARCHITECTURE.md, "Links in the
+ * plan") ---- */
+/* A relayed link's bandwidth: the smaller of its path's (bw_path: measured,
+ * else the slower hop) and its share of the relay's upload, upload / carried
+ * (carried: the directed links the relay carries among the candidates, plus
+ * one when it computes itself). */
+int64_t pool_link_relayed_bw(int64_t bw_path, int64_t upload, int carried);
+/* The planner's f x f links (out[a * f + b]: a -> b) between the candidates
+ * cand[0..f) (positions in the view m[in[0..k)]; in NULL: m[0..k)), from the
+ * view members' documents. A relay that is no member of the view, or one of
+ * the pair, is ignored, and note (if given) says so for the first one.
+ * Returns 0, or -1 out of memory. */
+int pool_link_costs(const pool_member *m, const int *in, int k, const int *cand, int f,
+                    cost_link *out, char *note, size_t notelen);
+
 typedef enum {
     POOL_ACT_LOG = 1,     /* text: one line for the log */
     POOL_ACT_PUBLISH,     /* the document changed: save pool_core_saved, gossip pool_core_doc */

@@ -108,9 +108,11 @@ int pool_profile_from_file(const char *path, const cost_shape *shape, pool_profi
 
 /* ---- links ---- */
 
-int pool_links_add(pool_links *l, const char *name, int64_t latency_ns, int64_t bandwidth)
+int pool_links_add_via(pool_links *l, const char *name, int64_t latency_ns, int64_t bandwidth,
+                       const char *via)
 {
-    if (!name || strlen(name) >= MESH_NAME_MAX) return -1;
+    if (!name || strlen(name) >= MESH_NAME_MAX || (via && strlen(via) >= MESH_NAME_MAX))
+        return -1;
     if (l->n % 16 == 0) {
         pool_link *g = realloc(l->l, (size_t)(l->n + 16) * sizeof *g);
         if (!g) return -1;
@@ -120,7 +122,13 @@ int pool_links_add(pool_links *l, const char *name, int64_t latency_ns, int64_t 
     snprintf(k->name, sizeof k->name, "%s", name);
     k->latency_ns = latency_ns;
     k->bandwidth = bandwidth;
+    snprintf(k->via, sizeof k->via, "%s", via ? via : "");
     return 0;
+}
+
+int pool_links_add(pool_links *l, const char *name, int64_t latency_ns, int64_t bandwidth)
+{
+    return pool_links_add_via(l, name, latency_ns, bandwidth, NULL);
 }
 
 void pool_links_free(pool_links *l)
@@ -134,7 +142,8 @@ int pool_links_copy(pool_links *dst, const pool_links *src)
 {
     memset(dst, 0, sizeof *dst);
     for (int i = 0; i < src->n; i++)
-        if (pool_links_add(dst, src->l[i].name, src->l[i].latency_ns, src->l[i].bandwidth)) {
+        if (pool_links_add_via(dst, src->l[i].name, src->l[i].latency_ns, src->l[i].bandwidth,
+                               src->l[i].via)) {
             pool_links_free(dst);
             return -1;
         }
@@ -155,16 +164,26 @@ int pool_links_from_json(json_t *j, pool_links *out, char *err, size_t errlen)
     const char *name;
     json_t *l;
     json_object_foreach(j, name, l) {
-        json_t *lat = json_array_get(l, 0), *bw = json_array_get(l, 1);
-        if (!node_name_valid(name) || !json_is_array(l) || json_array_size(l) != 2 ||
+        json_t *lat = json_array_get(l, 0), *bw = json_array_get(l, 1), *via = json_array_get(l, 2);
+        size_t n = json_array_size(l);
+        if (!node_name_valid(name) || !json_is_array(l) || n < 2 || n > 3 ||
             !json_is_integer(lat) || !json_is_integer(bw) || json_integer_value(lat) < 0 ||
             json_integer_value(bw) < 0) {
             pool_links_free(out);
             return node_errf(err, errlen, "\"links\".\"%.63s\" must be [latency_ns, "
-                             "bytes_per_s] of a node name", name);
+                             "bytes_per_s] or [latency_ns, bytes_per_s, \"RELAY\"] of a node "
+                             "name", name);
         }
-        if (pool_links_add(out, name, (int64_t)json_integer_value(lat),
-                           (int64_t)json_integer_value(bw)) != 0) {
+        const char *v = via ? json_string_value(via) : NULL;
+        if (via && (!v || strlen(v) >= MESH_NAME_MAX || !node_name_valid(v) ||
+                    strcmp(v, name) == 0)) {
+            pool_links_free(out);
+            return node_errf(err, errlen, "\"links\".\"%.63s\": its third element (the "
+                             "relay) must be the name of another node, at most %d bytes",
+                             name, MESH_NAME_MAX - 1);
+        }
+        if (pool_links_add_via(out, name, (int64_t)json_integer_value(lat),
+                               (int64_t)json_integer_value(bw), v) != 0) {
             pool_links_free(out);
             return node_errf(err, errlen, "\"links\": out of memory");
         }
@@ -175,9 +194,14 @@ int pool_links_from_json(json_t *j, pool_links *out, char *err, size_t errlen)
 json_t *pool_links_to_json(const pool_links *l)
 {
     json_t *o = json_object();
-    for (int i = 0; o && i < l->n; i++)
-        json_object_set_new(o, l->l[i].name, json_pack("[I,I]", (json_int_t)l->l[i].latency_ns,
-                                                       (json_int_t)l->l[i].bandwidth));
+    for (int i = 0; o && i < l->n; i++) {
+        const pool_link *k = &l->l[i];
+        json_object_set_new(o, k->name,
+                            k->via[0] ? json_pack("[I,I,s]", (json_int_t)k->latency_ns,
+                                                  (json_int_t)k->bandwidth, k->via)
+                                      : json_pack("[I,I]", (json_int_t)k->latency_ns,
+                                                  (json_int_t)k->bandwidth));
+    }
     return o;
 }
 
@@ -231,8 +255,11 @@ int pool_links_summary(const pool_links *all, pool_links *exact, pool_link *typi
     for (int i = 0; i < all->n; i++) {
         int64_t f = factor(all->l[i].latency_ns, typical->latency_ns);
         int64_t g = factor(all->l[i].bandwidth, typical->bandwidth);
-        /* every link when they fit; else those off by more than a factor of 2 */
-        if (all->n <= POOL_LINKS_MAX || f > 2000 || g > 2000)
+        /* every link when they fit; else the relayed ones (the planner
+         * cannot guess them from the typical link), then those off by more
+         * than a factor of 2 */
+        if (all->l[i].via[0]) sc[k++] = (link_score){INT64_MAX, i};
+        else if (all->n <= POOL_LINKS_MAX || f > 2000 || g > 2000)
             sc[k++] = (link_score){f > g ? f : g, i};
     }
     score_links = all;
@@ -240,8 +267,8 @@ int pool_links_summary(const pool_links *all, pool_links *exact, pool_link *typi
     if (k > POOL_LINKS_MAX) k = POOL_LINKS_MAX;
     rc = 0;
     for (int i = 0; i < k && rc == 0; i++)
-        rc = pool_links_add(exact, all->l[sc[i].i].name, all->l[sc[i].i].latency_ns,
-                            all->l[sc[i].i].bandwidth);
+        rc = pool_links_add_via(exact, all->l[sc[i].i].name, all->l[sc[i].i].latency_ns,
+                                all->l[sc[i].i].bandwidth, all->l[sc[i].i].via);
 out:
     free(v);
     free(sc);

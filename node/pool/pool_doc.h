@@ -134,6 +134,7 @@ int pool_profile_from_file(const char *path, const cost_shape *shape, pool_profi
 typedef struct {
     char name[MESH_NAME_MAX];
     int64_t latency_ns, bandwidth;  /* bytes per second */
+    char via[MESH_NAME_MAX];        /* "": direct; else the member relaying it */
 } pool_link;
 
 typedef struct {
@@ -146,18 +147,23 @@ typedef struct {
 #define POOL_LINKS_MAX 16
 
 /* {"NAME": [latency_ns, bytes_per_s], ...}: a document's "links", and the
- * file `shardnode probe-links` writes. */
+ * file `shardnode probe-links` writes; a relayed link carries its relay's
+ * name third: "NAME": [latency_ns, bytes_per_s, "RELAY"] (not NAME). */
 int pool_links_from_json(json_t *j, pool_links *out, char *err, size_t errlen);
 json_t *pool_links_to_json(const pool_links *l);
 int pool_links_add(pool_links *l, const char *name, int64_t latency_ns, int64_t bandwidth);
+/* The same with its relay (NULL or "": direct); -1 on a bad name. */
+int pool_links_add_via(pool_links *l, const char *name, int64_t latency_ns, int64_t bandwidth,
+                       const char *via);
 const pool_link *pool_links_find(const pool_links *l, const char *name);
 int pool_links_copy(pool_links *dst, const pool_links *src);
 void pool_links_free(pool_links *l);
 /* What a record says of the links measured: every one when there are at
  * most POOL_LINKS_MAX, else the POOL_LINKS_MAX that differ most from the
  * typical link (in latency or bandwidth by more than a factor of 2, the
- * largest factor first, ties by name); and the typical link: the median
- * latency and the median bandwidth (0, 0 when none was measured). */
+ * largest factor first, ties by name), relayed links before all others; and
+ * the typical link: the median latency and the median bandwidth (0, 0 when
+ * none was measured). */
 int pool_links_summary(const pool_links *all, pool_links *exact, pool_link *typical);
 
 typedef enum {

@@ -73,26 +73,6 @@ out:
     return step;
 }
 
-/* The fleet member called name (nodes sorted by name through idx), or -1. */
-static int node_index(const plan_node *nodes, const int *idx, int f, const char *name)
-{
-    int lo = 0, hi = f - 1;
-    while (lo <= hi) {
-        int mid = lo + (hi - lo) / 2, c = strcmp(nodes[idx[mid]].name, name);
-        if (c == 0) return idx[mid];
-        if (c < 0) lo = mid + 1;
-        else hi = mid - 1;
-    }
-    return -1;
-}
-
-static const plan_node *sort_nodes;
-
-static int by_node(const void *a, const void *b)
-{
-    return strcmp(sort_nodes[*(const int *)a].name, sort_nodes[*(const int *)b].name);
-}
-
 /* The plan of the view's members (in[0..k): their indices in m), or why
  * none fits (c->doc.why). */
 static void compute_plan(pool_core *c, const pool_member *m, int n, const int *in, int k)
@@ -100,12 +80,11 @@ static void compute_plan(pool_core *c, const pool_member *m, int n, const int *i
     plan_node *nodes = calloc((size_t)k + 1, sizeof *nodes);
     const pool_doc **docs = calloc((size_t)k + 1, sizeof *docs);
     const char **addr = calloc((size_t)k + 1, sizeof *addr);
-    int *sorted = calloc((size_t)k + 1, sizeof *sorted);
+    int *cand = calloc((size_t)k + 1, sizeof *cand);
     cost_link *links = NULL;
-    bool *own = NULL;
     plan *pl = calloc(1, sizeof *pl);
     int f = 0;
-    if (!nodes || !docs || !addr || !sorted || !pl) goto out;
+    if (!nodes || !docs || !addr || !cand || !pl) goto out;
     for (int i = 0; i < k; i++) {
         const pool_member *q = &m[in[i]];
         const pool_doc *d = q->doc;
@@ -117,6 +96,7 @@ static void compute_plan(pool_core *c, const pool_member *m, int n, const int *i
         nd->prof = d->prof.prof;
         addr[f] = q->address ? q->address : "";
         docs[f] = d;
+        cand[f] = i;
         f++;
     }
     if (core_too_small(c, m, n)) goto out;
@@ -126,44 +106,9 @@ static void compute_plan(pool_core *c, const pool_member *m, int n, const int *i
         goto out;
     }
     links = calloc((size_t)f * (size_t)f, sizeof *links);
-    own = calloc((size_t)f * (size_t)f, sizeof *own);
-    if (!links || !own) goto out;
-    /* each link as its sender measured it, else as the receiver did, else
-     * the default; names found by binary search (a pool of hundreds) */
-    for (int i = 0; i < f; i++) sorted[i] = i;
-    sort_nodes = nodes;
-    qsort(sorted, (size_t)f, sizeof *sorted, by_node);
-    for (int i = 0; i < f; i++) {
-        const pool_links *ls = docs[i]->has & POOL_HAS_LINKS ? &docs[i]->links : NULL;
-        for (int l = 0; ls && l < ls->n; l++) {
-            int j = node_index(nodes, sorted, f, ls->l[l].name);
-            if (j < 0) continue;
-            links[i * f + j] = (cost_link){ls->l[l].latency_ns, ls->l[l].bandwidth};
-            own[i * f + j] = true;
-        }
-    }
-    /* a link neither end lists exactly: the slower of their typical links */
-    for (int i = 0; i < f; i++)
-        for (int j = 0; j < f; j++) {
-            cost_link *l = &links[i * f + j];
-            if (own[i * f + j]) continue;
-            const pool_doc *a = docs[i], *b = docs[j];
-            bool ta = (a->has & POOL_HAS_LINKS) && a->typical.bandwidth > 0;
-            bool tb = (b->has & POOL_HAS_LINKS) && b->typical.bandwidth > 0;
-            if (own[j * f + i]) {
-                *l = links[j * f + i];
-            } else if (ta || tb) {
-                const pool_link *x = ta ? &a->typical : &b->typical, *y = tb ? &b->typical : x;
-                *l = (cost_link){x->latency_ns > y->latency_ns ? x->latency_ns : y->latency_ns,
-                                 x->bandwidth < y->bandwidth ? x->bandwidth : y->bandwidth};
-            } else {
-                *l = (cost_link){POOL_DEFAULT_LAT_NS, POOL_DEFAULT_BW};
-            }
-        }
-    for (int i = 0; i < f * f; i++) {
-        if (links[i].latency_ns < 0) links[i].latency_ns = POOL_DEFAULT_LAT_NS;
-        if (links[i].bandwidth <= 0) links[i].bandwidth = POOL_DEFAULT_BW;
-    }
+    /* measured, typical or default; a relayed link as its two hops and its
+     * share of the relay's upload (pool_links.c) */
+    if (!links || pool_link_costs(m, in, k, cand, f, links, NULL, 0) != 0) goto out;
     plan_fleet fleet = {.nnodes = f, .nodes = nodes, .links = links};
     plan_job pj = {.shape = c->shape,
                    .batch = c->batch,
@@ -232,9 +177,8 @@ out:
     free(nodes);
     free(docs);
     free(addr);
-    free(sorted);
+    free(cand);
     free(links);
-    free(own);
     free(pl);
 }
 
