@@ -530,22 +530,30 @@ static void execute(daemon_t *d, int64_t now)
 
 /* The children that ended, and the stage's progress, told to the core. */
 /* Each link whose pair the mesh relays now names its relay (the planner
- * counts it as two hops sharing the relay's upload: pool_links.c). */
+ * counts it as two hops sharing the relay's upload: pool_links.c); a
+ * relayed member of the view that probe-links could not measure is listed
+ * with bandwidth 0, so the planner takes its hops, not the typical link. */
 static void relayed_links(daemon_t *d, pool_links *links)
 {
     const gossip_member *const *ms;
     size_t n = d->g ? gossip_members(d->g, &ms) : 0;
-    for (int i = 0; i < links->n; i++) {
-        pool_link *l = &links->l[i];
-        l->via[0] = '\0';
-        for (size_t k = 0; k < n; k++) {
-            if (ms[k]->self || ms[k]->displaced || strcmp(ms[k]->rec.name, l->name) != 0)
-                continue;
-            const gossip_member *via = daemon_relay_via(d, ms[k]);
-            if (via && strcmp(via->rec.name, l->name) != 0)
-                snprintf(l->via, sizeof l->via, "%s", via->rec.name);
-            break;
+    for (int i = 0; i < links->n; i++) links->l[i].via[0] = '\0';
+    for (size_t k = 0; k < n; k++) {
+        if (ms[k]->self || ms[k]->displaced) continue;
+        const gossip_member *via = daemon_relay_via(d, ms[k]);
+        if (!via || strcmp(via->rec.name, ms[k]->rec.name) == 0) continue;
+        pool_link *l = NULL;
+        for (int i = 0; i < links->n && !l; i++)
+            if (strcmp(links->l[i].name, ms[k]->rec.name) == 0) l = &links->l[i];
+        if (l) {
+            snprintf(l->via, sizeof l->via, "%s", via->rec.name);
+            continue;
         }
+        bool in_view = false;
+        for (int v = 0; v < d->pool->nview && !in_view; v++)
+            in_view = !d->pool->view[v].self && d->pool->view[v].doc &&
+                      strcmp(d->pool->view[v].name, ms[k]->rec.name) == 0;
+        if (in_view) pool_links_add_via(links, ms[k]->rec.name, 0, 0, via->rec.name);
     }
 }
 

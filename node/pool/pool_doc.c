@@ -248,10 +248,16 @@ int pool_links_summary(const pool_links *all, pool_links *exact, pool_link *typi
     link_score *sc = malloc((size_t)all->n * sizeof *sc);
     int rc = -1, k = 0;
     if (!v || !sc) goto out;
-    for (int i = 0; i < all->n; i++) v[i] = all->l[i].latency_ns;
-    typical->latency_ns = median(v, all->n);
-    for (int i = 0; i < all->n; i++) v[i] = all->l[i].bandwidth;
-    typical->bandwidth = median(v, all->n);
+    /* the medians of the links measured (a relayed pair whose probe failed
+     * is listed with bandwidth 0) */
+    int nm = 0;
+    for (int i = 0; i < all->n; i++)
+        if (all->l[i].bandwidth > 0) v[nm++] = all->l[i].latency_ns;
+    typical->latency_ns = nm ? median(v, nm) : 0;
+    nm = 0;
+    for (int i = 0; i < all->n; i++)
+        if (all->l[i].bandwidth > 0) v[nm++] = all->l[i].bandwidth;
+    typical->bandwidth = nm ? median(v, nm) : 0;
     for (int i = 0; i < all->n; i++) {
         int64_t f = factor(all->l[i].latency_ns, typical->latency_ns);
         int64_t g = factor(all->l[i].bandwidth, typical->bandwidth);

@@ -162,8 +162,8 @@ void pool_links_free(pool_links *l);
  * most POOL_LINKS_MAX, else the POOL_LINKS_MAX that differ most from the
  * typical link (in latency or bandwidth by more than a factor of 2, the
  * largest factor first, ties by name), relayed links before all others; and
- * the typical link: the median latency and the median bandwidth (0, 0 when
- * none was measured). */
+ * the typical link: the median latency and the median bandwidth of those
+ * with a bandwidth (0, 0 when none was measured). */
 int pool_links_summary(const pool_links *all, pool_links *exact, pool_link *typical);
 
 typedef enum {

@@ -68,6 +68,20 @@ static void test_round_trip(void)
           exact.n ? exact.l[0].name : "-");
     pool_links_free(&exact);
     pool_links_free(&all);
+
+    /* a relayed pair the probe could not measure ([0, 0, "r"]) leaves the
+     * typical link to the links measured */
+    pool_links few = {0, NULL};
+    pool_links_add(&few, "c", 3000, 300);
+    pool_links_add(&few, "d", 1000, 100);
+    pool_links_add(&few, "r", 2000, 200);
+    pool_links_add_via(&few, "b", 0, 0, "r");
+    CHECK(pool_links_summary(&few, &exact, &typical) == 0 && exact.n == 4 &&
+              typical.latency_ns == 2000 && typical.bandwidth == 200,
+          "typical of the measured: %lld ns, %lld B/s", (long long)typical.latency_ns,
+          (long long)typical.bandwidth);
+    pool_links_free(&exact);
+    pool_links_free(&few);
 }
 
 static void refused(json_t *j, const char *want1, const char *want2, const char *what)
