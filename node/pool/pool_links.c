@@ -61,19 +61,25 @@ static const pool_link *typical(const view_t *v, int x)
     return d && (d->has & POOL_HAS_LINKS) && d->typical.bandwidth > 0 ? &d->typical : NULL;
 }
 
-/* x -> y as a direct link: as its sender measured it, else as the receiver
- * did, else the slower of their typical links, else the default. */
-static cost_link direct(const view_t *v, int x, int y)
+/* x -> y when neither measured it: the slower of their typical links, else
+ * the default. */
+static cost_link typicals(const view_t *v, int x, int y)
 {
-    const pool_link *l = measured(v, x, y);
-    if (!l) l = measured(v, y, x);
-    if (l) return (cost_link){l->latency_ns, l->bandwidth};
     const pool_link *a = typical(v, x), *b = typical(v, y);
     if (!a && !b) return (cost_link){POOL_DEFAULT_LAT_NS, POOL_DEFAULT_BW};
     if (!a) a = b;
     if (!b) b = a;
     return (cost_link){a->latency_ns > b->latency_ns ? a->latency_ns : b->latency_ns,
                        a->bandwidth < b->bandwidth ? a->bandwidth : b->bandwidth};
+}
+
+/* x -> y as a direct link: as its sender measured it, else as the receiver
+ * did, else typicals(). */
+static cost_link direct(const view_t *v, int x, int y)
+{
+    const pool_link *l = measured(v, x, y);
+    if (!l) l = measured(v, y, x);
+    return l ? (cost_link){l->latency_ns, l->bandwidth} : typicals(v, x, y);
 }
 
 static cost_link sane(cost_link l)
@@ -83,44 +89,73 @@ static cost_link sane(cost_link l)
     return l;
 }
 
+/* Relayed a -> b (both measurements read before either is written). */
+static cost_link relayed(const view_t *v, int a, int b, int r, const cost_link *ab,
+                         const cost_link *ba, int carried)
+{
+    cost_link h1 = sane(direct(v, a, r)), h2 = sane(direct(v, r, b));
+    /* a measurement through the relay (one with a bandwidth), else the hops */
+    const cost_link *l = ab && ab->bandwidth > 0 ? ab : ba && ba->bandwidth > 0 ? ba : NULL;
+    cost_link path = l ? *l
+                       : (cost_link){h1.latency_ns + h2.latency_ns,
+                                     h1.bandwidth < h2.bandwidth ? h1.bandwidth : h2.bandwidth};
+    path = sane(path);
+    /* the relay's upload: its typical link, else the hop it sends on */
+    const pool_link *t = typical(v, r);
+    path.bandwidth = pool_link_relayed_bw(path.bandwidth, t ? t->bandwidth : h2.bandwidth, carried);
+    return path;
+}
+
 int pool_link_costs(const pool_member *m, const int *in, int k, const int *cand, int f,
                     cost_link *out, char *note, size_t notelen)
 {
+    size_t ff = (size_t)f * (size_t)f;
     view_t v = {m, in, k, calloc((size_t)k + 1, sizeof(int))};
-    int *relay = calloc((size_t)f * (size_t)f + 1, sizeof *relay);
+    int *cpos = calloc((size_t)k + 1, sizeof *cpos);       /* view position -> candidate */
     int *carried = calloc((size_t)k + 1, sizeof *carried);
+    int *said = malloc((ff + 1) * sizeof *said);    /* the relay a's document names for b */
+    unsigned char *own = calloc(ff + 1, 1);          /* a measured b */
     int rc = -1;
     if (note && notelen) note[0] = '\0';
-    if (!v.sorted || !relay || !carried) goto out;
-    for (int p = 0; p < k; p++) v.sorted[p] = p;
+    if (!v.sorted || !cpos || !carried || !said || !own) goto out;
+    for (int p = 0; p < k; p++) {
+        v.sorted[p] = p;
+        cpos[p] = -1;
+    }
     sort_view = &v;
     qsort(v.sorted, (size_t)k, sizeof *v.sorted, by_name);
-    /* which pairs are relayed, and through whom: either end may say so
-     * (the sender first); a relay that is no member of the view, or one of
-     * the pair, is ignored (the link counts as measured) */
+    for (int a = 0; a < f; a++) cpos[cand[a]] = a;
+    for (size_t i = 0; i < ff; i++) said[i] = -1;
+    /* each candidate's measurements, names found by binary search (a pool
+     * of hundreds); a relay that is no member of the view, or one of the
+     * pair, is ignored (the link counts as measured) */
+    for (int a = 0; a < f; a++) {
+        const pool_doc *d = vm(&v, cand[a])->doc;
+        const pool_links *ls = d && (d->has & POOL_HAS_LINKS) ? &d->links : NULL;
+        for (int i = 0; ls && i < ls->n; i++) {
+            const pool_link *l = &ls->l[i];
+            int p = find(&v, l->name), b = p < 0 ? -1 : cpos[p];
+            if (b < 0 || b == a) continue;
+            out[a * f + b] = (cost_link){l->latency_ns, l->bandwidth};
+            own[a * f + b] = 1;
+            if (!l->via[0]) continue;
+            int r = find(&v, l->via);
+            if (r >= 0 && r != cand[a] && r != cand[b]) {
+                said[a * f + b] = r;
+            } else if (note && notelen && !note[0]) {
+                snprintf(note, notelen, "%.63s's link to %.63s names relay \"%.63s\", %s: "
+                         "counted as measured", vm(&v, cand[a])->name, l->name, l->via,
+                         r < 0 ? "no member of the view" : "one of the pair");
+            }
+        }
+    }
+    /* either end may name the relay, the sender first; each relayed
+     * directed link is one more the relay carries */
     for (int a = 0; a < f; a++)
         for (int b = 0; b < f; b++) {
-            relay[a * f + b] = -1;
-            if (a == b) continue;
-            const pool_link *l = measured(&v, cand[a], cand[b]);
-            const char *said = vm(&v, cand[a])->name;
-            if (!l || !l->via[0]) {
-                l = measured(&v, cand[b], cand[a]);
-                said = vm(&v, cand[b])->name;
-            }
-            if (!l || !l->via[0]) continue;
-            int r = find(&v, l->via);
-            if (r < 0 || r == cand[a] || r == cand[b]) {
-                if (note && notelen && !note[0])
-                    snprintf(note, notelen, "%.63s's link to %.63s names relay \"%.63s\", %s: "
-                             "counted as measured", said,
-                             said == vm(&v, cand[a])->name ? vm(&v, cand[b])->name
-                                                           : vm(&v, cand[a])->name,
-                             l->via, r < 0 ? "no member of the view" : "one of the pair");
-                continue;
-            }
-            relay[a * f + b] = r;
-            carried[r]++;
+            int *s = &said[a * f + b];
+            if (a != b && *s < 0) *s = said[b * f + a];
+            if (a != b && *s >= 0) carried[*s]++;
         }
     /* a relay that computes also sends its own stage's traffic */
     for (int a = 0; a < f; a++)
@@ -128,32 +163,26 @@ int pool_link_costs(const pool_member *m, const int *in, int k, const int *cand,
     for (int a = 0; a < f; a++)
         for (int b = 0; b < f; b++) {
             cost_link *o = &out[a * f + b];
-            int r = relay[a * f + b];
+            int r = said[a * f + b];
             if (a == b || r < 0) {
-                *o = sane(direct(&v, cand[a], cand[b]));
-                continue;
+                if (!own[a * f + b])
+                    *o = own[b * f + a] ? out[b * f + a] : typicals(&v, cand[a], cand[b]);
+                *o = sane(*o);
+            } else if (a < b) {
+                cost_link ab = out[a * f + b], ba = out[b * f + a];
+                const cost_link *pab = own[a * f + b] ? &ab : NULL;
+                const cost_link *pba = own[b * f + a] ? &ba : NULL;
+                *o = relayed(&v, cand[a], cand[b], r, pab, pba, carried[r]);
+                int q = said[b * f + a];   /* the ends may name different relays */
+                out[b * f + a] = relayed(&v, cand[b], cand[a], q, pba, pab, carried[q]);
             }
-            /* a measurement through the relay (one with a bandwidth), else
-             * the two hops */
-            const pool_link *l = measured(&v, cand[a], cand[b]);
-            if (!l || l->bandwidth <= 0) l = measured(&v, cand[b], cand[a]);
-            if (l && l->bandwidth <= 0) l = NULL;
-            cost_link h1 = sane(direct(&v, cand[a], r)), h2 = sane(direct(&v, r, cand[b]));
-            cost_link path = l ? (cost_link){l->latency_ns, l->bandwidth}
-                               : (cost_link){h1.latency_ns + h2.latency_ns,
-                                             h1.bandwidth < h2.bandwidth ? h1.bandwidth
-                                                                         : h2.bandwidth};
-            path = sane(path);
-            /* the relay's upload: its typical link, else the hop it sends on */
-            const pool_link *t = typical(&v, r);
-            int64_t up = t ? t->bandwidth : h2.bandwidth;
-            path.bandwidth = pool_link_relayed_bw(path.bandwidth, up, carried[r]);
-            *o = path;
         }
     rc = 0;
 out:
     free(v.sorted);
-    free(relay);
+    free(cpos);
     free(carried);
+    free(said);
+    free(own);
     return rc;
 }
