@@ -41,7 +41,7 @@ typedef struct {
  * plan") ---- */
 /* A relayed link's bandwidth: the smaller of its path's (bw_path: measured,
  * else the slower hop) and its share of the relay's upload, upload / carried
- * (carried: the directed links the relay carries among the candidates, plus
+ * (carried: the relayed pairs the relay carries among the candidates, plus
  * one when it computes itself). */
 int64_t pool_link_relayed_bw(int64_t bw_path, int64_t upload, int carried);
 /* The planner's f x f links (out[a * f + b]: a -> b) between the candidates

@@ -100,9 +100,13 @@ static cost_link relayed(const view_t *v, int a, int b, int r, const cost_link *
                        : (cost_link){h1.latency_ns + h2.latency_ns,
                                      h1.bandwidth < h2.bandwidth ? h1.bandwidth : h2.bandwidth};
     path = sane(path);
-    /* the relay's upload: its typical link, else the hop it sends on */
+    /* the relay's upload: its typical link (the median of what it measured
+     * sending to the others); one that measured nothing (a member that does
+     * not compute probes no links) counts the path's own: the hop b
+     * measured towards r is b's upload, not r's */
     const pool_link *t = typical(v, r);
-    path.bandwidth = pool_link_relayed_bw(path.bandwidth, t ? t->bandwidth : h2.bandwidth, carried);
+    int64_t up = t ? t->bandwidth : path.bandwidth;
+    path.bandwidth = pool_link_relayed_bw(path.bandwidth, up, carried);
     return path;
 }
 
@@ -149,13 +153,17 @@ int pool_link_costs(const pool_member *m, const int *in, int k, const int *cand,
             }
         }
     }
-    /* either end may name the relay, the sender first; each relayed
-     * directed link is one more the relay carries */
+    /* either end may name the relay, the sender first; each relayed pair
+     * is one more the relay carries (its two directions are one boundary
+     * of the pipeline, whose send and receive the cost model already adds
+     * one after the other) */
     for (int a = 0; a < f; a++)
-        for (int b = 0; b < f; b++) {
-            int *s = &said[a * f + b];
-            if (a != b && *s < 0) *s = said[b * f + a];
-            if (a != b && *s >= 0) carried[*s]++;
+        for (int b = a + 1; b < f; b++) {
+            int *ab = &said[a * f + b], *ba = &said[b * f + a];
+            if (*ab < 0) *ab = *ba;
+            if (*ba < 0) *ba = *ab;
+            if (*ab >= 0) carried[*ab]++;
+            if (*ba >= 0 && *ba != *ab) carried[*ba]++;
         }
     /* a relay that computes also sends its own stage's traffic */
     for (int a = 0; a < f; a++)

@@ -183,31 +183,51 @@ static void test_effective(void)
     cost_link out[25];
     int cand[5] = {0, 1, 2, 3, 4};
     char note[256];
-    /* r does not compute (not a candidate): it carries a -> b and b -> a, K = 2 */
+    /* r does not compute (not a candidate) and carries one pair: K = 1 */
     relay_view(&v, 60000000, true);
     CHECK(pool_link_costs(v.m, NULL, 5, cand, 4, out, note, sizeof note) == 0, "costs");
     int64_t up = v.doc[4].typical.bandwidth;
     CHECK(up == 60000000, "r's typical upload: %lld", (long long)up);
-    CHECK(out[0 * 4 + 1].latency_ns == 900000 && out[0 * 4 + 1].bandwidth == up / 2 &&
-              out[1 * 4 + 0].bandwidth == up / 2,
-          "measured, K = 2: %lld ns, %lld B/s (want %lld)", (long long)out[1].latency_ns,
-          (long long)out[1].bandwidth, (long long)(up / 2));
+    CHECK(out[0 * 4 + 1].latency_ns == 900000 && out[0 * 4 + 1].bandwidth == up &&
+              out[1 * 4 + 0].bandwidth == up && out[1 * 4 + 0].latency_ns == 900000,
+          "measured, K = 1: %lld ns, %lld B/s (want %lld)", (long long)out[1].latency_ns,
+          (long long)out[1].bandwidth, (long long)up);
     CHECK(out[0 * 4 + 2].bandwidth == 1000000000 && out[2 * 4 + 3].latency_ns == 100000,
           "direct links as measured");
     CHECK(note[0] == '\0', "no note: %s", note);
-    /* r computes too: K = 3 */
+    /* r computes too: K = 2 */
     cost_link o5[25];
     CHECK(pool_link_costs(v.m, NULL, 5, cand, 5, o5, NULL, 0) == 0, "costs");
-    CHECK(o5[0 * 5 + 1].bandwidth == up / 3 && o5[1 * 5 + 0].bandwidth == up / 3,
-          "K = 3: %lld B/s (want %lld)", (long long)o5[1].bandwidth, (long long)(up / 3));
+    CHECK(o5[0 * 5 + 1].bandwidth == up / 2 && o5[1 * 5 + 0].bandwidth == up / 2,
+          "K = 2: %lld B/s (want %lld)", (long long)o5[1].bandwidth, (long long)(up / 2));
     CHECK(o5[4 * 5 + 0].bandwidth == 60000000, "r's own links as measured");
+    /* and carries c <-> d as well (c's document says so): K = 3 */
+    v.doc[2].links.l[2].via[0] = '\0';
+    CHECK(strcmp(v.doc[2].links.l[2].name, "d") == 0, "c's third link is to d");
+    snprintf(v.doc[2].links.l[2].via, MESH_NAME_MAX, "r");
+    CHECK(pool_link_costs(v.m, NULL, 5, cand, 5, o5, NULL, 0) == 0, "costs");
+    CHECK(o5[0 * 5 + 1].bandwidth == up / 3 && o5[2 * 5 + 3].bandwidth == up / 3 &&
+              o5[3 * 5 + 2].bandwidth == up / 3,
+          "K = 3: a -> b %lld, c -> d %lld, d -> c %lld B/s (want %lld)",
+          (long long)o5[1].bandwidth, (long long)o5[13].bandwidth, (long long)o5[17].bandwidth,
+          (long long)(up / 3));
+    view_free(&v);
+
+    /* a relay that measured nothing: its upload is the path's own */
+    relay_view(&v, 60000000, true);
+    v.doc[4].has &= ~POOL_HAS_LINKS;
+    CHECK(pool_link_costs(v.m, NULL, 5, cand, 4, out, NULL, 0) == 0 &&
+              out[0 * 4 + 1].bandwidth == 700000000,
+          "no upload known, K = 1: %lld B/s", (long long)out[1].bandwidth);
+    CHECK(pool_link_costs(v.m, NULL, 5, cand, 5, o5, NULL, 0) == 0 &&
+              o5[0 * 5 + 1].bandwidth == 350000000,
+          "no upload known, K = 2: %lld B/s", (long long)o5[1].bandwidth);
     view_free(&v);
 
     /* unmeasured: the two hops, a -> r then r -> b */
     relay_view(&v, 60000000, false);
     pool_link_costs(v.m, NULL, 5, cand, 4, out, NULL, 0);
-    CHECK(out[0 * 4 + 1].latency_ns == 200000 + 300000 &&
-              out[0 * 4 + 1].bandwidth == 60000000 / 2,
+    CHECK(out[0 * 4 + 1].latency_ns == 200000 + 300000 && out[0 * 4 + 1].bandwidth == 60000000,
           "two hops: %lld ns, %lld B/s", (long long)out[1].latency_ns,
           (long long)out[1].bandwidth);
     view_free(&v);
