@@ -26,7 +26,8 @@ public box `b` joins.
    marker appears in no packet a sees.
 5. `status` (text) on nat1 shows nat2 `relayed via a`. Then (6b's pool
    job; nat1 and nat2 compute with --threads 1, as adversary_pool_test's
-   pair, so two stages beat one) a, which runs --no-compute, submits a job of STEPS steps: the
+   pair, so two stages beat one) a, which runs --no-compute, submits a job of STEPS steps: each
+   end's document lists its link to the other relayed via a; the
    elected plan's two stages are nat1 and nat2 (neighbours, their pipeline
    traffic through a), every stage's loss at every step and the model a
    gathers equal the single process's bit for bit.
@@ -340,6 +341,13 @@ class RelayTest:
         check(r.returncode == 0, "train --wait on a exited %d:\n%s%s" % (r.returncode, r.stdout,
                                                                         r.stderr))
         st = p.status("a")["job"]
+        # each end's document names the relay of its link to the other (the
+        # planner counts the pair through a: docs/ARCHITECTURE.md, "Links in
+        # the plan")
+        for x, y in (("nat1", "nat2"), ("nat2", "nat1")):
+            ln = st.get("members", {}).get(x, {}).get("links", {}).get(y)
+            check(isinstance(ln, list) and len(ln) == 3 and ln[2] == "a",
+                  "%s's document lists its link to %s as %r, not relayed via a" % (x, y, ln))
         stages = st["committed"]["stages"]
         names = sorted(x[0] for x in stages)
         check(names == ["nat1", "nat2"], "the plan's stages are %s, not nat1 and nat2 (a runs "
