@@ -10,8 +10,9 @@ of 128 tokens in micro-batches of 4, snapshots as the pool chooses them
 
 1. Insurance: the same job without snapshots (`snapshot_every` larger than
    the job) and with them, alternately, `--pairs` times: the median step
-   time of each, and their ratio (the cost of snapshots and of the buddies'
-   copies).
+   time of each run, and for each cut of the layers that came up both ways
+   the ratio of their medians (the cost of snapshots and of the buddies'
+   copies; runs that were planned differently do not compare).
 2. `--trials` failures: a job is submitted from e; at a step drawn at random
    (seeded) every process of a stage holder drawn at random is killed
    (SIGKILL, as a machine that loses power); the pool recovers by itself.
@@ -163,45 +164,49 @@ def body(t, args):
 
     prev = None
     # 1. insurance: snapshots off (an interval past the job) and on (the pool's)
-    # A pair counts only when both runs got the same cut of the layers (the
-    # members profile themselves for each job, and a busy moment can elect
-    # another; a, b, c and d are alike, so which one holds a range does not
-    # matter): the ratio compares snapshots, not plans.
-    steps = {"off": [], "on": []}
+    # Runs compare only at the same cut of the layers (the members profile
+    # themselves for each job, and a busy moment can elect another; a, b, c
+    # and d are alike, so which one holds a range does not matter): the
+    # ratio compares snapshots, not plans. Off and on alternate; each cut
+    # that both got gives a ratio of their medians, and the figure is the
+    # median of those ratios (weighted by nothing: few cuts occur).
+    by_cut = {"off": {}, "on": {}}
     every = None
     ref = None
     mine = {"snapshot_every": args.snapshot_every} if args.snapshot_every > 0 else {}
     for i in range(args.pairs):
-        got = {}
         for kind in ("off", "on"):
             over = {"snapshot_every": STEPS + 1} if kind == "off" else dict(mine)
             sub, jid, c = submit(t, job("ins-%s-%d" % (kind, i), **over), prev)
             finish(sub, "insurance")
             prev = jid
-            got[kind] = (median_step(t, c["stages"], jid),
-                         [(s[0], s[1], s[2]) for s in c["stages"]])
+            ms = median_step(t, c["stages"], jid)
+            cut = " ".join("%d-%d" % (s_[1], s_[2]) for s_ in c["stages"])
+            by_cut[kind].setdefault(cut, []).append(ms)
             if kind == "on":
                 every = c.get("se")
             if ref is None:
                 ref = {m["step"]: m["loss"] for m in job_metrics(t, c["stages"][0][0], jid)}
-            print("insurance %-3s pair %d: median step %.1f ms (plan: %s%s)"
-                  % (kind, i, got[kind][0], " ".join("%s:%d-%d" % x for x in got[kind][1]),
+            print("insurance %-3s run %d: median step %.1f ms (plan: %s%s)"
+                  % (kind, i, ms, " ".join("%s:%d-%d" % tuple(s_[:3]) for s_ in c["stages"]),
                      ", snapshots every %s steps" % c.get("se") if kind == "on" else ""),
                   flush=True)
-        if [x[1:] for x in got["off"][1]] == [x[1:] for x in got["on"][1]]:
-            for kind in got:
-                steps[kind].append(got[kind][0])
-        else:
-            print("insurance pair %d: the two runs cut the layers differently; left out" % i,
-                  flush=True)
-    if steps["on"]:
-        off, on = statistics.median(steps["off"]), statistics.median(steps["on"])
-        print("insurance: %d pair(s) with equal cuts: median step %.1f ms without snapshots, "
-              "%.1f ms with them every %s steps: ratio %.3f (%+.1f%%)"
-              % (len(steps["on"]), off, on, every, on / off, 100 * (on / off - 1)), flush=True)
+    ratios = []
+    for cut in sorted(set(by_cut["off"]) & set(by_cut["on"])):
+        a, b = statistics.median(by_cut["off"][cut]), statistics.median(by_cut["on"][cut])
+        ratios.append(b / a)
+        print("insurance, layers cut %s: median step %.1f ms without snapshots (%d runs), "
+              "%.1f ms with them every %s steps (%d runs): ratio %.3f (%+.1f%%)"
+              % (cut, a, len(by_cut["off"][cut]), b, every, len(by_cut["on"][cut]), b / a,
+                 100 * (b / a - 1)), flush=True)
+    if ratios:
+        ratio = statistics.median(ratios)
+        print("insurance: step time with snapshots / without: %.3f (%+.1f%%)"
+              % (ratio, 100 * (ratio - 1)), flush=True)
     else:
-        off = on = float("nan")
-        print("insurance: no pair got equal cuts; no ratio", flush=True)
+        ratio = float("nan")
+        print("insurance: no cut of the layers came up both with and without snapshots; no "
+              "ratio (run more --pairs)", flush=True)
 
     # 2. failures
     rows = []
@@ -275,7 +280,7 @@ def body(t, args):
                  statistics.median(r["lost"] for r in rows), max(r["lost"] for r in rows),
                  statistics.median(r["first"] for r in rows),
                  statistics.median(r["redone"] for r in rows)), flush=True)
-        print(json.dumps({"insurance": {"off_ms": off, "on_ms": on, "every": every},
+        print(json.dumps({"insurance": {"ratio": ratio, "every": every},
                           "trials": rows}))
     print("load after: %s" % open("/proc/loadavg").read().split()[:3])
     return 0
