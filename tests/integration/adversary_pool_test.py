@@ -47,6 +47,7 @@ pinned on another member by a rogue daemon (test_pool_trust's submitter).
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -130,8 +131,29 @@ def is_asan(sn):
         return b"__asan_init" in f.read()
 
 
+def clear_stale_faketime():
+    """libfaketime (and its wrapper) keep a shared-memory segment and a
+    semaphore named by their pid in /dev/shm, removed at exit: a process
+    killed with its namespace (SIGKILL) leaves them, and a later wrapper
+    that gets the same pid fails ("faketime: sem_open: File exists"; seen
+    once on a machine after many runs). Those of pids no process has now
+    are stale: removed, before each start under faketime."""
+    try:
+        names = os.listdir("/dev/shm")
+    except OSError:
+        return
+    for name in names:
+        m = re.fullmatch(r"(?:sem\.faketime_sem|faketime_shm)_(\d+)", name)
+        if m and not os.path.exists("/proc/%s" % m.group(1)):
+            try:
+                os.unlink(os.path.join("/dev/shm", name))
+            except OSError:
+                pass
+
+
 def asan_env():
     """libfaketime is preloaded before ASan's runtime: ASan must not refuse that."""
+    clear_stale_faketime()
     env = dict(os.environ)
     opts = env.get("ASAN_OPTIONS", "")
     env["ASAN_OPTIONS"] = (opts + ":" if opts else "") + "verify_asan_link_order=0"
