@@ -528,7 +528,6 @@ static void execute(daemon_t *d, int64_t now)
     pool_actions_clear(&p->acts);
 }
 
-/* The children that ended, and the stage's progress, told to the core. */
 /* Each link whose pair the mesh relays now names its relay (the planner
  * counts it as two hops sharing the relay's upload: pool_links.c); a
  * relayed member of the view that probe-links could not measure is listed
@@ -557,6 +556,7 @@ static void relayed_links(daemon_t *d, pool_links *links)
     }
 }
 
+/* The children that ended, and the stage's progress, told to the core. */
 static void reap(daemon_t *d)
 {
     pool *p = d->pool;
