@@ -16,6 +16,9 @@
 
 #define POOL_TICK_MS 500          /* the driver steps the core this often */
 #define POOL_QUIET_MS 3000        /* the view must not change for this long before a vote */
+#define POOL_QUIET_LOSS_MS 1000   /* ... in a recovery whose view already lacks a holder of
+                                     the plan it recovers from (the loss is gossip's verdict,
+                                     which reaches every member at once) */
 #define POOL_DOC_MS 2000          /* progress goes into the record at most this often */
 #define POOL_DEFAULT_LAT_NS 1000000
 #define POOL_DEFAULT_BW 100000000 /* bytes/s: a link nobody measured */

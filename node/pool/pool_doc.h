@@ -45,6 +45,7 @@ json_t *pool_names_to_json(const pool_names *n);
 int pool_names_add(pool_names *n, const char *name);
 int pool_names_copy(pool_names *dst, const pool_names *src);
 bool pool_names_equal(const pool_names *a, const pool_names *b);
+bool pool_names_has(const pool_names *n, const char *name);
 /* What a record carries of a list of names: the first 8 bytes of the
  * SHA-256 of its compact JSON (never 0). */
 uint64_t pool_names_hash(const pool_names *n);

@@ -247,6 +247,26 @@ plan:
 
 /* ---- the election ---- */
 
+/* Whether the view may be voted on: it has held for the quiet period. A
+ * recovery whose view no longer lists some holder of the plan it recovers
+ * from votes sooner: the failure detector's verdict is pushed to every
+ * member at once, so the views agree within a dissemination, not a quiet
+ * period. A recovery whose view still lists every holder (the pipeline
+ * broke; gossip has not decided yet) waits the full period from the loss,
+ * however long that view held before it: a vote over it would name the
+ * member about to be declared dead, and a vote stays for its epoch. */
+static bool quiet_enough(const pool_core *c, int64_t now)
+{
+    const pool_plan *pl = pool_core_committed(c);
+    if (!c->recovering || !pl) return now - c->view_since_ms >= POOL_QUIET_MS;
+    for (int s = 0; s < pl->nstages; s++)
+        for (int h = 0; h < pl->stage[s].nholders; h++)
+            if (!pool_names_has(&c->view_members, pl->stage[s].holder[h].name))
+                return now - c->view_since_ms >= POOL_QUIET_LOSS_MS;
+    int64_t since = c->loss_ms > c->view_since_ms ? c->loss_ms : c->view_since_ms;
+    return now - since >= POOL_QUIET_MS;
+}
+
 static const pool_names *base_members(const pool_core *c)
 {
     return c->doc.has & POOL_HAS_COMMITTED ? &c->doc.committed.members : &c->doc.pool;
@@ -457,7 +477,7 @@ void core_elect(pool_core *c, const pool_member *m, int n, int64_t now, pool_act
         epoch = later;
     }
     /* vote when the view has been quiet, unless it is the one that just failed */
-    if (now - c->view_since_ms < POOL_QUIET_MS) return;
+    if (!quiet_enough(c, now)) return;
     if (c->failed_view && c->failed_view == c->view && !c->plan) return;
     cast(c, epoch, out);
 }

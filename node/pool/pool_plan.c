@@ -63,6 +63,13 @@ bool pool_names_equal(const pool_names *a, const pool_names *b)
     return true;
 }
 
+bool pool_names_has(const pool_names *n, const char *name)
+{
+    for (int i = 0; i < n->n; i++)
+        if (strcmp(n->name[i], name) == 0) return true;
+    return false;
+}
+
 int pool_names_from_json(json_t *j, pool_names *out, const char *what, char *err,
                          size_t errlen)
 {
