@@ -444,12 +444,15 @@ void pool_core_run_ended(pool_core *c, bool ok, const char *error, pool_actions 
     }
 }
 
-/* The submitter gathers the model when every stage is done. */
+/* The submitter gathers the model when every stage is done, and once the
+ * pool checkpoint it writes or will try again is through (the job's end
+ * does not cut it short). */
 static void gather_model(pool_core *c, const pool_member *m, int n, pool_actions *out)
 {
     const pool_plan *pl = pool_core_committed(c);
     if (c->exported || c->export_pending || !pl || !c->doc.bundle ||
-        strcmp(c->doc.bundle->submitted_by, c->name) != 0)
+        strcmp(c->doc.bundle->submitted_by, c->name) != 0 || c->ckpt_pending ||
+        c->ckpt_step > c->ckpt_done)
         return;
     for (int s = 0; s < pl->nstages; s++)
         for (int k = 0; k < pl->stage[s].nholders; k++) {

@@ -408,7 +408,17 @@ void core_checkpoint(pool_core *c, const pool_member *m, int n, int64_t now, poo
         }
     }
     free(in);
-    if (!best) return;
+    if (!best) {
+        /* a checkpoint that failed and whose snapshots are gone since (the
+         * members keep the newest two of a range): given up, so that the
+         * job's end does not wait for it (gather_model) */
+        if (c->ckpt_step > c->ckpt_done) {
+            core_log(out, "pool: the checkpoint of step %lld is skipped: its snapshots are no "
+                     "longer held", (long long)c->ckpt_step);
+            c->ckpt_done = c->ckpt_step;
+        }
+        return;
+    }
     pool_action *a = core_act(out, POOL_ACT_CHECKPOINT);
     if (!a) return;
     char why[sizeof c->doc.why];

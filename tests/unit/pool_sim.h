@@ -93,6 +93,7 @@ typedef struct {
     version *cur;                /* its record's job text now */
     char *disk;                  /* state.json as saved, or NULL */
     int64_t prof_at, probe_at, gather_at;   /* children: when they end (0: none) */
+    int64_t gather_asked;        /* when the core last asked for the gathering */
     /* its stage: running run_epoch's plan, run_step steps done */
     bool running, run_failed, run_ok;
     int64_t run_epoch, run_step, run_from, broken_since;
@@ -130,6 +131,9 @@ static struct {
     int64_t checkpoint_every;    /* the job's pool checkpoints (0: none) */
     int64_t ckpt[16];            /* the pool checkpoints written, by step */
     int nckpt;
+    int ckpt_fail;               /* the next this many checkpoints fail (a piece's copy broke) */
+    int64_t ckpt_failed_at;      /* when the last of them failed */
+    int64_t ckpt_at;             /* when the last checkpoint was written */
 } S;
 
 #define SIM_STEP_MS TICK            /* a pipeline step */
@@ -540,7 +544,10 @@ static void execute(int i)
             break;
         case POOL_ACT_RUN: start_stage(i, &a); break;
         case POOL_ACT_FETCH: fetch_blob(i, &a); break;
-        case POOL_ACT_GATHER: m->gather_at = S.now + 1000; break;
+        case POOL_ACT_GATHER:
+            m->gather_at = S.now + 1000;
+            m->gather_asked = S.now;
+            break;
         case POOL_ACT_CHECKPOINT: {
             /* every piece held by a member this one reaches, every layer covered */
             bool ok = true;
@@ -555,7 +562,14 @@ static void execute(int i)
             for (int l = 0; l < SHAPE.layers; l++) ok &= cover[l] == 1;
             CHECK(ok, "%s: a checkpoint of step %lld from pieces that are not all there",
                   m->name, (long long)a.step);
+            if (ok && S.ckpt_fail > 0) {
+                S.ckpt_fail--;
+                S.ckpt_failed_at = S.now;
+                pool_core_checkpointed(m->core, a.step, false, "a piece's copy broke", &S.acts);
+                break;
+            }
             if (ok && S.nckpt < 16) S.ckpt[S.nckpt++] = a.step;
+            if (ok) S.ckpt_at = S.now;
             pool_core_checkpointed(m->core, a.step, ok, ok ? NULL : "a piece is gone", &S.acts);
             break;
         }

@@ -12,7 +12,9 @@
  * first snapshot (the run starts again from step 0); a partition in the
  * middle of the run (the minority never resumes, the majority does); a
  * stage's holder and the member keeping its copies lost at once (the job
- * fails naming the lost layers). Each checks: the recovery commits a later
+ * fails naming the lost layers); pool checkpoints, and one that fails
+ * near the job's end (tried again before the model is gathered). Each
+ * loss scenario checks: the recovery commits a later
  * epoch whose plan names no lost member, every stage of it resumes after
  * one step from pieces that exist (pool_sim.h checks that at each RUN), the
  * run reaches its last step and the submitter gathers the model, the steps
@@ -328,6 +330,29 @@ static void scenario_checkpoints(uint64_t seed)
     S.checkpoint_every = 0;
 }
 
+/* A pool checkpoint that fails near the job's end is tried again before
+ * the submitter gathers the model: the job does not end without it. */
+static void scenario_checkpoint_at_end(uint64_t seed)
+{
+    S.checkpoint_every = 55;   /* its retry, 6 s later, comes after step 60 */
+    S.ckpt_fail = 1;
+    S.ckpt_failed_at = S.ckpt_at = 0;
+    start(seed);
+    CHECK(run_until(finished, 240000), "checkpoint at the end: the run did not finish");
+    CHECK(S.ckpt_fail == 0 && S.ckpt_failed_at > 0, "checkpoint at the end: no checkpoint "
+          "was tried");
+    CHECK(S.nckpt == 1 && S.ckpt[0] == 55, "checkpoint at the end: %d written (want step 55)",
+          S.nckpt);
+    CHECK(S.ckpt_at > 0 && S.m[4].gather_asked >= S.ckpt_at, "checkpoint at the end: the model "
+          "was gathered at %.1f s, before the checkpoint was written (%.1f s)",
+          (double)(S.m[4].gather_asked - T0) / 1000, (double)(S.ckpt_at - T0) / 1000);
+    printf("checkpoint at the end: step 55's failed at %.1f s; written on its retry at %.1f s; "
+           "the model gathered at %.1f s\n", (double)(S.ckpt_failed_at - T0) / 1000,
+           (double)(S.ckpt_at - T0) / 1000, (double)(S.m[4].gather_asked - T0) / 1000);
+    S.checkpoint_every = 0;
+    S.ckpt_fail = 0;
+}
+
 int main(void)
 {
     S.verbose = getenv("POOL_SIM_VERBOSE") != NULL;
@@ -343,6 +368,7 @@ int main(void)
     scenario_partition(16 + o);
     scenario_no_copy(17 + o);
     scenario_checkpoints(18 + o);
+    scenario_checkpoint_at_end(19 + o);
     sim_done();
     printf("%s\n", failures ? "FAILED" : "test_pool_recover: ok");
     return failures != 0;
