@@ -17,6 +17,9 @@ void gemm_tile_avx512(int transa, int transb, int m, int n, int K, const float *
 void gemm_single(int transa, int transb, int m, int n, int K, const float *a, int lda,
                  const float *b, int ldb, int accumulate, float *c, int ldc);
 
+/* 1 when gemm_single runs gemm_tile_avx512, 0 when it runs OpenBLAS's sgemm. */
+int gemm_single_is_own(void);
+
 /* The output tile of every tiled product of an M x N output (matmul.c and
  * nf4_matmul.c): at most 256 x 256, halved down to 32 x 64 until there are
  * 16 tiles. A function of the shape alone, never of the thread count: the

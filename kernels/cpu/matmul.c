@@ -47,6 +47,8 @@ static int gemm_choice(void)
     return k;
 }
 
+int gemm_single_is_own(void) { return gemm_choice() == GEMM_AVX512; }
+
 const char *kernels_gemm_name(void)
 {
     return gemm_choice() == GEMM_AVX512 ? "shardnode-avx512" : "openblas";

@@ -10,7 +10,12 @@
  * of every row ([OC, n]) for the backward. matmul_forward hands the kernel
  * W itself, transposed (the AVX-512 kernel gathers it into its panels; here
  * the panels are plain copies, once per tile, not a gather per tile); the
- * values and the order of every element's multiply-adds are the same. So an
+ * values and the order of every element's multiply-adds are the same. With
+ * OpenBLAS's sgemm the forward's slice stays as W's rows ([n, IC]) and is
+ * handed over transposed, as matmul_forward does: OpenBLAS's AVX-512 core
+ * types (SkylakeX, Cooperlake) add in another order for a transposed B than
+ * for a plain one (their small-matrix kernels differ), so only the same call
+ * gives the same bits. So an
  * output element equals matmul_forward's / matmul_backward's on the
  * dequantized W bit for bit, whatever the thread count (unit.test_nf4
  * checks it with both kernels). No whole fp32 copy of W ever exists.
@@ -83,6 +88,7 @@ void nf4_matmul_forward_ld(float *out, int ldo, const float *inp, const nf4_matr
     gemm_tile_sizes(N, OC, &TM, &TN);
     const int mt = (N + TM - 1) / TM, nt = (OC + TN - 1) / TN;
     const size_t slot = nf4_matmul_scratch_floats(N, IC, OC);
+    const int own = gemm_single_is_own();
 #pragma omp parallel num_threads(threads_for(nscratch))
     {
         float *wt = scratch + (size_t)omp_get_thread_num() * slot;
@@ -93,11 +99,19 @@ void nf4_matmul_forward_ld(float *out, int ldo, const float *inp, const nf4_matr
             int m = N - i0 < TM ? N - i0 : TM;
             int n = OC - j0 < TN ? OC - j0 : TN;
             if (have != jt) {
-                dequantize_rows_transposed(w, j0, n, wt);
+                if (own)
+                    dequantize_rows_transposed(w, j0, n, wt);
+                else
+                    for (int r = 0; r < n; r++)
+                        nf4_dequantize_range(w, (int64_t)(j0 + r) * IC, IC, wt + (size_t)r * IC);
                 have = jt;
             }
-            gemm_single(0, 0, m, n, IC, inp + (size_t)i0 * IC, IC, wt, n, accumulate,
-                        out + (size_t)i0 * ldo + j0, ldo);
+            if (own)
+                gemm_single(0, 0, m, n, IC, inp + (size_t)i0 * IC, IC, wt, n, accumulate,
+                            out + (size_t)i0 * ldo + j0, ldo);
+            else
+                gemm_single(0, 1, m, n, IC, inp + (size_t)i0 * IC, IC, wt, IC, accumulate,
+                            out + (size_t)i0 * ldo + j0, ldo);
         }
     }
 }
