@@ -230,7 +230,9 @@ static void print_job(json_t *job)
     printf("plan: epoch %lld, hash %s, micro-batch %lld, predicted step %.1f ms", (long long)c->epoch,
            h, (long long)c->mb, 1e-6 * (double)c->step_ns);
     if (c->resume_step > 0) printf(", resumed after step %lld", (long long)c->resume_step);
-    if (c->snapshot_every > 0) printf(", snapshots every %lld steps", (long long)c->snapshot_every);
+    if (c->snapshot_every > 0)
+        printf(", snapshots every %ld steps (a loss redoes at most %lld)",
+               job_snapshot_interval((long)c->snapshot_every), (long long)c->snapshot_every);
     if (c->has_shared && c->step_ns_shared > c->step_ns)
         printf(" (%.1f ms with stages sharing a machine's cores)", 1e-6 * (double)c->step_ns_shared);
     printf("\n");

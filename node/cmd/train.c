@@ -347,7 +347,8 @@ static int dir_files(const char *dir, char ***out, int *n, char *err, size_t err
 
 static int run_cluster(trainer *t, const char *job, const char *cluster_path, const char *node,
                        long threads, long stop, bool resume, const char *metrics, bool append,
-                       const char *snapshots, const char *resume_from, char *err, size_t errlen)
+                       const char *snapshots, bool wait_copies, const char *resume_from,
+                       char *err, size_t errlen)
 {
     char **files = NULL;
     int nfiles = 0;
@@ -397,6 +398,7 @@ static int run_cluster(trainer *t, const char *job, const char *cluster_path, co
         eo.snapshot_dir = snapshots;
         eo.snapshot_every = t->job.snapshot_every;
         eo.checkpoint_every = t->job.checkpoint_every;
+        eo.wait_copies = wait_copies;
     }
     if (resume_from) {
         if (resume) {
@@ -612,7 +614,7 @@ int cmd_train(int argc, char **argv)
 {
     const char *job = NULL, *steps = NULL, *metrics = NULL, *threads = NULL, *cluster = NULL,
                *node = NULL, *state = NULL, *snapshots = NULL, *resume_from = NULL;
-    bool resume = false, stop_job = false, wait = false, append = false;
+    bool resume = false, stop_job = false, wait = false, append = false, wait_copies = false;
     const args_option opts[] = {
         {"--job", &job, NULL},         {"--steps", &steps, NULL},
         {"--metrics", &metrics, NULL}, {"--threads", &threads, NULL},
@@ -620,7 +622,7 @@ int cmd_train(int argc, char **argv)
         {"--node", &node, NULL},       {"--state", &state, NULL},
         {"--stop", NULL, &stop_job},   {"--wait", NULL, &wait},
         {"--snapshots", &snapshots, NULL}, {"--resume-from", &resume_from, NULL},
-        {"--append-metrics", NULL, &append},
+        {"--append-metrics", NULL, &append}, {"--wait-copies", NULL, &wait_copies},
     };
     const char *required[] = {"--job", NULL};
     int nopts = (int)(sizeof opts / sizeof opts[0]);
@@ -631,7 +633,7 @@ int cmd_train(int argc, char **argv)
     int rc = 1;
     if (args_parse(argc, argv, 2, opts, nopts, err, sizeof err) == 0 && state) {
         if (steps || metrics || threads || cluster || node || snapshots || resume_from ||
-            append) {
+            append || wait_copies) {
             fprintf(stderr, "shardnode train: --state submits to the mesh; it takes --job, "
                             "--wait, --resume or --stop only\n");
             return 2;
@@ -642,9 +644,14 @@ int cmd_train(int argc, char **argv)
         fprintf(stderr, "shardnode train: --stop and --wait need --state DIR\n");
         return 2;
     }
-    if ((snapshots || resume_from || append) && !cluster) {
-        fprintf(stderr, "shardnode train: --snapshots, --resume-from and --append-metrics are "
-                        "for a pipeline stage: they need --cluster\n");
+    if ((snapshots || resume_from || append || wait_copies) && !cluster) {
+        fprintf(stderr, "shardnode train: --snapshots, --resume-from, --append-metrics and "
+                        "--wait-copies are for a pipeline stage: they need --cluster\n");
+        return 2;
+    }
+    if (wait_copies && !snapshots) {
+        fprintf(stderr, "shardnode train: --wait-copies waits for copies of the stage's "
+                        "snapshots: it needs --snapshots DIR\n");
         return 2;
     }
     if (args_parse(argc, argv, 2, opts, nopts, err, sizeof err) ||
@@ -652,7 +659,7 @@ int cmd_train(int argc, char **argv)
         (steps && args_int(steps, "--steps", 1, 1L << 40, &stop, err, sizeof err)) ||
         (threads && args_int(threads, "--threads", 1, 1024, &nthreads, err, sizeof err)) ||
         (cluster ? run_cluster(&t, job, cluster, node, nthreads, stop, resume, metrics, append,
-                               snapshots, resume_from, err, sizeof err)
+                               snapshots, wait_copies, resume_from, err, sizeof err)
                  : trainer_open(&t, job, nthreads, err, sizeof err) ||
                    trainer_open_data(&t, true, err, sizeof err)) ||
         (!cluster && run(&t, stop, resume, metrics, err, sizeof err)))

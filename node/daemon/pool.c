@@ -275,6 +275,7 @@ static void setup(daemon_t *d)
     if (!b) return;
     snprintf(p->id, sizeof p->id, "%s", b->id);
     snprintf(p->dir, sizeof p->dir, "%s/jobs/%s", d->state, p->id);
+    p->copied = (pool_snap){0, 0, -1};   /* the new job's folder has no copied-* yet */
     pool_setup s;
     pool_saved saved;
     memset(&s, 0, sizeof s);
@@ -669,6 +670,7 @@ void pool_tick(daemon_t *d, int64_t now)
     pool_core_step(p->core, p->view, n, now, (int64_t)time(NULL), &p->acts);
     execute(d, now);
     pool_note_recovery(d);
+    pool_write_copied(d);
     if (pool_core_due(p->core)) {   /* a job's blob came: take it up now */
         n = build_view(d);
         pool_core_step(p->core, p->view, n, now, (int64_t)time(NULL), &p->acts);

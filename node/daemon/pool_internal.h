@@ -30,6 +30,7 @@ struct pool {
     int64_t ckpt_step;           /* the pool checkpoint ckpt_pid writes */
     int64_t checkpoint_every;    /* the job's (its snapshots of those steps are kept) */
     pool_snap pulling;           /* the snapshot pull_pid copies */
+    pool_snap copied;            /* what snap/copied-L<b>-<e> last said (step -1: nothing) */
     int64_t noted_rec;           /* the recovery last written to metrics.jsonl (its n) */
     char noted_job[POOL_JOB_ID_LEN + 1];   /* ... of this job */
     pool_job_ref fetching;       /* the job blob fetch_pid fetches */
@@ -65,6 +66,10 @@ void pool_start_pull(daemon_t *d, const pool_action *a);
 void pool_start_checkpoint(daemon_t *d, const pool_action *a);
 void pool_scan_snaps(daemon_t *d);
 void pool_note_recovery(daemon_t *d);
+/* pool_run.c: STATE/jobs/ID/snap/copied-L<b>-<e>, what pool_core_copied says
+ * of this member's stage: the newest step of its layers another member holds
+ * a copy of, or "none"; the stage waits on it (docs/FORMATS.md). */
+void pool_write_copied(daemon_t *d);
 /* pool_run.c: this node's run files of committed plan c under the job's
  * folder (their paths in job_path, cl_path, keys_path). 0, or -1 with err. */
 int pool_write_run_files(daemon_t *d, const pool_plan *c, char *job_path, char *cl_path,

@@ -172,8 +172,8 @@ void pool_start_run(daemon_t *d, const pool_action *a)
     /* metrics.jsonl keeps every epoch's steps and the recoveries' lines */
     char *train[] = {"shardnode", "train", "--job", job_path, "--cluster", cl_path, "--node",
                      d->name, "--metrics", metrics, "--append-metrics", "--snapshots", snap,
-                     d->threads ? "--threads" : NULL, thr, NULL};
-    int ntrain = d->threads ? 15 : 13;
+                     "--wait-copies", d->threads ? "--threads" : NULL, thr, NULL};
+    int ntrain = d->threads ? 16 : 14;
     char **args = calloc((size_t)(24 + 2 * a->ntargets + ntrain), sizeof *args);
     piece_text *pieces = calloc((size_t)a->ntargets + 1, sizeof *pieces);
     char mesh_hex[2 * GOSSIP_MESH_ID_LEN + 1];
@@ -302,20 +302,20 @@ void pool_scan_snaps(daemon_t *d)
             list[j] = list[j - 1];
             list[j - 1] = t;
         }
+    /* the interval of the committed plan's snapshots (0: none known) */
+    const pool_plan *pl = pool_core_committed(p->core);
+    long h = pl ? job_snapshot_interval((long)pl->snapshot_every) : 0;
     for (int i = 0; i < n; i++) {
+        /* a copy of a range goes once superseded: two newer ones at the
+         * plan's interval, and not the newest of a pool checkpoint's step
+         * (its submitter copies it) */
+        long steps[256];
         int same = 0;
-        for (int j = 0; j < i; j++)
-            same += list[j].layer_begin == list[i].layer_begin &&
-                    list[j].layer_end == list[i].layer_end;
-        /* a third copy of a range goes, but the newest of a pool
-         * checkpoint's step (its submitter copies it) */
-        bool ckpt = p->checkpoint_every > 0 && list[i].step % p->checkpoint_every == 0;
-        for (int j = 0; ckpt && j < i; j++)
+        for (int j = 0; j < n; j++)
             if (list[j].layer_begin == list[i].layer_begin &&
-                list[j].layer_end == list[i].layer_end &&
-                list[j].step % p->checkpoint_every == 0)
-                ckpt = false;
-        if (same >= 2 && !ckpt) {
+                list[j].layer_end == list[i].layer_end)
+                steps[same++] = (long)list[j].step;
+        if (snapshot_superseded(steps, same, (long)list[i].step, h, (long)p->checkpoint_every)) {
             char path[DAEMON_PATH_MAX + 128];
             snprintf(path, sizeof path, "%s/L%d-%d-s%lld.safetensors", dir, list[i].layer_begin,
                      list[i].layer_end, (long long)list[i].step);
@@ -326,6 +326,34 @@ void pool_scan_snaps(daemon_t *d)
     }
     held = all;
     pool_core_snapshots(p->core, &held);
+}
+
+void pool_write_copied(daemon_t *d)
+{
+    pool *p = d->pool;
+    pool_snap x;
+    if (!p->id[0] || !pool_core_copied(p->core, &x)) return;
+    if (x.layer_begin == p->copied.layer_begin && x.layer_end == p->copied.layer_end &&
+        x.step == p->copied.step)
+        return;
+    char path[DAEMON_PATH_MAX + 96], part[DAEMON_PATH_MAX + 112], text[32];
+    snprintf(path, sizeof path, "%s/snap", p->dir);
+    mkdir(path, 0700);
+    snprintf(path, sizeof path, "%s/snap/copied-L%d-%d", p->dir, x.layer_begin, x.layer_end);
+    snprintf(part, sizeof part, "%s.part", path);
+    if (x.step == POOL_COPIED_NONE) snprintf(text, sizeof text, "none\n");
+    else snprintf(text, sizeof text, "%lld\n", (long long)x.step);
+    /* written whole, then renamed: the stage never reads half a number */
+    int fd = open(part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    size_t len = strlen(text);
+    bool ok = fd >= 0 && write(fd, text, len) == (ssize_t)len;
+    if (fd >= 0) ok &= close(fd) == 0;
+    if (!ok || rename(part, path) != 0) {
+        daemon_log(d, "pool: %s: cannot write it: %s", path, strerror(errno));
+        unlink(part);
+        return;
+    }
+    p->copied = x;
 }
 
 /* A recovery this member took part in, once its new plan did a step: one

@@ -650,6 +650,7 @@ void pool_core_step(pool_core *c, const pool_member *m, int n, int64_t now_ms, i
             core_fill_base(c, m, n);
             run_stage(c, m, n, out);
             core_rec_progress(c, m, n, now_ms);
+            core_copied(c, m, n);
             core_pull(c, m, n, now_ms, out);
             core_checkpoint(c, m, n, now_ms, out);
             gather_model(c, m, n, out);

@@ -180,6 +180,14 @@ void pool_core_checkpointed(pool_core *c, int64_t step, bool ok, const char *err
                             pool_actions *out);
 /* The answer to PULL. */
 void pool_core_pulled(pool_core *c, bool ok, const char *error, pool_actions *out);
+/* This member's stage of the committed plan and its copies (docs/ARCHITECTURE.md,
+ * "Recovery": a stage waits for its buddy's copy of one snapshot before it
+ * completes the step of the next but one): out's layers are the stage's, out's
+ * step the newest step of them that another live member's document lists (0:
+ * none yet; POOL_COPIED_NONE: no other member can keep a copy, the stage never
+ * waits). false: this member holds no stage, or no plan is committed. */
+#define POOL_COPIED_NONE INT64_MAX
+bool pool_core_copied(const pool_core *c, pool_snap *out);
 
 /* What the core holds. */
 const pool_doc *pool_core_doc(const pool_core *c);          /* what this member says */

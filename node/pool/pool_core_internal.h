@@ -68,6 +68,10 @@ struct pool_core {
     int futile;                   /* recoveries in a row with no step done after them */
     bool pull_pending;
     int64_t pull_retry_ms;
+    bool has_copied;              /* this member holds a stage of the committed plan: */
+    pool_snap copied;             /* its layers, and the newest step another live member
+                                     lists a snapshot of (POOL_COPIED_NONE: no other member
+                                     can keep one) */
     int64_t next_doc_ms;
     bool dirty;
 
@@ -112,6 +116,8 @@ int core_pieces(pool_core *c, const pool_member *m, int n, const pool_plan *pl, 
  * that the snapshots cover. */
 void core_checkpoint(pool_core *c, const pool_member *m, int n, int64_t now,
                      pool_actions *out);
+/* What pool_core_copied says: this member's stage's newest copy elsewhere. */
+void core_copied(pool_core *c, const pool_member *m, int n);
 /* A buddy's copies: PULL the newest snapshot of each stage it keeps. */
 void core_pull(pool_core *c, const pool_member *m, int n, int64_t now, pool_actions *out);
 /* The record of the last recovery: the seconds to the first step after it. */

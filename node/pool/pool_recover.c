@@ -314,6 +314,9 @@ int64_t core_snapshot_every(const pool_core *c, const plan *pl, const cost_link 
                                                 pl->step_ns
                                           : 1;
     if (every < floor_steps) every = floor_steps;
+    /* that is the interval between snapshots; snapshot_every, the bound on
+     * the steps a loss redoes, is twice it (job_snapshot_interval) */
+    every = every > 500000000 ? 1000000000 : 2 * every;
     if (c->steps > 1 && every > c->steps) every = c->steps;
     return every;
 }
@@ -411,8 +414,10 @@ void core_checkpoint(pool_core *c, const pool_member *m, int n, int64_t now, poo
     if (!best) {
         /* a checkpoint that failed and whose snapshots are gone since (the
          * members keep the newest two of a range): given up, so that the
-         * job's end does not wait for it (gather_model) */
-        if (c->ckpt_step > c->ckpt_done) {
+         * job's end does not wait for it (gather_model) — unless the running
+         * plan resumed before its step: its stages write that step's
+         * snapshots again, and the checkpoint is written from them */
+        if (c->ckpt_step > c->ckpt_done && pl->resume_step >= c->ckpt_step) {
             core_log(out, "pool: the checkpoint of step %lld is skipped: its snapshots are no "
                      "longer held", (long long)c->ckpt_step);
             c->ckpt_done = c->ckpt_step;
@@ -502,6 +507,38 @@ static int64_t held_step(const pool_core *c, int b, int e)
             c->doc.snaps.s[j].step > st)
             st = c->doc.snaps.s[j].step;
     return st;
+}
+
+void core_copied(pool_core *c, const pool_member *m, int n)
+{
+    const pool_plan *pl = pool_core_committed(c);
+    c->has_copied = false;
+    int s = 0;
+    while (pl && s < pl->nstages && strcmp(pl->stage[s].holder[0].name, c->name) != 0) s++;
+    if (!pl || s >= pl->nstages || pl->snapshot_every <= 0) return;
+    pool_snap x = {pl->stage[s].layer_begin, pl->stage[s].layer_end, 0};
+    if (buddy_of(c, pl, s, m, n) < 0) {
+        x.step = POOL_COPIED_NONE;
+    } else {
+        /* any live member's copy will do, not only the buddy's: a snapshot
+         * of these layers at a step is the same whoever keeps it */
+        for (int i = 0; i < n; i++) {
+            const pool_doc *d = m[i].self || !m[i].live ? NULL : doc_of(c, &m[i]);
+            for (int j = 0; d && j < d->snaps.n; j++)
+                if (d->snaps.s[j].layer_begin == x.layer_begin &&
+                    d->snaps.s[j].layer_end == x.layer_end && d->snaps.s[j].step > x.step)
+                    x.step = d->snaps.s[j].step;
+        }
+    }
+    c->copied = x;
+    c->has_copied = true;
+}
+
+bool pool_core_copied(const pool_core *c, pool_snap *out)
+{
+    if (!c->has_copied || !pool_core_committed(c)) return false;
+    *out = c->copied;
+    return true;
 }
 
 void core_pull(pool_core *c, const pool_member *m, int n, int64_t now, pool_actions *out)

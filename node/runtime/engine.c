@@ -677,9 +677,22 @@ static int save_state(engine *e, const char *path, long done, char *err, size_t 
     return checkpoint_save(path, &c, done, e->job->text, err, errlen);
 }
 
+bool snapshot_superseded(const long *steps, int n, long step, long h, long ckpt_every)
+{
+    int newer = 0;
+    long newest_ckpt = -1;
+    for (int i = 0; i < n; i++) {
+        if (steps[i] > step && (h <= 0 || steps[i] % h == 0)) newer++;
+        if (ckpt_every > 0 && steps[i] % ckpt_every == 0 && steps[i] > newest_ckpt)
+            newest_ckpt = steps[i];
+    }
+    return newer >= 2 && step != newest_ckpt;
+}
+
 /* DIR/L<b>-<e>-s<step>.safetensors: the stage's snapshot after `done`
- * steps; older snapshots of the same layers but the newest two go. */
-static int snapshot(engine *e, const char *dir, long done, long ckpt_every, char *err,
+ * steps; older snapshots of the same layers go when superseded
+ * (snapshot_superseded: two newer at multiples of the interval h). */
+static int snapshot(engine *e, const char *dir, long done, long h, long ckpt_every, char *err,
                     size_t errlen)
 {
     const cluster_node *me = &e->cl->nodes[e->self];
@@ -689,30 +702,66 @@ static int snapshot(engine *e, const char *dir, long done, long ckpt_every, char
     if (save_state(e, path, done, err, errlen)) return -1;
     DIR *d = opendir(dir);
     if (!d) return 0;
-    /* the newest two, and the newest of a pool checkpoint's step (the
-     * submitter copies it) */
-    long keep[3] = {done, -1, ckpt_every > 0 ? done / ckpt_every * ckpt_every : -1};
+    long steps[256];
+    int n = 0;
     struct dirent *de;
-    /* the newest other step kept beside this one */
-    while ((de = readdir(d))) {
+    while ((de = readdir(d)) && n < 256) {
         char *end = NULL;
         if (strncmp(de->d_name, prefix, strlen(prefix)) != 0) continue;
         long st = strtol(de->d_name + strlen(prefix), &end, 10);
-        if (end && strcmp(end, ".safetensors") == 0 && st < done && st > keep[1]) keep[1] = st;
-    }
-    rewinddir(d);
-    while ((de = readdir(d))) {
-        char *end = NULL;
-        if (strncmp(de->d_name, prefix, strlen(prefix)) != 0) continue;
-        long st = strtol(de->d_name + strlen(prefix), &end, 10);
-        if (!end || strcmp(end, ".safetensors") != 0 || st == keep[0] || st == keep[1] ||
-            st == keep[2])
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-        unlink(path);
+        if (end && strcmp(end, ".safetensors") == 0) steps[n++] = st;
     }
     closedir(d);
+    for (int i = 0; i < n; i++) {
+        if (steps[i] == done || !snapshot_superseded(steps, n, steps[i], h, ckpt_every)) continue;
+        snprintf(path, sizeof path, "%s/%s%ld.safetensors", dir, prefix, steps[i]);
+        unlink(path);
+    }
     return 0;
+}
+
+/* Before the step that completes `done`: when done is a multiple of the
+ * snapshot interval h and this run wrote the snapshot of done - h, wait
+ * until another member holds a copy of it (opt->wait_copies). */
+static void wait_copied(engine *e, const engine_options *opt, long done, long start)
+{
+    long h = job_snapshot_interval(opt->snapshot_every);
+    if (!opt->snapshot_dir || !opt->wait_copies || h <= 0 || done % h != 0 || done - h <= start)
+        return;
+    const cluster_node *me = &e->cl->nodes[e->self];
+    char path[4200];
+    snprintf(path, sizeof path, "%s/copied-L%d-%d", opt->snapshot_dir, me->begin, me->end);
+    long want = done - h;
+    int limit = opt->copy_wait_ms > 0 ? opt->copy_wait_ms : 30000;
+    double t0 = now_s();
+    for (;;) {
+        char text[32] = "";
+        FILE *f = fopen(path, "r");
+        if (f) {
+            if (!fgets(text, sizeof text, f)) text[0] = 0;
+            fclose(f);
+        }
+        if (strncmp(text, "none", 4) == 0) return;   /* no member can keep a copy */
+        char *end = NULL;
+        long long have = strtoll(text, &end, 10);
+        if (end != text && have >= want) break;
+        if (e->stop_request && *e->stop_request) return;
+        if (1e3 * (now_s() - t0) >= limit) {
+            printf("train: node %s: no other member holds the snapshot of step %ld after "
+                   "%.0f s; going on (a loss now may redo more than snapshot_every steps)\n",
+                   me->name, want, limit / 1e3);
+            fflush(stdout);
+            return;
+        }
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    double waited = now_s() - t0;
+    if (waited >= 0.5) {
+        printf("train: node %s waited %.1f s for a copy of step %ld before step %ld\n",
+               me->name, waited, want, done);
+        fflush(stdout);
+    }
 }
 
 int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
@@ -766,10 +815,13 @@ int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
     if (start) printf("train: node %s resumes after step %ld from %s\n", me->name, start,
                       opt->resume ? opt->resume : "snapshots");
     fflush(stdout);
-    double t0 = now_s();
+    double t0 = now_s(), tlast = t0;
     long done = start;
     for (e->step = start; e->step < stop; e->step++) {
-        double ts = now_s(), lr = job_lr(job, e->step), loss = 0;
+        /* a step's time runs from the previous step's line: the snapshot or
+         * checkpoint written after it, and a wait for a copy, count too */
+        double ts = tlast, lr = job_lr(job, e->step), loss = 0;
+        wait_copied(e, opt, e->step + 1, start);
         bool stop_here = false;
         int st = engine_step(e, ops, nops, lr, &loss, &stop_here, err, errlen);
         if (st == 1) break; /* the first stage ended the run before this step */
@@ -778,7 +830,8 @@ int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
             goto out;
         }
         done = e->step + 1;
-        double ms = 1e3 * (now_s() - ts);
+        tlast = now_s();
+        double ms = 1e3 * (tlast - ts);
         if (metrics) {
             fprintf(metrics, "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.6g, \"tokens\": %ld, "
                     "\"step_ms\": %.1f, \"tokens_per_s\": %.1f}\n", done, loss, lr,
@@ -796,10 +849,11 @@ int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
             abort_run(e, err);
             goto out;
         }
-        bool snap_step = (opt->snapshot_every > 0 && done % opt->snapshot_every == 0) ||
+        long every = job_snapshot_interval(opt->snapshot_every);
+        bool snap_step = (every > 0 && done % every == 0) ||
                          (opt->checkpoint_every > 0 && done % opt->checkpoint_every == 0);
         if (opt->snapshot_dir && snap_step && done < stop &&
-            snapshot(e, opt->snapshot_dir, done, opt->checkpoint_every, err, errlen)) {
+            snapshot(e, opt->snapshot_dir, done, every, opt->checkpoint_every, err, errlen)) {
             abort_run(e, err);
             goto out;
         }

@@ -107,7 +107,9 @@ typedef struct {
     double val_fraction;
     int seq_len, batch, micro_batch;
     long steps, warmup_steps, val_interval, checkpoint_interval, log_interval;
-    long snapshot_every;         /* a pool run's stage snapshots (0: the plan chooses) */
+    long snapshot_every;         /* a pool run's bound on the steps a loss redoes: its stage
+                                    snapshots come every job_snapshot_interval of it (0: the
+                                    plan chooses) */
     long checkpoint_every;       /* a pool run's checkpoints of every stage (0: none) */
     int val_batches, threads;
     double lr, min_lr, weight_decay, beta1, beta2, eps, grad_clip;
@@ -196,15 +198,36 @@ typedef struct {
                              * every stage after the same step */
     long stopped_at;        /* out: steps done when engine_train returned 0 */
     /* A pool run's recovery (docs/ARCHITECTURE.md, "Recovery"): */
-    const char *snapshot_dir; /* every snapshot_every steps (before the last), the stage's
-                             * state into DIR/L<begin>-<end>-s<step>.safetensors (the newest
-                             * two of its layers are kept); NULL: none */
+    const char *snapshot_dir; /* every job_snapshot_interval(snapshot_every) steps (before
+                             * the last), the stage's state into
+                             * DIR/L<begin>-<end>-s<step>.safetensors (the newest two of its
+                             * layers are kept); NULL: none */
     long snapshot_every;
     long checkpoint_every;  /* ... and at every multiple of this (a pool checkpoint's step) */
+    bool wait_copies;       /* a pool's stage: the step that completes a multiple n of the
+                             * interval h waits until DIR/copied-L<begin>-<end> (the pool's
+                             * daemon writes it) says another member holds the snapshot of
+                             * n - h, when this run wrote it, or "none": so a loss redoes at
+                             * most 2h - 1 <= snapshot_every steps (docs/ARCHITECTURE.md,
+                             * "Recovery") */
+    int copy_wait_ms;       /* ... for at most this long (0: 30 s), then goes on, saying so */
     const char *const *resume_files; /* instead of resume: the stage's state from these
                              * snapshots of one step (any layer ranges that cover it) */
     int nresume_files;
 } engine_options;
+/* The steps between a pool stage's snapshots for a job's snapshot_every N,
+ * the most steps a loss may redo: ceil(N / 2) (docs/ARCHITECTURE.md,
+ * "Recovery"); 0 for none. */
+static inline long job_snapshot_interval(long every) { return every > 0 ? (every + 1) / 2 : 0; }
+/* Whether the snapshot of `step` of a layer range may be removed, given the
+ * steps held of that range (steps[0..n)): when two of them newer than it
+ * are at multiples of the interval h (every <= 0: any two) and it is not the
+ * newest at a multiple of ckpt_every (a pool checkpoint's step, which its
+ * submitter copies). A snapshot between the regular ones (a checkpoint's)
+ * never pushes out one a buddy's copy may be paired with, and a range no
+ * run writes any more (a recovered plan cut the layers otherwise) keeps
+ * its snapshots: a second loss may resume from them. */
+bool snapshot_superseded(const long *steps, int n, long step, long h, long ckpt_every);
 /* Trains this node's stage of the cluster up to opt->stop: the schedule's
  * forwards and backwards over the mesh, the tied-weight and gradient-norm
  * exchanges, AdamW, and the commit of every step. The first stage reads the

@@ -318,12 +318,13 @@ def check_stop_resume(sn, wd, corpus, tok, signalled):
 
 def check_snapshots_resplit(sn, wd, corpus, tok):
     """Recovery's ground (docs/ARCHITECTURE.md, "Recovery"): every stage
-    snapshots its state every snapshot_every steps (the newest two kept); a
+    snapshots its state every ceil(snapshot_every / 2) steps (the newest two
+    kept); a
     pipeline cut otherwise (2 stages instead of 3) starts from the three
     stages' snapshots of one step and finishes the run never interrupted,
     bit for bit (same machine, same threads). A set of snapshots that misses
     layers is refused, naming a missing tensor."""
-    name, steps, every = "resplit", 30, 6
+    name, steps, every = "resplit", 30, 12   # snapshots every 6 steps
     config = os.path.join(wd, name + "-config.json")
     write_config(config, True)
     whole_out, re_out = os.path.join(wd, name + "-whole"), os.path.join(wd, name + "-out")
@@ -394,7 +395,7 @@ def check_snapshots_resplit(sn, wd, corpus, tok):
           "%s: snapshots without layers 2..4: exit %d, %r" % (name, p.returncode, p.stderr))
     print("ok   %-28s snapshots every %d steps, the newest two kept; 2 stages resumed from 3 "
           "stages' step-24 snapshots: losses and model equal the 3-stage run bit for bit; "
-          "missing layers refused" % (name, every))
+          "missing layers refused" % (name, (every + 1) // 2))
 
 
 def check_resume_refused(sn, wd, corpus, tok):

@@ -14,9 +14,11 @@
  * a step every SIM_STEP_MS while every holder of that epoch runs it and
  * reaches the others; a holder gone or cut off for SIM_PIPE_TIMEOUT_MS
  * fails the others' stages (the engine's lost peer); every
- * snapshot_every steps each stage's member holds a snapshot of its layers
- * (the newest two of each range kept), a buddy's PULL copies one from a
- * reachable holder, and a RUN that resumes checks that every piece it
+ * job_snapshot_interval(se) steps each stage's member holds a snapshot of
+ * its layers (the newest two of each range kept), a buddy's PULL copies one
+ * from a reachable holder, a pipeline waits (as the engine's stages do) for
+ * the copy of a stage's snapshot before the step of its next but one, and
+ * a RUN that resumes checks that every piece it
  * names is held by its member and reachable. A member's "disk" holds what
  * its SAVE_VOTE and PUBLISH saved (state.json's JSON), and a restarted
  * member gets a new core that reads it back.
@@ -97,6 +99,7 @@ typedef struct {
     /* its stage: running run_epoch's plan, run_step steps done */
     bool running, run_failed, run_ok;
     int64_t run_epoch, run_step, run_from, broken_since;
+    int64_t copy_wait_since;     /* its pipeline waits for a buddy's copy (0: does not) */
     char run_error[160];
     pool_snap held[32];          /* its snapshot folder */
     int nheld;
@@ -127,6 +130,7 @@ static struct {
     int64_t steps;               /* the job's */
     int64_t snapshot_every;      /* the job's (0: the plan chooses) */
     int64_t reached;             /* the furthest step any stage did */
+    int copy_timeouts;           /* pipelines that went on without a buddy's copy */
     int64_t first_step;          /* the first step any stage did in the run (0: none yet) */
     int64_t checkpoint_every;    /* the job's pool checkpoints (0: none) */
     int64_t ckpt[16];            /* the pool checkpoints written, by step */
@@ -138,6 +142,7 @@ static struct {
 
 #define SIM_STEP_MS TICK            /* a pipeline step */
 #define SIM_PIPE_TIMEOUT_MS 3000    /* a stage without its peers this long fails */
+#define SIM_COPY_WAIT_MS 30000      /* a stage waits this long for a copy, then goes on */
 
 static char root[512];
 
@@ -185,6 +190,7 @@ static void world_init(int n, uint64_t seed)
     S.n = n;
     S.now = T0;
     S.rng = seed * 2654435761u + 1;
+    S.copy_timeouts = 0;
     memset(S.commit_hash, 0, sizeof S.commit_hash);
     memset(S.cut_ms, 0, sizeof S.cut_ms);
     for (int i = 0; i < n; i++) {
@@ -328,24 +334,32 @@ static bool sim_holds(int i, const pool_snap *x)
     return false;
 }
 
-/* Into member i's snapshot folder (oldest first), the newest two of a
- * range kept. */
+/* Into member i's snapshot folder (oldest first); a range's snapshots go
+ * as the engine and the daemon remove them (snapshot_superseded, at the
+ * interval of i's committed plan). */
 static void sim_hold(int i, const pool_snap *x)
 {
     sim_member *m = &S.m[i];
     if (sim_holds(i, x)) return;
-    int same = 0, oldest = -1;
-    for (int k = 0; k < m->nheld; k++)
-        if (m->held[k].layer_begin == x->layer_begin && m->held[k].layer_end == x->layer_end) {
-            same++;
-            if (oldest < 0 || m->held[k].step < m->held[oldest].step) oldest = k;
-        }
-    if ((same >= 2 && oldest >= 0) || m->nheld == 32) {
-        int k = oldest >= 0 ? oldest : 0;
-        memmove(&m->held[k], &m->held[k + 1], (size_t)(m->nheld - k - 1) * sizeof *m->held);
+    if (m->nheld == 32) {
+        memmove(&m->held[0], &m->held[1], (size_t)(m->nheld - 1) * sizeof *m->held);
         m->nheld--;
     }
     m->held[m->nheld++] = *x;
+    const pool_plan *pl = pool_core_committed(m->core);
+    long h = pl ? job_snapshot_interval((long)pl->snapshot_every) : 0, steps[32];
+    int same = 0;
+    for (int k = 0; k < m->nheld; k++)
+        if (m->held[k].layer_begin == x->layer_begin && m->held[k].layer_end == x->layer_end)
+            steps[same++] = (long)m->held[k].step;
+    for (int k = 0; k < m->nheld; k++)
+        if (m->held[k].layer_begin == x->layer_begin && m->held[k].layer_end == x->layer_end &&
+            snapshot_superseded(steps, same, (long)m->held[k].step, h,
+                                (long)S.checkpoint_every)) {
+            memmove(&m->held[k], &m->held[k + 1], (size_t)(m->nheld - k - 1) * sizeof *m->held);
+            m->nheld--;
+            k--;
+        }
     /* keep them in step order: the newest last */
     for (int k = m->nheld - 1; k > 0 && m->held[k - 1].step > m->held[k].step; k--) {
         pool_snap t = m->held[k];
@@ -454,12 +468,27 @@ static void pipelines(void)
         }
         if (!whole || m->run_step >= S.steps) continue;
         int64_t done = m->run_step + 1;
+        /* the step that completes a multiple n of the snapshot interval h
+         * waits until another member holds each stage's snapshot of n - h,
+         * when its run wrote it (engine.c's wait_copied: 30 s at most) */
+        long h = job_snapshot_interval((long)pl->snapshot_every);
+        bool wait = false;
+        for (int s = 0; h > 0 && done % h == 0 && s < pl->nstages; s++) {
+            int j = member_of(pl->stage[s].holder[0].name);
+            pool_snap x;
+            wait |= done - h > S.m[j].run_from && pool_core_copied(S.m[j].core, &x) &&
+                    x.step != POOL_COPIED_NONE && x.step < done - h;
+        }
+        if (wait && !m->copy_wait_since) m->copy_wait_since = S.now;
+        if (wait && S.now - m->copy_wait_since < SIM_COPY_WAIT_MS) continue;
+        if (wait) S.copy_timeouts++;
+        m->copy_wait_since = 0;
         if (done > S.reached) S.reached = done;
         if (!S.first_step) S.first_step = done;
         for (int s = 0; s < pl->nstages; s++) {
             int j = member_of(pl->stage[s].holder[0].name);
             S.m[j].run_step = done;
-            if (((pl->snapshot_every > 0 && done % pl->snapshot_every == 0) ||
+            if (((h > 0 && done % h == 0) ||
                  (S.checkpoint_every > 0 && done % S.checkpoint_every == 0)) && done < S.steps) {
                 pool_snap x = {pl->stage[s].layer_begin, pl->stage[s].layer_end, done};
                 sim_hold(j, &x);
