@@ -23,8 +23,9 @@ of 128 tokens in micro-batches of 4, snapshots as the pool chooses them
    MB of snapshots moved to the new stages and their MB/s (stage-resume's
    lines); the steps redone; the seconds lost in all (the time from the
    kill to the end of the run, less the time the steps left would have
-   taken at the new plan's median step time; up to the last step, not the
-   model's gathering after it); whether every loss every survivor wrote
+   taken at the new plan's mean step time, its snapshots and copy waits
+   included; up to the last step, not the model's gathering after it);
+   whether every loss every survivor wrote
    equals the uninterrupted run's at that step. The killed member is started
    again before the next trial.
 
@@ -204,7 +205,7 @@ def body(t, args):
                 ref = {m["step"]: m["loss"] for m in job_metrics(t, c["stages"][0][0], jid)}
             print("insurance %-3s run %d: mean step %.1f ms (plan: %s%s)"
                   % (kind, i, ms, " ".join("%s:%d-%d" % tuple(s_[:3]) for s_ in c["stages"]),
-                     ", snapshots every %s steps" % c.get("se") if kind == "on" else ""),
+                     ", snapshot_every %s" % c.get("se") if kind == "on" else ""),
                   flush=True)
     ratios = []
     for cut in sorted(set(by_cut["off"]) & set(by_cut["on"])):
@@ -270,7 +271,7 @@ def body(t, args):
                             moved_s += float(m.group(2))
             except OSError:
                 pass
-        med = median_step(t, c2["stages"], jid)
+        med = mean_step(t, c2["stages"], jid)
         left = STEPS - done
         # the run's last step (its metrics line, the last the file gets),
         # not finish()'s return, which also waits for the model's gathering
