@@ -106,12 +106,9 @@ void nf4_matmul_forward_ld(float *out, int ldo, const float *inp, const nf4_matr
                         nf4_dequantize_range(w, (int64_t)(j0 + r) * IC, IC, wt + (size_t)r * IC);
                 have = jt;
             }
-            if (own)
-                gemm_single(0, 0, m, n, IC, inp + (size_t)i0 * IC, IC, wt, n, accumulate,
-                            out + (size_t)i0 * ldo + j0, ldo);
-            else
-                gemm_single(0, 1, m, n, IC, inp + (size_t)i0 * IC, IC, wt, IC, accumulate,
-                            out + (size_t)i0 * ldo + j0, ldo);
+            /* own: wt is [IC, n]; OpenBLAS: [n, IC], handed over transposed */
+            gemm_single(0, !own, m, n, IC, inp + (size_t)i0 * IC, IC, wt, own ? n : IC,
+                        accumulate, out + (size_t)i0 * ldo + j0, ldo);
         }
     }
 }

@@ -273,9 +273,8 @@ void pool_start_checkpoint(daemon_t *d, const pool_action *a)
         pool_core_checkpointed(p->core, a->step, false, "cannot start the copy", &p->acts);
 }
 
-/* The snapshots in STATE/jobs/ID/snap: told to the core (the newest two of
- * each layer range, newest first, at most POOL_SNAPS_MAX); older copies of
- * a range are removed. */
+/* The snapshots in STATE/jobs/ID/snap: told to the core (newest first, at
+ * most POOL_SNAPS_MAX); superseded ones are removed (snapshot_superseded). */
 void pool_scan_snaps(daemon_t *d)
 {
     pool *p = d->pool;

@@ -413,7 +413,7 @@ void core_checkpoint(pool_core *c, const pool_member *m, int n, int64_t now, poo
     free(in);
     if (!best) {
         /* a checkpoint that failed and whose snapshots are gone since (the
-         * members keep the newest two of a range): given up, so that the
+         * members remove superseded ones): given up, so that the
          * job's end does not wait for it (gather_model) — unless the running
          * plan resumed before its step: its stages write that step's
          * snapshots again, and the checkpoint is written from them */
@@ -513,9 +513,8 @@ void core_copied(pool_core *c, const pool_member *m, int n)
 {
     const pool_plan *pl = pool_core_committed(c);
     c->has_copied = false;
-    int s = 0;
-    while (pl && s < pl->nstages && strcmp(pl->stage[s].holder[0].name, c->name) != 0) s++;
-    if (!pl || s >= pl->nstages || pl->snapshot_every <= 0) return;
+    int s = pl ? pool_plan_stage_of(pl, c->name) : -1;
+    if (s < 0 || pl->snapshot_every <= 0) return;
     pool_snap x = {pl->stage[s].layer_begin, pl->stage[s].layer_end, 0};
     if (buddy_of(c, pl, s, m, n) < 0) {
         x.step = POOL_COPIED_NONE;

@@ -723,16 +723,14 @@ static int snapshot(engine *e, const char *dir, long done, long h, long ckpt_eve
 /* Before the step that completes `done`: when done is a multiple of the
  * snapshot interval h and this run wrote the snapshot of done - h, wait
  * until another member holds a copy of it (opt->wait_copies). */
-static void wait_copied(engine *e, const engine_options *opt, long done, long start)
+static void wait_copied(engine *e, const engine_options *opt, long h, long done, long start)
 {
-    long h = job_snapshot_interval(opt->snapshot_every);
     if (!opt->snapshot_dir || !opt->wait_copies || h <= 0 || done % h != 0 || done - h <= start)
         return;
     const cluster_node *me = &e->cl->nodes[e->self];
     char path[4200];
     snprintf(path, sizeof path, "%s/copied-L%d-%d", opt->snapshot_dir, me->begin, me->end);
     long want = done - h;
-    int limit = opt->copy_wait_ms > 0 ? opt->copy_wait_ms : 30000;
     double t0 = now_s();
     for (;;) {
         char text[32] = "";
@@ -746,10 +744,10 @@ static void wait_copied(engine *e, const engine_options *opt, long done, long st
         long long have = strtoll(text, &end, 10);
         if (end != text && have >= want) break;
         if (e->stop_request && *e->stop_request) return;
-        if (1e3 * (now_s() - t0) >= limit) {
+        if (1e3 * (now_s() - t0) >= ENGINE_COPY_WAIT_MS) {
             printf("train: node %s: no other member holds the snapshot of step %ld after "
                    "%.0f s; going on (a loss now may redo more than snapshot_every steps)\n",
-                   me->name, want, limit / 1e3);
+                   me->name, want, ENGINE_COPY_WAIT_MS / 1e3);
             fflush(stdout);
             return;
         }
@@ -816,12 +814,12 @@ int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
                       opt->resume ? opt->resume : "snapshots");
     fflush(stdout);
     double t0 = now_s(), tlast = t0;
-    long done = start;
+    long done = start, every = job_snapshot_interval(opt->snapshot_every);
     for (e->step = start; e->step < stop; e->step++) {
         /* a step's time runs from the previous step's line: the snapshot or
          * checkpoint written after it, and a wait for a copy, count too */
         double ts = tlast, lr = job_lr(job, e->step), loss = 0;
-        wait_copied(e, opt, e->step + 1, start);
+        wait_copied(e, opt, every, e->step + 1, start);
         bool stop_here = false;
         int st = engine_step(e, ops, nops, lr, &loss, &stop_here, err, errlen);
         if (st == 1) break; /* the first stage ended the run before this step */
@@ -849,7 +847,6 @@ int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
             abort_run(e, err);
             goto out;
         }
-        long every = job_snapshot_interval(opt->snapshot_every);
         bool snap_step = (every > 0 && done % every == 0) ||
                          (opt->checkpoint_every > 0 && done % opt->checkpoint_every == 0);
         if (opt->snapshot_dir && snap_step && done < stop &&

@@ -200,8 +200,9 @@ typedef struct {
     /* A pool run's recovery (docs/ARCHITECTURE.md, "Recovery"): */
     const char *snapshot_dir; /* every job_snapshot_interval(snapshot_every) steps (before
                              * the last), the stage's state into
-                             * DIR/L<begin>-<end>-s<step>.safetensors (the newest two of its
-                             * layers are kept); NULL: none */
+                             * DIR/L<begin>-<end>-s<step>.safetensors (older ones of its
+                             * layers removed once superseded: snapshot_superseded); NULL:
+                             * none */
     long snapshot_every;
     long checkpoint_every;  /* ... and at every multiple of this (a pool checkpoint's step) */
     bool wait_copies;       /* a pool's stage: the step that completes a multiple n of the
@@ -209,8 +210,8 @@ typedef struct {
                              * daemon writes it) says another member holds the snapshot of
                              * n - h, when this run wrote it, or "none": so a loss redoes at
                              * most 2h - 1 <= snapshot_every steps (docs/ARCHITECTURE.md,
-                             * "Recovery") */
-    int copy_wait_ms;       /* ... for at most this long (0: 30 s), then goes on, saying so */
+                             * "Recovery"), for at most ENGINE_COPY_WAIT_MS, then goes on,
+                             * saying so */
     const char *const *resume_files; /* instead of resume: the stage's state from these
                              * snapshots of one step (any layer ranges that cover it) */
     int nresume_files;
@@ -218,6 +219,7 @@ typedef struct {
 /* The steps between a pool stage's snapshots for a job's snapshot_every N,
  * the most steps a loss may redo: ceil(N / 2) (docs/ARCHITECTURE.md,
  * "Recovery"); 0 for none. */
+#define ENGINE_COPY_WAIT_MS 30000
 static inline long job_snapshot_interval(long every) { return every > 0 ? (every + 1) / 2 : 0; }
 /* Whether the snapshot of `step` of a layer range may be removed, given the
  * steps held of that range (steps[0..n)): when two of them newer than it

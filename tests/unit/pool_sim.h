@@ -15,7 +15,7 @@
  * reaches the others; a holder gone or cut off for SIM_PIPE_TIMEOUT_MS
  * fails the others' stages (the engine's lost peer); every
  * job_snapshot_interval(se) steps each stage's member holds a snapshot of
- * its layers (the newest two of each range kept), a buddy's PULL copies one
+ * its layers (superseded ones removed as the engine does), a buddy's PULL copies one
  * from a reachable holder, a pipeline waits (as the engine's stages do) for
  * the copy of a stage's snapshot before the step of its next but one, and
  * a RUN that resumes checks that every piece it
@@ -142,7 +142,6 @@ static struct {
 
 #define SIM_STEP_MS TICK            /* a pipeline step */
 #define SIM_PIPE_TIMEOUT_MS 3000    /* a stage without its peers this long fails */
-#define SIM_COPY_WAIT_MS 30000      /* a stage waits this long for a copy, then goes on */
 
 static char root[512];
 
@@ -480,7 +479,7 @@ static void pipelines(void)
                     x.step != POOL_COPIED_NONE && x.step < done - h;
         }
         if (wait && !m->copy_wait_since) m->copy_wait_since = S.now;
-        if (wait && S.now - m->copy_wait_since < SIM_COPY_WAIT_MS) continue;
+        if (wait && S.now - m->copy_wait_since < ENGINE_COPY_WAIT_MS) continue;
         if (wait) S.copy_timeouts++;
         m->copy_wait_since = 0;
         if (done > S.reached) S.reached = done;
