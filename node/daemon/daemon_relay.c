@@ -36,6 +36,7 @@
 #define RELAY_LEASE_MS 60000
 #define RELAY_DGRAM_MAX 65536
 #define DAEMON_KEEPALIVE_S 25
+#define RELAY_CROSS_MS 1000 /* an initiation this soon after the other side's crossed it */
 
 typedef struct relay_fwd {
     daemon_t *d;
@@ -52,6 +53,9 @@ typedef struct relay_fwd {
     int64_t renewed_ms, opened_ms;
     uint64_t pkts[2], bytes[2];         /* forwarded from side i */
     uint64_t dropped;                   /* not WireGuard, or from elsewhere */
+    int64_t init_ms[2];                 /* side i's last initiation sent on (0: none) */
+    bool heard[2];                      /* side i sent something on since the other's */
+    uint64_t crossed;                   /* initiations held back: they crossed */
 } relay_fwd;
 
 /* ---- helpers ---- */
@@ -133,6 +137,37 @@ static void fwd_close(daemon_t *d, size_t i, const char *why)
     d->fwd[i] = d->fwd[--d->nfwd];
 }
 
+/* Sends one datagram from side s on to the other side (known), and keeps
+ * what the crossing rule needs. */
+static void fwd_send(relay_fwd *f, int s, const uint8_t *b, size_t n, int64_t now)
+{
+    int o = 1 - s;
+    if (sendto(f->fd[o], b, n, MSG_DONTWAIT, (struct sockaddr *)&f->at[o], f->at_len[o]) !=
+        (ssize_t)n)
+        return;
+    f->pkts[s]++;
+    f->bytes[s] += (uint64_t)n;
+    f->heard[s] = true;
+    if (b[0] == 1) {
+        f->init_ms[s] = now;
+        f->heard[o] = false;
+    }
+}
+
+/* Two handshake initiations that cross (each side sent its own before the
+ * other's reached it) stall both: each side takes the other's, which
+ * discards its own, and then refuses the response to it; WireGuard tries
+ * again 5 s later. It happens whenever both sides start at once, and the
+ * first datagram kept for a side not known yet makes it certain. So an
+ * initiation from side s is not sent on when the other side's went to s
+ * less than RELAY_CROSS_MS ago and s has sent nothing on since: s answers
+ * the one it gets, and the handshake completes in one round trip. */
+static bool fwd_crossed(const relay_fwd *f, int s, const uint8_t *b, int64_t now)
+{
+    int o = 1 - s;
+    return b[0] == 1 && f->init_ms[o] > 0 && now - f->init_ms[o] < RELAY_CROSS_MS && !f->heard[s];
+}
+
 static void fwd_readable(evutil_socket_t fd, short what, void *arg)
 {
     (void)what;
@@ -150,13 +185,13 @@ static void fwd_readable(evutil_socket_t fd, short what, void *arg)
             f->dropped++;
             continue;
         }
+        int64_t now = daemon_now_ms();
         if (!f->at_len[s] || memcmp(&f->at[s], &ss, sl) != 0) {
             memcpy(&f->at[s], &ss, sl);
             f->at_len[s] = sl;
             /* What the other side sent before this one was known. */
             if (f->pend[o]) {
-                (void)sendto(f->fd[s], f->pend[o], f->pend_len[o], MSG_DONTWAIT,
-                             (struct sockaddr *)&f->at[s], f->at_len[s]);
+                fwd_send(f, o, f->pend[o], f->pend_len[o], now);
                 free(f->pend[o]);
                 f->pend[o] = NULL;
             }
@@ -171,11 +206,11 @@ static void fwd_readable(evutil_socket_t fd, short what, void *arg)
             }
             continue;
         }
-        if (sendto(f->fd[o], buf, (size_t)n, MSG_DONTWAIT, (struct sockaddr *)&f->at[o],
-                   f->at_len[o]) == n) {
-            f->pkts[s]++;
-            f->bytes[s] += (uint64_t)n;
+        if (fwd_crossed(f, s, buf, now)) {
+            f->crossed++;
+            continue;
         }
+        fwd_send(f, s, buf, (size_t)n, now);
     }
 }
 
@@ -287,11 +322,11 @@ json_t *daemon_relay_status_json(daemon_t *d)
     for (size_t i = 0; i < d->nfwd; i++) {
         const relay_fwd *f = d->fwd[i];
         json_array_append_new(
-            arr, json_pack("{s:[s,s], s:[i,i], s:[I,I], s:[I,I], s:I, s:f}", "pair", f->name[0],
+            arr, json_pack("{s:[s,s], s:[i,i], s:[I,I], s:[I,I], s:I, s:I, s:f}", "pair", f->name[0],
                            f->name[1], "ports", f->port[0], f->port[1], "datagrams",
                            (json_int_t)f->pkts[0], (json_int_t)f->pkts[1], "bytes",
                            (json_int_t)f->bytes[0], (json_int_t)f->bytes[1], "dropped",
-                           (json_int_t)f->dropped, "since_s",
+                           (json_int_t)f->dropped, "crossed", (json_int_t)f->crossed, "since_s",
                            (double)(now - f->opened_ms) / 1e3));
     }
     return arr;

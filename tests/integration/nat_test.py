@@ -70,7 +70,8 @@ except socket.timeout:
 
 ECHO_CLIENT = r"""
 import socket, sys
-s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])),
+                             timeout=float(sys.argv[4]) if len(sys.argv) > 4 else 5)
 s.sendall(sys.argv[3].encode())
 print(s.recv(1024).decode())
 """

@@ -18,7 +18,9 @@ public box `b` joins.
    `relayed`, never `direct` or `punched`; both end `relayed` with relay.via
    "a" within 90 s of nat2's join; a's status lists the pair under
    "relaying" with both ports.
-3. TCP over the overlay both ways between nat1 and nat2 (through a).
+3. TCP over the overlay both ways between nat1 and nat2 (through a); a
+   connect may take up to CONNECT_S (WireGuard tries a handshake every 5 s),
+   and one slower than 2 s logs what WireGuard holds on a, nat1 and nat2.
 4. (6c) A capture on a's underlay interface (an AF_PACKET socket, as
    tcpdump's) while nat1 sends a marker line to nat2 over TCP: every
    datagram to or from the pair's two relay ports is WireGuard-shaped
@@ -62,6 +64,9 @@ ROUTERS = {"r1": ("10.202.0.101", "192.168.21", "nat1", True),
 ECHO_PORT = 9101
 RELAY_LIMIT = 90
 FAILOVER_S = 20
+# A TCP connect over the relay may wait for WireGuard's next handshake
+# attempt (every 5 s): three of them.
+CONNECT_S = 15
 STEPS = 10
 
 # Summarises what crosses an interface for `secs` seconds: every UDP
@@ -160,15 +165,46 @@ class RelayTest:
                     raise Failure("the echo server on %s did not start: %s"
                                   % (srv, proc.communicate()[1].strip()))
                 msg = "hello from %s" % cli
+                t0 = time.time()
                 r = p.net.exec(p.net.full(cli), [PY, "-c", ECHO_CLIENT, addr, str(ECHO_PORT),
-                                                 msg], timeout=30, ok=False)
+                                                 msg, str(CONNECT_S)], timeout=60, ok=False)
+                took = time.time() - t0
+                if r.returncode != 0 or r.stdout.strip() != "echo " + msg:
+                    self.wireguard_state()
                 check(r.returncode == 0 and r.stdout.strip() == "echo " + msg,
-                      "%s: TCP %s -> %s (%s:%d) over the overlay: exit %d %r %s" % (
-                          what, cli, srv, addr, ECHO_PORT, r.returncode, r.stdout,
+                      "%s: TCP %s -> %s (%s:%d) over the overlay: exit %d after %.1f s %r %s" % (
+                          what, cli, srv, addr, ECHO_PORT, r.returncode, took, r.stdout,
                           r.stderr.strip()))
+                if took > 2:
+                    log("     %s: TCP %s -> %s took %.1f s (WireGuard's handshake retry)"
+                        % (what, cli, srv, took))
+                    self.wireguard_state()
             finally:
                 proc.kill()
                 proc.communicate()
+
+    def wireguard_state(self):
+        """What WireGuard holds on a, nat1 and nat2 (`wg show all dump`: the
+        endpoints, the last handshakes, the counters) and a's pairs: logged
+        when TCP over the relay fails or is slow."""
+        for n in ("a", "nat1", "nat2"):
+            r = self.p.net.exec(self.p.net.full(n), ["wg", "show", "all", "dump"], ok=False)
+            log("---- %s: wg show all dump (at %.1f)\n%s" % (n, time.time(), r.stdout.strip()))
+        sa = self.p.status("a")
+        log("---- a relays %s" % json.dumps(sa.get("relaying") if sa else None))
+
+    def report(self):
+        """The nodes' logs, WireGuard's handshake lines (wireguard-go logs at
+        LOG_LEVEL=verbose here) kept and its other debug lines left out."""
+        for n in self.p.procs:
+            for path in (self.p.logs.get(n), os.path.join(self.p.state(n), "node.log")):
+                try:
+                    with open(path, errors="replace") as f:
+                        lines = [x for x in f if not x.startswith("DEBUG") or
+                                 "andshake" in x or "invalid" in x]
+                except (OSError, TypeError):
+                    continue
+                log("---- %s\n%s" % (path, "".join(lines[-60:])))
 
     def run(self):
         p = self.p
@@ -182,7 +218,8 @@ class RelayTest:
         t0 = time.time()
         for n in ("nat1", "nat2"):
             p.start(n, ["join", self.invite("a"), "--state", p.state(n), "--name", n,
-                        "--listen-port", str(WG_PORT), "--http", "off", "--threads", "1"])
+                        "--listen-port", str(WG_PORT), "--http", "off", "--threads", "1"],
+                    env=dict(os.environ, LOG_LEVEL="verbose"))
         t_join2 = time.time()
         p.wait("nat1 and nat2 joined", lambda: self.all_alive(["a", "nat1", "nat2"]), 30)
         self.measured("1. a up, nat1 and nat2 joined through a: all three alive", time.time() - t0)
@@ -393,7 +430,7 @@ def main():
     if rc:
         return rc
     t = RelayTest(sn, args.keep)
-    return run_test("relay_test", t.run, t.p.report, t.p.cleanup, t.t_start, t.summary,
+    return run_test("relay_test", t.run, t.report, t.p.cleanup, t.t_start, t.summary,
                     lambda secs: "ok   7. cleanup: namespaces, processes and files removed "
                     "(%.1f s)" % secs)
 
