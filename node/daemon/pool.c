@@ -18,14 +18,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 /* A child `shardnode ARGS...` with stdout and stderr appended to log;
- * keys: the path of its HELLO keys (SHARDNODE_HELLO_KEYS), or NULL. */
-pid_t pool_spawn(daemon_t *d, const char *log, char *const *args, const char *keys)
+ * keys: the path of its HELLO keys (SHARDNODE_HELLO_KEYS), or NULL; nice:
+ * added to its niceness (0: the daemon's). */
+pid_t pool_spawn(daemon_t *d, const char *log, char *const *args, const char *keys, int nice)
 {
     /* No signal may reach the child before its handlers are the default
      * ones: libevent's would write the signal into the daemon's own loop (a
@@ -56,6 +58,7 @@ pid_t pool_spawn(daemon_t *d, const char *log, char *const *args, const char *ke
         if (keys) setenv("SHARDNODE_HELLO_KEYS", keys, 1);
         else unsetenv("SHARDNODE_HELLO_KEYS");
         setpgid(0, 0);
+        if (nice > 0) (void)setpriority(PRIO_PROCESS, 0, getpriority(PRIO_PROCESS, 0) + nice);
         /* this very binary, even when its file was replaced or removed
          * since the node started (an upgrade): /proc/self/exe still names
          * the inode that runs */
@@ -347,7 +350,7 @@ static void start_profile(daemon_t *d, const pool_action *a)
                     "--micro-batch", mb, "--seq", seq,
                     "--cache", cache, "--out", out, "--lock", lock,
                     d->threads ? "--threads" : NULL, thr, NULL};
-    p->prof_pid = pool_spawn(d, log, args, NULL);
+    p->prof_pid = pool_spawn(d, log, args, NULL, 0);
     if (!p->prof_pid) pool_core_profiled(p->core, NULL, "cannot start the profiler", &p->acts);
 }
 
@@ -389,7 +392,7 @@ static void start_probe(daemon_t *d, const pool_action *a)
                      d->name, "--bind", d->overlay, "--lock", lock};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) args[k++] = fixed[i];
     target_args(a, args, k, targets);
-    p->probe_pid = pool_spawn(d, log, args, NULL);
+    p->probe_pid = pool_spawn(d, log, args, NULL, 0);
     free(args);
     free(targets);
     if (!p->probe_pid) pool_core_links_measured(p->core, NULL, &p->acts);
@@ -438,7 +441,7 @@ static void start_fetch(daemon_t *d, const pool_action *a)
     target_args(a, args, k, targets);
     pool_kill_child(&p->fetch_pid);
     p->fetching = a->job;
-    p->fetch_pid = pool_spawn(d, log, args, NULL);
+    p->fetch_pid = pool_spawn(d, log, args, NULL, 0);
     free(args);
     free(targets);
     if (!p->fetch_pid) pool_core_fetched(p->core, &a->job, NULL, &p->acts);
@@ -495,7 +498,7 @@ static void start_gather(daemon_t *d)
     char log[DAEMON_PATH_MAX + 32];
     snprintf(log, sizeof log, "%s/export.log", p->dir);
     char *args[] = {"shardnode", "export", "--state", d->state, NULL};
-    p->export_pid = pool_spawn(d, log, args, NULL);
+    p->export_pid = pool_spawn(d, log, args, NULL, 0);
     if (!p->export_pid) pool_core_gathered(p->core, false, &p->acts);
 }
 

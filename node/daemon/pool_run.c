@@ -191,7 +191,7 @@ void pool_start_run(daemon_t *d, const pool_action *a)
     }
     for (int i = 0; i < ntrain; i++) args[k++] = train[i];
     args[k] = NULL;
-    p->run_pid = pool_spawn(d, log, args, keys_path);
+    p->run_pid = pool_spawn(d, log, args, keys_path, 0);
     free(args);
     free(pieces);
     if (!p->run_pid)
@@ -200,7 +200,8 @@ void pool_start_run(daemon_t *d, const pool_action *a)
 
 /* A buddy's copy: the snapshot a names, from its stage's holder into this
  * node's snapshot folder (`shardnode fetch`: a part file renamed once
- * complete, so the previous copy stays until the new one is whole). */
+ * complete, so the previous copy stays until the new one is whole), at a
+ * lower CPU priority: insurance gives way to this member's own stage. */
 void pool_start_pull(daemon_t *d, const pool_action *a)
 {
     pool *p = d->pool;
@@ -222,7 +223,7 @@ void pool_start_pull(daemon_t *d, const pool_action *a)
                     "--bind", d->overlay, "--path", rel, target, NULL};
     pool_kill_child(&p->pull_pid);
     p->pulling = *x;
-    p->pull_pid = pool_spawn(d, log, args, NULL);
+    p->pull_pid = pool_spawn(d, log, args, NULL, POOL_COPY_NICE);
     if (!p->pull_pid) pool_core_pulled(p->core, false, "cannot start the copy", &p->acts);
 }
 
@@ -266,7 +267,7 @@ void pool_start_checkpoint(daemon_t *d, const pool_action *a)
     args[k] = NULL;
     pool_kill_child(&p->ckpt_pid);
     p->ckpt_step = a->step;
-    p->ckpt_pid = pool_spawn(d, log, args, NULL);
+    p->ckpt_pid = pool_spawn(d, log, args, NULL, 0);
     free(args);
     free(pieces);
     if (!p->ckpt_pid)
