@@ -174,6 +174,7 @@ static void fwd_readable(evutil_socket_t fd, short what, void *arg)
     relay_fwd *f = arg;
     int s = fd == f->fd[0] ? 0 : 1, o = 1 - s;
     static uint8_t buf[RELAY_DGRAM_MAX];
+    int64_t now = daemon_now_ms(); /* one batch: at most 64 datagrams read at once */
     for (int k = 0; k < 64; k++) {
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;
@@ -185,7 +186,6 @@ static void fwd_readable(evutil_socket_t fd, short what, void *arg)
             f->dropped++;
             continue;
         }
-        int64_t now = daemon_now_ms();
         if (!f->at_len[s] || memcmp(&f->at[s], &ss, sl) != 0) {
             memcpy(&f->at[s], &ss, sl);
             f->at_len[s] = sl;
@@ -322,8 +322,8 @@ json_t *daemon_relay_status_json(daemon_t *d)
     for (size_t i = 0; i < d->nfwd; i++) {
         const relay_fwd *f = d->fwd[i];
         json_array_append_new(
-            arr, json_pack("{s:[s,s], s:[i,i], s:[I,I], s:[I,I], s:I, s:I, s:f}", "pair", f->name[0],
-                           f->name[1], "ports", f->port[0], f->port[1], "datagrams",
+            arr, json_pack("{s:[s,s], s:[i,i], s:[I,I], s:[I,I], s:I, s:I, s:f}", "pair",
+                           f->name[0], f->name[1], "ports", f->port[0], f->port[1], "datagrams",
                            (json_int_t)f->pkts[0], (json_int_t)f->pkts[1], "bytes",
                            (json_int_t)f->bytes[0], (json_int_t)f->bytes[1], "dropped",
                            (json_int_t)f->dropped, "crossed", (json_int_t)f->crossed, "since_s",

@@ -25,9 +25,10 @@
 #include <unistd.h>
 
 /* A child `shardnode ARGS...` with stdout and stderr appended to log;
- * keys: the path of its HELLO keys (SHARDNODE_HELLO_KEYS), or NULL; nice:
- * added to its niceness (0: the daemon's). */
-pid_t pool_spawn(daemon_t *d, const char *log, char *const *args, const char *keys, int nice)
+ * keys: the path of its HELLO keys (SHARDNODE_HELLO_KEYS), or NULL;
+ * niceness: added to the daemon's (0: the same). */
+pid_t pool_spawn(daemon_t *d, const char *log, char *const *args, const char *keys,
+                 int niceness)
 {
     /* No signal may reach the child before its handlers are the default
      * ones: libevent's would write the signal into the daemon's own loop (a
@@ -58,7 +59,8 @@ pid_t pool_spawn(daemon_t *d, const char *log, char *const *args, const char *ke
         if (keys) setenv("SHARDNODE_HELLO_KEYS", keys, 1);
         else unsetenv("SHARDNODE_HELLO_KEYS");
         setpgid(0, 0);
-        if (nice > 0) (void)setpriority(PRIO_PROCESS, 0, getpriority(PRIO_PROCESS, 0) + nice);
+        if (niceness > 0)
+            (void)setpriority(PRIO_PROCESS, 0, getpriority(PRIO_PROCESS, 0) + niceness);
         /* this very binary, even when its file was replaced or removed
          * since the node started (an upgrade): /proc/self/exe still names
          * the inode that runs */

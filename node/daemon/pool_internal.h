@@ -56,7 +56,8 @@ int pool_hello_key(const uint8_t own_priv[GOSSIP_KEY_LEN], const uint8_t own_pub
 /* pool.c: a child `shardnode ARGS...` (stdout and stderr appended to log,
  * keys: its HELLO keys' path or NULL; 0 when it cannot start), a child
  * stopped (SIGTERM, then SIGKILL), a file's last non-empty line. */
-pid_t pool_spawn(daemon_t *d, const char *log, char *const *args, const char *keys, int nice);
+pid_t pool_spawn(daemon_t *d, const char *log, char *const *args, const char *keys,
+                 int niceness);
 #define POOL_COPY_NICE 10 /* a buddy's copy of a snapshot (setpriority) */
 void pool_kill_child(pid_t *pid);
 void pool_last_line(const char *path, char *out, size_t len);

@@ -216,10 +216,10 @@ typedef struct {
                              * snapshots of one step (any layer ranges that cover it) */
     int nresume_files;
 } engine_options;
+#define ENGINE_COPY_WAIT_MS 30000 /* the longest wait for a copy (wait_copies) */
 /* The steps between a pool stage's snapshots for a job's snapshot_every N,
  * the most steps a loss may redo: ceil(N / 2) (docs/ARCHITECTURE.md,
  * "Recovery"); 0 for none. */
-#define ENGINE_COPY_WAIT_MS 30000
 static inline long job_snapshot_interval(long every) { return every > 0 ? (every + 1) / 2 : 0; }
 /* Whether the snapshot of `step` of a layer range may be removed, given the
  * steps held of that range (steps[0..n)): when two of them newer than it

@@ -444,19 +444,21 @@ class Pool:
             time.sleep(0.5)
         raise Failure("timed out after %d s waiting for %s" % (timeout, what))
 
-    def tail(self, n, lines=40):
+    def tail(self, n, lines=40, keep=None):
+        """The last lines of n's logs; keep(line): which lines count (all)."""
         out = []
         for path in (self.logs.get(n), os.path.join(self.state(n), "node.log")):
             try:
                 with open(path, errors="replace") as f:
-                    out.append("---- %s\n%s" % (path, "".join(f.readlines()[-lines:])))
+                    kept = [x for x in f if keep is None or keep(x)]
+                out.append("---- %s\n%s" % (path, "".join(kept[-lines:])))
             except (OSError, TypeError):
                 pass
         return "\n".join(out)
 
-    def report(self):
+    def report(self, lines=40, keep=None):
         for n in self.procs:
-            log(self.tail(n))
+            log(self.tail(n, lines, keep))
 
     def cleanup(self):
         for p in self.procs.values():
