@@ -3,13 +3,15 @@
     /usr/bin/python3 bench/elastic.py --shardnode build/shardnode [--trials 10] [--seed 1]
 
 A pool of five members in network namespaces over wireguard-go (a, b, c, d
-compute with one thread each, e submits and watches), the demo's model
+compute with one thread each — `--compute` may name fewer; the others keep
+copies only — and e submits and watches), the demo's model
 (configs/kjv/config.json: hidden 256, 4 layers) on the KJV text, batch 16
 of 128 tokens in micro-batches of 4, snapshots as the pool chooses them
 (the job sets none). Timings only, never pass/fail.
 
 1. Insurance: the same job without snapshots (`snapshot_every` twice the
-   job's steps) and with them, alternately, `--pairs` times: the mean step
+   job's steps) and with them, alternately, `--pairs` times (then up to
+   `--extra` runs more while no cut of the layers came up both ways): the mean step
    time of each run (step_ms counts what a stage does between steps:
    snapshots, waits for a buddy's copy), and for each cut of the layers
    that came up both ways the ratio of their medians (the cost of snapshots
@@ -125,12 +127,18 @@ def main():
     ap.add_argument("--shardnode", default=os.path.join(ROOT, "build", "shardnode"))
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--pairs", type=int, default=2)
+    ap.add_argument("--extra", type=int, default=4,
+                    help="insurance runs after the pairs while no cut of the layers came up "
+                         "both with and without snapshots (default 4)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--snapshot-every", type=int, default=0,
                     help="the job's snapshot_every for the insurance's 'on' runs and the "
                          "trials (default: none, the pool's choice)")
     ap.add_argument("--steps", type=int, default=80, help="the job's steps (default 80)")
+    ap.add_argument("--compute", default="abcd",
+                    help="the members of a, b, c, d that compute (the others, like e, vote, "
+                         "watch and keep copies: --no-compute); default abcd")
     args = ap.parse_args()
     global STEPS
     STEPS = args.steps
@@ -171,7 +179,7 @@ def body(t, args):
 
     ip = {n: "10.205.0.%d" % (11 + i) for i, n in enumerate(NAMES)}
     t.net.build(ip, {})
-    opts = {n: ["--threads", "1"] for n in "abcd"}
+    opts = {n: ["--threads", "1"] if n in args.compute else ["--no-compute"] for n in "abcd"}
     opts["e"] = ["--no-compute"]
     t.grow(ip, "10.80.0.0/16", opts, 30)
     t.wait("all five alive", lambda: t.all_alive(NAMES, 5), 120)
@@ -189,24 +197,36 @@ def body(t, args):
     every = None
     ref = None
     mine = {"snapshot_every": args.snapshot_every} if args.snapshot_every > 0 else {}
+    def insurance_run(kind, i):
+        nonlocal prev, every, ref
+        # off: snapshots every ceil(se / 2) steps, never at the last
+        over = {"snapshot_every": 2 * STEPS} if kind == "off" else dict(mine)
+        sub, jid, c = submit(t, job("ins-%s-%d" % (kind, i), **over), prev)
+        finish(sub, "insurance")
+        prev = jid
+        ms = mean_step(t, c["stages"], jid)
+        cut = " ".join("%d-%d" % (s_[1], s_[2]) for s_ in c["stages"])
+        by_cut[kind].setdefault(cut, []).append(ms)
+        if kind == "on":
+            every = c.get("se")
+        if ref is None:
+            ref = {m["step"]: m["loss"] for m in job_metrics(t, c["stages"][0][0], jid)}
+        print("insurance %-3s run %d: mean step %.1f ms (plan: %s%s)"
+              % (kind, i, ms, " ".join("%s:%d-%d" % tuple(s_[:3]) for s_ in c["stages"]),
+                 ", snapshot_every %s" % c.get("se") if kind == "on" else ""),
+              flush=True)
+
     for i in range(args.pairs):
         for kind in ("off", "on"):
-            # off: snapshots every ceil(se / 2) steps, never at the last
-            over = {"snapshot_every": 2 * STEPS} if kind == "off" else dict(mine)
-            sub, jid, c = submit(t, job("ins-%s-%d" % (kind, i), **over), prev)
-            finish(sub, "insurance")
-            prev = jid
-            ms = mean_step(t, c["stages"], jid)
-            cut = " ".join("%d-%d" % (s_[1], s_[2]) for s_ in c["stages"])
-            by_cut[kind].setdefault(cut, []).append(ms)
-            if kind == "on":
-                every = c.get("se")
-            if ref is None:
-                ref = {m["step"]: m["loss"] for m in job_metrics(t, c["stages"][0][0], jid)}
-            print("insurance %-3s run %d: mean step %.1f ms (plan: %s%s)"
-                  % (kind, i, ms, " ".join("%s:%d-%d" % tuple(s_[:3]) for s_ in c["stages"]),
-                     ", snapshot_every %s" % c.get("se") if kind == "on" else ""),
-                  flush=True)
+            insurance_run(kind, i)
+    # --extra runs while no cut came up both ways: of the kind that lacks
+    # one (the elections cut the layers by noisy profiles; a cut that came
+    # up once may come up again)
+    for i in range(args.pairs, args.pairs + args.extra):
+        if set(by_cut["off"]) & set(by_cut["on"]):
+            break
+        runs = {k: sum(len(v) for v in by_cut[k].values()) for k in by_cut}
+        insurance_run("on" if runs["on"] <= runs["off"] else "off", i)
     ratios = []
     for cut in sorted(set(by_cut["off"]) & set(by_cut["on"])):
         a, b = statistics.median(by_cut["off"][cut]), statistics.median(by_cut["on"][cut])

@@ -24,6 +24,12 @@
 #include <unistd.h>
 
 #define FETCH_TIMEOUT_MS 10000
+/* A paced fetch's receive buffer: what the sender may have in flight, so
+ * that the pace holds on the wire and not only in this process's reads:
+ * FETCH_PACE_MS of the pace, within these bounds */
+#define FETCH_PACE_WINDOW (64 * 1024)
+#define FETCH_PACE_WINDOW_MAX (4 * 1024 * 1024)
+#define FETCH_PACE_MS 10
 
 static int64_t mono_ns(void)
 {
@@ -49,6 +55,15 @@ static int connect_to(const char *addr, int port, const char *from, int timeout_
     return fd;
 }
 
+/* A fetch's pace (docs/PROTOCOL.md, "Recovery", 2): at most rate
+ * bytes a second over the whole file, however many requests it takes. */
+typedef struct {
+    int64_t rate;                 /* bytes a second; 0: as fast as the link goes */
+    int window;                   /* the receive buffer, bytes */
+    int64_t t0;                   /* mono_ns of the first byte asked for */
+    uint64_t got;                 /* bytes received since t0 */
+} fetch_pace;
+
 static int io_all(int fd, void *buf, size_t n, bool rd)
 {
     uint8_t *b = buf;
@@ -62,10 +77,34 @@ static int io_all(int fd, void *buf, size_t n, bool rd)
     return 0;
 }
 
+/* Reads n bytes, never more than pace->rate a second on average since
+ * pace->t0: a piece of at most the window at a time, then a sleep until the
+ * pace allows the next (the sender waits on the closed window meanwhile). */
+static int read_paced(int fd, uint8_t *b, size_t n, fetch_pace *pace)
+{
+    if (!pace || pace->rate <= 0) return io_all(fd, b, n, true);
+    while (n) {
+        size_t want = n < (size_t)pace->window ? n : (size_t)pace->window;
+        if (io_all(fd, b, want, true) != 0) return -1;
+        b += want;
+        n -= want;
+        pace->got += want;
+        int64_t due = pace->t0 + (int64_t)((double)pace->got * 1e9 / (double)pace->rate),
+                now = mono_ns();
+        if (due > now) {
+            struct timespec ts = {(time_t)((due - now) / 1000000000),
+                                  (long)((due - now) % 1000000000)};
+            while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+            }
+        }
+    }
+    return 0;
+}
+
 /* One FETCH and its reply (decoded into *r: gossip_msg_free it). */
 static int fetch_once(const char *addr, int port, const uint8_t mesh_id[GOSSIP_MESH_ID_LEN],
                       const char *from, const char *bind_addr, const char *path, uint64_t off,
-                      gossip_msg *r, char *err, size_t errlen)
+                      fetch_pace *pace, gossip_msg *r, char *err, size_t errlen)
 {
     memset(r, 0, sizeof *r);
     gossip_msg q;
@@ -91,6 +130,12 @@ static int fetch_once(const char *addr, int port, const uint8_t mesh_id[GOSSIP_M
         free(buf);
         return -1;
     }
+    if (pace && pace->rate > 0) {
+        /* after connect is soon enough: the window this buffer leaves is
+         * what the sender sees from the first data on */
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &pace->window, sizeof pace->window);
+        if (!pace->t0) pace->t0 = mono_ns();
+    }
     uint8_t pre[4];
     int rc = -1;
     if (io_all(fd, buf, len, false) != 0 || io_all(fd, pre, 4, true) != 0) {
@@ -104,7 +149,7 @@ static int fetch_once(const char *addr, int port, const uint8_t mesh_id[GOSSIP_M
     }
     free(buf);
     buf = malloc(n);
-    if (!buf || io_all(fd, buf, n, true) != 0) {
+    if (!buf || read_paced(fd, buf, n, pace) != 0) {
         node_errf(err, errlen, "%s port %d: the reply was cut short", addr, port);
         goto out;
     }
@@ -175,7 +220,7 @@ int cmd_probe_links(int argc, char **argv)
                 snprintf(path, sizeof path, "probe/%zu", sizes[s]);
                 gossip_msg r;
                 int64_t t0 = mono_ns();
-                if (fetch_once(addr, port, mesh_id, from, bind_addr, path, 0, &r, err,
+                if (fetch_once(addr, port, mesh_id, from, bind_addr, path, 0, NULL, &r, err,
                                sizeof err) != 0)
                     continue;
                 int64_t dt = mono_ns() - t0;
@@ -202,17 +247,19 @@ int cmd_probe_links(int argc, char **argv)
     return rc;
 }
 
-/* ---- shardnode fetch --out FILE --mesh HEX --from NAME [--bind OVERLAY] --path PATH
- *      NAME=ADDR:PORT ...: the file PATH from the first member that serves it
- *      (run by the daemon for a job's blob) ---- */
+/* ---- shardnode fetch --out FILE --mesh HEX --from NAME [--bind OVERLAY]
+ *      [--rate BYTES_PER_S] --path PATH NAME=ADDR:PORT ...: the file PATH from
+ *      the first member that serves it (run by the daemon for a job's blob and
+ *      for a buddy's copy of a snapshot, which is paced) ---- */
 
 static int fetch_file(const char *addr, int port, const uint8_t mesh_id[GOSSIP_MESH_ID_LEN],
                       const char *from, const char *bind_addr, const char *path,
-                      const char *dest, char *err, size_t errlen);
+                      const char *dest, fetch_pace *pace, char *err, size_t errlen);
 
 int cmd_fetch(int argc, char **argv)
 {
-    const char *out = NULL, *mesh = NULL, *from = NULL, *bind_addr = NULL, *path = NULL;
+    const char *out = NULL, *mesh = NULL, *from = NULL, *bind_addr = NULL, *path = NULL,
+               *rate = NULL;
     uint8_t mesh_id[GOSSIP_MESH_ID_LEN];
     int first = 2;
     for (; first + 1 < argc && strncmp(argv[first], "--", 2) == 0; first += 2) {
@@ -221,13 +268,30 @@ int cmd_fetch(int argc, char **argv)
         else if (strcmp(argv[first], "--from") == 0) from = argv[first + 1];
         else if (strcmp(argv[first], "--bind") == 0) bind_addr = argv[first + 1];
         else if (strcmp(argv[first], "--path") == 0) path = argv[first + 1];
+        else if (strcmp(argv[first], "--rate") == 0) rate = argv[first + 1];
         else break;
     }
     if (!out || !mesh || !from || !path || first >= argc ||
         node_hex_decode(mesh, mesh_id, sizeof mesh_id) != 0) {
         fprintf(stderr, "usage: shardnode fetch --out FILE --mesh HEX --from NAME "
-                        "[--bind OVERLAY] --path PATH NAME=ADDR:PORT ...\n");
+                        "[--bind OVERLAY] [--rate BYTES_PER_S] --path PATH NAME=ADDR:PORT ...\n");
         return 2;
+    }
+    fetch_pace pace = {0, 0, 0, 0};
+    if (rate) {
+        char *end = NULL;
+        errno = 0;
+        long long r = strtoll(rate, &end, 10);
+        if (errno || end == rate || *end || r < FETCH_PACE_WINDOW) {
+            fprintf(stderr, "shardnode fetch: --rate %s: not a whole number of bytes a second "
+                            "of at least %d\n", rate, FETCH_PACE_WINDOW);
+            return 2;
+        }
+        pace.rate = r;
+        int64_t w = r / (1000 / FETCH_PACE_MS);
+        pace.window = w < FETCH_PACE_WINDOW       ? FETCH_PACE_WINDOW
+                      : w > FETCH_PACE_WINDOW_MAX ? FETCH_PACE_WINDOW_MAX
+                                                  : (int)w;
     }
     for (int i = first; i < argc; i++) {
         char name[MESH_NAME_MAX], addr[GOSSIP_ADDR_MAX], err[512] = "";
@@ -239,7 +303,9 @@ int cmd_fetch(int argc, char **argv)
         }
         snprintf(name, sizeof name, "%.*s", (int)(eq - argv[i]), argv[i]);
         snprintf(addr, sizeof addr, "%.*s", (int)(colon - eq - 1), eq + 1);
-        if (fetch_file(addr, atoi(colon + 1), mesh_id, from, bind_addr, path, out, err,
+        pace.t0 = 0;
+        pace.got = 0;
+        if (fetch_file(addr, atoi(colon + 1), mesh_id, from, bind_addr, path, out, &pace, err,
                        sizeof err) == 0) {
             printf("fetch: %s from %s\n", path, name);
             return 0;
@@ -303,7 +369,7 @@ int pool_fetch_open(const char *state, const char *rel)
 
 static int fetch_file(const char *addr, int port, const uint8_t mesh_id[GOSSIP_MESH_ID_LEN],
                       const char *from, const char *bind_addr, const char *path,
-                      const char *dest, char *err, size_t errlen)
+                      const char *dest, fetch_pace *pace, char *err, size_t errlen)
 {
     char tmp[DAEMON_PATH_MAX + 320];
     snprintf(tmp, sizeof tmp, "%s.part", dest);
@@ -319,7 +385,8 @@ static int fetch_file(const char *addr, int port, const uint8_t mesh_id[GOSSIP_M
     int rc = -1;
     while (off < total) {
         gossip_msg r;
-        if (fetch_once(addr, port, mesh_id, from, bind_addr, path, off, &r, err, errlen) != 0)
+        if (fetch_once(addr, port, mesh_id, from, bind_addr, path, off, pace, &r, err, errlen) !=
+            0)
             goto out;
         total = r.total;
         bool bad = r.offset != off || (r.data_len == 0 && off < total);
@@ -421,8 +488,8 @@ int pool_export(const char *state, const char *out, char *err, size_t errlen)
                    c->stage[i].layer_begin, c->stage[i].layer_end);
             continue;
         }
-        if (fetch_file(addr, pool_reply_gossip_port(st, name), mesh_id, self, own, path, dest, err,
-                       errlen) != 0)
+        if (fetch_file(addr, pool_reply_gossip_port(st, name), mesh_id, self, own, path, dest,
+                       NULL, err, errlen) != 0)
             goto done;
         printf("export: stage %s (layers %d..%d) fetched from %s\n", name,
                c->stage[i].layer_begin, c->stage[i].layer_end, addr);

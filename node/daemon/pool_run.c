@@ -219,8 +219,16 @@ void pool_start_pull(daemon_t *d, const pool_action *a)
     snprintf(target, sizeof target, "%s=%s:%d", a->targets[0].name, a->targets[0].address,
              a->targets[0].port);
     node_hex_encode(d->mesh_id, GOSSIP_MESH_ID_LEN, mesh_hex);
+    char rate[32];
+    snprintf(rate, sizeof rate, "%lld", (long long)a->rate);
     char *args[] = {"shardnode", "fetch", "--out", out, "--mesh", mesh_hex, "--from", d->name,
-                    "--bind", d->overlay, "--path", rel, target, NULL};
+                    "--bind", d->overlay, "--path", rel, target, NULL, NULL, NULL};
+    if (a->rate > 0) {
+        /* paced (pool_core.h, POOL_PULL_SHARE): before the target */
+        args[12] = "--rate";
+        args[13] = rate;
+        args[14] = target;
+    }
     pool_kill_child(&p->pull_pid);
     p->pulling = *x;
     p->pull_pid = pool_spawn(d, log, args, NULL, POOL_COPY_NICE);

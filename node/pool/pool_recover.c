@@ -283,20 +283,29 @@ int64_t core_resume_step(pool_core *c, const pool_member *m, const int *in, int 
     return -1;
 }
 
+/* The bytes of a snapshot of layers [b, e) of the job's model: what trains
+ * (weights) and both AdamW moments, with the embedding when b is 0 and the
+ * head when e is the last layer; -1 when the shape cannot be costed. */
+static int64_t state_bytes(const pool_core *c, int b, int e)
+{
+    cost_bytes cb;
+    char err[256];
+    if (cost_bytes_compute(&cb, &c->shape, 1, 4, err, sizeof err) != 0) return -1;
+    int64_t n = (int64_t)(e - b) * cb.trainable[COST_LAYER];
+    if (b == 0) n += cb.trainable[COST_EMBED];
+    if (e == c->shape.layers) n += cb.trainable[COST_HEAD];
+    return 12 * n;
+}
+
 int64_t core_snapshot_every(const pool_core *c, const plan *pl, const cost_link *links, int f)
 {
     if (c->snapshot_every > 0) return c->snapshot_every;
-    cost_bytes cb;
-    char err[256];
-    if (cost_bytes_compute(&cb, &c->shape, 1, 4, err, sizeof err) != 0) return 10;
-    /* the largest stage's state: what trains (weights) and both moments */
+    /* the largest stage's state */
     int64_t bytes = 0;
     for (int s = 0; s < pl->nstages; s++) {
-        int64_t b = (int64_t)(pl->stage[s].layer_end - pl->stage[s].layer_begin) *
-                    cb.trainable[COST_LAYER];
-        if (s == 0) b += cb.trainable[COST_EMBED];
-        if (s == pl->nstages - 1) b += cb.trainable[COST_HEAD];
-        if (12 * b > bytes) bytes = 12 * b;
+        int64_t b = state_bytes(c, pl->stage[s].layer_begin, pl->stage[s].layer_end);
+        if (b < 0) return 10;
+        if (b > bytes) bytes = b;
     }
     int64_t bw = 0;
     for (int i = 0; i < f * f; i++)
@@ -540,6 +549,32 @@ bool pool_core_copied(const pool_core *c, pool_snap *out)
     return true;
 }
 
+/* The pace of this member's copies (POOL_ACT_PULL's rate): the state of
+ * every stage it keeps copies of, in POOL_PULL_SHARE of the planned time
+ * between two snapshots. At the link's full speed the copies come in bursts
+ * that queue the pipeline's own frames behind them in the tunnel (a
+ * frame's 0.5 ms round trip grew to 9 ms under an unpaced copy here); paced,
+ * the same bytes cost the same CPU but leave the frames their turn.
+ * 0: as fast as the link goes (no planned step time, or too small a
+ * state to matter). */
+static int64_t pull_rate(const pool_core *c, const pool_plan *pl, const pool_member *m, int n)
+{
+    int64_t step_ns = pl->has_shared && pl->step_ns_shared > 0 ? pl->step_ns_shared : pl->step_ns;
+    int64_t h = job_snapshot_interval((long)pl->snapshot_every), bytes = 0;
+    if (step_ns <= 0 || h <= 0) return 0;
+    for (int s = 0; s < pl->nstages; s++) {
+        int b = buddy_of(c, pl, s, m, n);
+        if (b < 0 || !m[b].self) continue;
+        int64_t x = state_bytes(c, pl->stage[s].layer_begin, pl->stage[s].layer_end);
+        if (x < 0) return 0;
+        bytes += x;
+    }
+    double secs = POOL_PULL_SHARE * (double)h * (double)step_ns * 1e-9;
+    if (bytes <= 0 || secs <= 0) return 0;
+    double rate = (double)bytes / secs;
+    return rate < POOL_PULL_MIN_RATE ? POOL_PULL_MIN_RATE : rate > 1e15 ? 0 : (int64_t)rate;
+}
+
 void core_pull(pool_core *c, const pool_member *m, int n, int64_t now, pool_actions *out)
 {
     const pool_plan *pl = pool_core_committed(c);
@@ -586,6 +621,7 @@ void core_pull(pool_core *c, const pool_member *m, int n, int64_t now, pool_acti
         a->targets[0].port = h->port;
         a->snaps[0] = *want;
         a->ntargets = 1;
+        a->rate = pull_rate(c, pl, m, n);
         c->pull_pending = true;
         return;
     }

@@ -57,8 +57,8 @@ def main():
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--seed", type=int, default=15)
     ap.add_argument("--scenarios", default="middle,last,resume,partition",
-                    help="which to run (the ASan tree runs middle,resume: daemons and stages "
-                         "under ASan take about four times as long)")
+                    help="which to run (resume needs middle; the ASan tree runs middle,resume "
+                         "and the Release tree last,partition: tests/CMakeLists.txt)")
     args = ap.parse_args()
     sn = os.path.abspath(args.shardnode)
     t_start = time.time()

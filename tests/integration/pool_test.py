@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 
@@ -168,6 +169,41 @@ def body(t):
             keys = json.load(f)
         check(sorted(keys) == [m for m in names if m != n], "%s names %s" % (kp, sorted(keys)))
     log("ok   only d would write its out_dir; stages held HELLO keys for each other (0600)")
+
+    # A paced FETCH (a buddy's copies are: docs/PROTOCOL.md, "Recovery"): d
+    # copies a stage's file at --rate R; the bytes are the stage's, and the
+    # copy took at least size / R (the client sleeps until the pace allows
+    # each next piece, the last one included). A --rate that is not a whole
+    # number of at least 64 KiB a second is refused, naming the flag.
+    n = names[0]
+    rel = "jobs/%s/out/stage-%s.safetensors" % (ida, n)
+    src = os.path.join(t.state(n), rel)
+    size = os.path.getsize(src)
+    rate = max(65536, int(size / 1.5))
+    st_d = t.status("d")
+    addr = {m["name"]: m["address"] for m in st_d["members"]}
+    port = {m["name"]: m["gossip_port"] for m in st_d["members"]}
+    dest = os.path.join(wd, "paced.safetensors")
+    env = dict(os.environ, SHARDNODE_STATE=t.state("d"))
+    base = ["ip", "netns", "exec", t.net.full("d"), t.sn, "fetch", "--out", dest, "--mesh",
+            st_d["mesh_id"], "--from", "d", "--bind", addr["d"]]
+    target = ["--path", rel, "%s=%s:%d" % (n, addr[n], port[n])]
+    t0 = time.time()
+    p = subprocess.run(base + ["--rate", str(rate)] + target, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+    took = time.time() - t0
+    check(p.returncode == 0, "paced fetch exited %d: %s" % (p.returncode, p.stderr))
+    with open(src, "rb") as f1, open(dest, "rb") as f2:
+        check(f1.read() == f2.read(), "the paced copy of %s differs from the stage's" % rel)
+    check(took >= size / rate, "%d bytes at --rate %d took %.2f s, under %.2f s"
+          % (size, rate, took, size / rate))
+    for bad in ("1000", "12x", "-5"):
+        p = subprocess.run(base + ["--rate", bad] + target, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env=env, timeout=30)
+        check(p.returncode == 2 and "--rate %s" % bad in p.stderr,
+              "fetch --rate %s: exit %d, %r" % (bad, p.returncode, p.stderr))
+    log("ok   a paced fetch of %s (%d bytes at %d bytes/s) took %.2f s (>= %.2f); bad --rate "
+        "refused" % (rel, size, rate, took, size / rate))
 
     # a job naming a file b has with another hash, then one too big for the pool
     other = os.path.join(wd, "corpus-b.txt")

@@ -105,6 +105,9 @@ typedef struct {
     int nheld;
     pool_snap pulling;
     int64_t pull_at;             /* a PULL ends (0: none) */
+    int64_t pull_epoch;          /* the epoch of paced[] */
+    pool_snap paced[8];          /* the layer ranges it was asked to copy in that epoch */
+    int npaced;
     int pull_from;
     pool_target *probe;
     int nprobe;
@@ -500,6 +503,47 @@ static void pipelines(void)
     }
 }
 
+/* The bytes of a snapshot of layers [b, e) of SHAPE: weights and both
+ * moments, with the embedding and the head where the range has them. */
+static double sim_state_bytes(int b, int e)
+{
+    cost_bytes cb;
+    char err[256];
+    if (cost_bytes_compute(&cb, &SHAPE, 1, 4, err, sizeof err) != 0) return -1;
+    return 12.0 * ((double)(e - b) * (double)cb.trainable[COST_LAYER] +
+                   (b == 0 ? (double)cb.trainable[COST_EMBED] : 0) +
+                   (e == SHAPE.layers ? (double)cb.trainable[COST_HEAD] : 0));
+}
+
+/* A buddy's copies are paced (pool_core.h, POOL_PULL_SHARE) so that all
+ * the stages it keeps copies of fit that share of the planned time between
+ * two snapshots, unless the floor POOL_PULL_MIN_RATE rules. */
+static void sim_check_pace(sim_member *m, const pool_action *a)
+{
+    const pool_plan *pl = pool_core_committed(m->core);
+    int64_t step_ns = !pl                                         ? 0
+                      : pl->has_shared && pl->step_ns_shared > 0 ? pl->step_ns_shared
+                                                                  : pl->step_ns;
+    long h = pl ? job_snapshot_interval((long)pl->snapshot_every) : 0;
+    if (!pl || step_ns <= 0 || h <= 0) return;
+    if (m->pull_epoch != pl->epoch) {
+        m->pull_epoch = pl->epoch;
+        m->npaced = 0;
+    }
+    bool known = false;
+    for (int k = 0; k < m->npaced; k++)
+        known |= m->paced[k].layer_begin == a->snaps[0].layer_begin &&
+                 m->paced[k].layer_end == a->snaps[0].layer_end;
+    if (!known && m->npaced < 8) m->paced[m->npaced++] = a->snaps[0];
+    double bytes = 0, secs = POOL_PULL_SHARE * (double)h * (double)step_ns * 1e-9;
+    for (int k = 0; k < m->npaced; k++)
+        bytes += sim_state_bytes(m->paced[k].layer_begin, m->paced[k].layer_end);
+    CHECK(a->rate == POOL_PULL_MIN_RATE || (a->rate > 0 && bytes / (double)a->rate <= secs * 1.001),
+          "%s: copies of %d stages (%.0f bytes) at %lld bytes/s take over %.2f s, the share "
+          "of %ld steps of %.1f ms", m->name, m->npaced, bytes, (long long)a->rate, secs, h,
+          (double)step_ns * 1e-6);
+}
+
 static void execute(int i)
 {
     sim_member *m = &S.m[i];
@@ -602,6 +646,7 @@ static void execute(int i)
             break;
         }
         case POOL_ACT_PULL:
+            sim_check_pace(m, &a);
             m->pulling = a.snaps[0];
             m->pull_from = -1;
             for (int q = 0; q < S.n; q++)
