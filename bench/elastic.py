@@ -222,7 +222,7 @@ def body(t, args):
     # --extra runs while no cut came up both ways: of the kind that lacks
     # one (the elections cut the layers by noisy profiles; a cut that came
     # up once may come up again)
-    for i in range(args.pairs, args.pairs + args.extra):
+    for i in range(args.pairs, args.pairs + args.extra if args.pairs > 0 else 0):
         if set(by_cut["off"]) & set(by_cut["on"]):
             break
         runs = {k: sum(len(v) for v in by_cut[k].values()) for k in by_cut}
@@ -241,8 +241,9 @@ def body(t, args):
               % (ratio, 100 * (ratio - 1)), flush=True)
     else:
         ratio = float("nan")
-        print("insurance: no cut of the layers came up both with and without snapshots; no "
-              "ratio (run more --pairs)", flush=True)
+        if args.pairs > 0:
+            print("insurance: no cut of the layers came up both with and without snapshots; "
+                  "no ratio (run more --pairs)", flush=True)
 
     if ref is None:
         # no insurance runs: one uninterrupted run gives the losses to match

@@ -24,8 +24,10 @@
 #define POOL_DEFAULT_BW 100000000 /* bytes/s: a link nobody measured */
 #define POOL_MAX_MEMBERS 4096     /* members the core looks at (the view is longer: ignored) */
 #define POOL_SNAP_MIN_MS 5000     /* the plan's snapshots come at most this often */
-#define POOL_PULL_SHARE 0.5       /* a buddy's copies are paced to take this share of the
-                                     planned time between two snapshots */
+#define POOL_PULL_SHARE 0.25      /* a buddy's copies are paced to take this share of the
+                                     planned time between two snapshots: the longer a
+                                     copy takes, the more steps a loss in the meantime
+                                     redoes */
 #define POOL_PULL_MIN_RATE (1 << 20) /* ... and never slower than this, bytes a second */
 
 /* A member as the driver sees it this step. */
