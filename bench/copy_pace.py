@@ -28,7 +28,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
-from nslib import Pool, Failure, log, requirements  # noqa: E402
+from nslib import Pool, Failure, requirements, run_test  # noqa: E402
 
 JOB = "0123456789abcdef"
 SNAP = "jobs/%s/snap/L0-1-s1.safetensors" % JOB
@@ -82,14 +82,9 @@ def main():
         return 0
     rates = [int(x) for x in args.rates.split(",")]
     t = Pool(sn, args.keep, "sncp%d-" % os.getpid())
-    try:
-        return body(t, args, rates)
-    except Failure as e:
-        log("FAIL " + str(e))
-        t.report()
-        return 1
-    finally:
-        t.cleanup()
+    # run_test: a failure or an interruption still removes the namespaces
+    return run_test("bench/copy_pace", lambda: body(t, args, rates), t.report, t.cleanup,
+                    time.time())
 
 
 def body(t, args, rates):
@@ -166,7 +161,6 @@ def body(t, args, rates):
             statistics.median(x[1] for x in base)
         print("paced at %.1f MB/s / unpaced: echo p99 %.2f, CPU s %.2f"
               % (rate / 1e6, p99, cpu), flush=True)
-    return 0
 
 
 if __name__ == "__main__":

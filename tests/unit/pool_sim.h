@@ -106,6 +106,8 @@ typedef struct {
     pool_snap pulling;
     int64_t pull_at;             /* a PULL ends (0: none) */
     int64_t pull_epoch;          /* the epoch of paced[] */
+    uint64_t pull_view;          /* its view (who is live, with a document) then */
+    bool pull_churn;             /* the view changed since: paced[] holds one */
     pool_snap paced[8];          /* the layer ranges it was asked to copy in that epoch */
     int npaced;
     int pull_from;
@@ -517,7 +519,10 @@ static double sim_state_bytes(int b, int e)
 
 /* A buddy's copies are paced (pool_core.h, POOL_PULL_SHARE) so that all
  * the stages it keeps copies of fit that share of the planned time between
- * two snapshots, unless the floor POOL_PULL_MIN_RATE rules. */
+ * two snapshots, unless the floor POOL_PULL_MIN_RATE rules. Which stages a
+ * member keeps copies of changes with its view (who is live, who has the
+ * job's document): once that changed within the epoch, only the copy asked
+ * for is checked. S.view is member m's (execute follows view_of). */
 static void sim_check_pace(sim_member *m, const pool_action *a)
 {
     const pool_plan *pl = pool_core_committed(m->core);
@@ -526,10 +531,18 @@ static void sim_check_pace(sim_member *m, const pool_action *a)
                                                                   : pl->step_ns;
     long h = pl ? job_snapshot_interval((long)pl->snapshot_every) : 0;
     if (!pl || step_ns <= 0 || h <= 0) return;
+    uint64_t view = 1469598103934665603ull;
+    for (int q = 0; q < S.n; q++)
+        view = (view ^ (uint64_t)(q * 4 + S.view[q].live * 2 + (S.view[q].doc != NULL))) *
+               1099511628211ull;
     if (m->pull_epoch != pl->epoch) {
         m->pull_epoch = pl->epoch;
+        m->pull_view = view;
+        m->pull_churn = false;
         m->npaced = 0;
     }
+    m->pull_churn |= view != m->pull_view;
+    if (m->pull_churn) m->npaced = 0;
     bool known = false;
     for (int k = 0; k < m->npaced; k++)
         known |= m->paced[k].layer_begin == a->snaps[0].layer_begin &&
@@ -538,7 +551,8 @@ static void sim_check_pace(sim_member *m, const pool_action *a)
     double bytes = 0, secs = POOL_PULL_SHARE * (double)h * (double)step_ns * 1e-9;
     for (int k = 0; k < m->npaced; k++)
         bytes += sim_state_bytes(m->paced[k].layer_begin, m->paced[k].layer_end);
-    CHECK(a->rate == POOL_PULL_MIN_RATE || (a->rate > 0 && bytes / (double)a->rate <= secs * 1.001),
+    CHECK(a->rate == POOL_PULL_MIN_RATE ||
+              (a->rate > 0 && bytes / (double)a->rate <= secs * 1.001),
           "%s: copies of %d stages (%.0f bytes) at %lld bytes/s take over %.2f s, the share "
           "of %ld steps of %.1f ms", m->name, m->npaced, bytes, (long long)a->rate, secs, h,
           (double)step_ns * 1e-6);
