@@ -509,6 +509,11 @@ int llama_config_validate(llama_config *cfg, const char *src, char *err, size_t 
         check_positive(cfg->max_position_embeddings, src, "max_position_embeddings", err,
                        errlen))
         return -1;
+    if (cfg->num_hidden_layers > LLAMA_MAX_LAYERS) {
+        model_errf(err, errlen, "%s: num_hidden_layers is %d, more than the %d this build takes",
+                   src, cfg->num_hidden_layers, LLAMA_MAX_LAYERS);
+        return -1;
+    }
     if (cfg->hidden_size % cfg->num_attention_heads != 0) {
         model_errf(err, errlen, "%s: num_attention_heads (%d) does not divide hidden_size (%d)",
                 src, cfg->num_attention_heads, cfg->hidden_size);

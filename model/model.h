@@ -31,6 +31,12 @@ typedef struct {
  * writes back, so an export of a Mistral base loads as a Mistral. */
 typedef enum { LLAMA_ARCH_LLAMA = 0, LLAMA_ARCH_MISTRAL } llama_arch;
 
+/* The most decoder layers a config may have (the largest published LLaMA
+ * has 126; a million still gets its "needs N PiB" answer at once): the
+ * planner and memory estimates walk the layers one by one, and fuzz.config's
+ * 2e9 layers took 46 s in stage_layout under ASan. */
+#define LLAMA_MAX_LAYERS 1000000
+
 typedef struct {
     int hidden_size;
     int intermediate_size;
