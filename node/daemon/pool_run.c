@@ -221,13 +221,12 @@ void pool_start_pull(daemon_t *d, const pool_action *a)
     node_hex_encode(d->mesh_id, GOSSIP_MESH_ID_LEN, mesh_hex);
     char rate[32];
     snprintf(rate, sizeof rate, "%lld", (long long)a->rate);
+    /* paced (pool_core.h, POOL_PULL_SHARE) unless the core gave no rate */
     char *args[] = {"shardnode", "fetch", "--out", out, "--mesh", mesh_hex, "--from", d->name,
-                    "--bind", d->overlay, "--path", rel, target, NULL, NULL, NULL};
-    if (a->rate > 0) {
-        /* paced (pool_core.h, POOL_PULL_SHARE): before the target */
-        args[12] = "--rate";
-        args[13] = rate;
-        args[14] = target;
+                    "--bind", d->overlay, "--path", rel, "--rate", rate, target, NULL};
+    if (a->rate <= 0) {
+        args[12] = target;
+        args[13] = NULL;
     }
     pool_kill_child(&p->pull_pid);
     p->pulling = *x;
