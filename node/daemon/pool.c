@@ -47,6 +47,10 @@ pid_t pool_spawn(daemon_t *d, const char *log, char *const *args, const char *ke
         memset(&dfl, 0, sizeof dfl);
         dfl.sa_handler = SIG_DFL;
         for (int s = 1; s < 65; s++) sigaction(s, &dfl, NULL); /* EINVAL past the last */
+        /* SIGUSR1 asks a stage to stop at a step boundary (a planned
+         * switch); until `train` installs its handler it is ignored rather
+         * than fatal (the core asks again until the stage ends) */
+        signal(SIGUSR1, SIG_IGN);
         sigprocmask(SIG_SETMASK, &old, NULL);
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (fd >= 0) {
@@ -300,6 +304,8 @@ static void setup(daemon_t *d)
             s.steps = js.steps;
             s.snapshot_every = js.snapshot_every;
             s.checkpoint_every = p->checkpoint_every = js.checkpoint_every;
+            s.replan_gain = js.replan_gain;
+            s.replan_min_steps = js.replan_min_steps;
         } else {
             s.ok = false;
             snprintf(s.error, sizeof s.error, "%s", err);
@@ -526,6 +532,11 @@ static void execute(daemon_t *d, int64_t now)
         }
         case POOL_ACT_RUN: pool_start_run(d, &a); break;
         case POOL_ACT_PULL: pool_start_pull(d, &a); break;
+        case POOL_ACT_HANDOVER:
+            /* the stage stops at the next step boundary (engine.c), writes
+             * the snapshot of that step and exits; reap() answers */
+            if (p->run_pid > 0) kill(p->run_pid, SIGUSR1);
+            break;
         case POOL_ACT_CHECKPOINT: pool_start_checkpoint(d, &a); break;
         case POOL_ACT_GATHER: start_gather(d); break;
         case POOL_ACT_FETCH: start_fetch(d, &a); break;

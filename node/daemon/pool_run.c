@@ -148,9 +148,9 @@ static int stage_resume_args(daemon_t *d, const pool_action *a, char **args, int
 }
 
 /* This node's stage of the committed plan: `shardnode train --cluster`,
- * snapshotting into STATE/jobs/ID/snap; a plan that resumes after a step
- * (a recovery) starts it through `shardnode stage-resume`, which gathers the
- * snapshots a's targets name first. */
+ * snapshotting into STATE/jobs/ID/snap; a stage that starts after a step
+ * (a->step: a recovery, or a planned switch) starts it through `shardnode
+ * stage-resume`, which gathers the snapshots a's targets name first. */
 void pool_start_run(daemon_t *d, const pool_action *a)
 {
     pool *p = d->pool;
@@ -184,7 +184,7 @@ void pool_start_run(daemon_t *d, const pool_action *a)
         return;
     }
     int k = 0;
-    if (c->resume_step > 0) {
+    if (a->step > 0) {
         snprintf(into, sizeof into, "%s/resume-e%lld", p->dir, (long long)c->epoch);
         k = stage_resume_args(d, a, args, k, pieces, mesh_hex, snap, into);
         args[k++] = "--";

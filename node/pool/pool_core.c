@@ -68,6 +68,7 @@ pool_core *pool_core_create(const pool_core_config *cfg)
     c->no_compute = cfg->no_compute;
     c->cores = cfg->cores > 0 ? cfg->cores : 1;
     c->threads = cfg->threads;
+    c->switches = cfg->switches;
     pool_doc_init(&c->doc);
     return c;
 }
@@ -81,11 +82,12 @@ static void core_clear(pool_core *c)
     pool_vote_free(&c->pending);
     pool_plan_free(&c->pending_layout);
     pool_plan_free(&c->vote_layout);
+    pool_plan_free(&c->prev);
     if (c->has_fetched) pool_job_blob_free(&c->fetched);
     char name[MESH_NAME_MAX], host[17];
     memcpy(name, c->name, sizeof name);
     memcpy(host, c->host, sizeof host);
-    bool nc = c->no_compute;
+    bool nc = c->no_compute, sw = c->switches;
     int cores = c->cores, threads = c->threads, cap = c->cap;
     elect_voter *voters = c->voters;
     const char **names = c->names;
@@ -94,6 +96,7 @@ static void core_clear(pool_core *c)
     memcpy(c->name, name, sizeof name);
     memcpy(c->host, host, sizeof host);
     c->no_compute = nc;
+    c->switches = sw;
     c->cores = cores;
     c->threads = threads;
     c->cap = cap;
@@ -243,6 +246,8 @@ void pool_core_setup_done(pool_core *c, const pool_setup *s, pool_actions *out)
     c->steps = s->steps;
     c->snapshot_every = s->snapshot_every;
     c->checkpoint_every = s->checkpoint_every;
+    c->replan_gain = s->replan_gain;
+    c->replan_min_steps = s->replan_min_steps;
     c->job_loaded = true;
     core_log(out, "pool: took up job %s (submitted by %s); %d file(s) lacking here", d->id,
              d->bundle->submitted_by, d->lacks.n);
@@ -395,10 +400,15 @@ static void run_stage(pool_core *c, const pool_member *m, int n, pool_actions *o
         c->run_epoch = pl->epoch;
         return;
     }
+    /* a planned switch starts after the step the old stages handed over at,
+     * once every one of them has (pool_switch.c) */
+    if (pl->handover && c->handed_epoch != pl->epoch) return;
+    int64_t from = pl->handover ? c->handed_step : pl->resume_step;
     pool_action *a = core_act(out, POOL_ACT_RUN);
     if (!a) return;
     a->epoch = pl->epoch;
-    if (pl->resume_step > 0 && core_pieces(c, m, n, pl, a) != 0) {
+    a->step = from;
+    if (from > 0 && core_pieces_at(c, m, n, pl, from, a) != 0) {
         /* the layers' copies went away between the vote and now */
         free(a->targets);
         free(a->snaps);
@@ -434,6 +444,15 @@ void pool_core_run_ended(pool_core *c, bool ok, const char *error, pool_actions 
     if (!c->run_pending) return;
     c->run_pending = false;
     if (c->recovering) return;  /* stopped for the recovery: its state says so */
+    if (ok && c->doc.run.has_step && c->doc.run.step < c->steps) {
+        /* stopped at a step boundary before the job's end: some stage was
+         * asked to hand over (a planned switch; this member's may not know
+         * of it yet), and its state is a snapshot of the step */
+        c->handover_asked = false;
+        core_set_run(c, POOL_RUN_HANDED, NULL);
+        core_log(out, "pool: stage handed over after step %lld", (long long)c->doc.run.step);
+        return;
+    }
     if (ok) {
         core_set_run(c, POOL_RUN_DONE, NULL);
         core_log(out, "pool: stage finished");
@@ -641,15 +660,20 @@ void pool_core_step(pool_core *c, const pool_member *m, int n, int64_t now_ms, i
         core_watch(c, m, n, now_ms, out);
         bool committed = pool_core_committed(c) != NULL;
         bool behind = committed && !c->recovering && core_behind(c, m, n);
-        if (!committed || c->recovering || behind || !(c->doc.has & POOL_HAS_RUN)) {
-            if (core_view(c, m, n, now_ms) && (!committed || c->recovering || behind))
+        if (committed && !c->recovering && !behind && c->switches)
+            core_switch_watch(c, m, n, now_ms, out);
+        bool sw = c->switching != POOL_SW_NONE;
+        if (!committed || c->recovering || behind || sw || !(c->doc.has & POOL_HAS_RUN)) {
+            if (core_view(c, m, n, now_ms) && (!committed || c->recovering || behind || sw))
                 core_elect(c, m, n, now_ms, out);
         }
         if (c->recovering) core_recovered(c, now_ms, out);
+        if (!c->recovering) core_handover(c, m, n, now_ms, out);
         if (!c->recovering) {
             core_fill_base(c, m, n);
             run_stage(c, m, n, out);
             core_rec_progress(c, m, n, now_ms);
+            core_switch_progress(c, m, n, now_ms);
             core_copied(c, m, n);
             core_pull(c, m, n, now_ms, out);
             core_checkpoint(c, m, n, now_ms, out);

@@ -29,6 +29,13 @@
                                      copy takes, the more steps a loss in the meantime
                                      redoes */
 #define POOL_PULL_MIN_RATE (1 << 20) /* ... and never slower than this, bytes a second */
+#define POOL_HANDOVER_MS 60000    /* a planned switch whose old stages have not all handed
+                                     their state over this long after its commit falls back
+                                     to a recovery */
+#define POOL_HANDOVER_ASK_MS 2000 /* HANDOVER is repeated this often until the stage ends */
+#define POOL_SWITCH_PAUSE_MS 5000 /* what a switch costs besides moving the layers (the
+                                     stages stop, the new ones start), in the rule that a
+                                     switch must pay for itself before the job ends */
 
 /* A member as the driver sees it this step. */
 typedef struct {
@@ -84,6 +91,11 @@ typedef enum {
     POOL_ACT_PULL,        /* copy snapshot snaps[0] (jobs/ID/snap/L<b>-<e>-s<step>.safetensors)
                              from targets[0] into this member's snapshots (this member is
                              the stage's buddy); answer pool_core_pulled */
+    POOL_ACT_HANDOVER,    /* a planned switch: this member's running stage (of epoch `epoch`)
+                             stops at the next step boundary, with every other stage, and
+                             keeps its state as a snapshot of that step; answer
+                             pool_core_run_ended (after pool_core_run_progress of the step)
+                             as for any end of the stage */
 } pool_act_type;
 
 typedef struct {
@@ -95,9 +107,11 @@ typedef struct {
 typedef struct {
     pool_act_type type;
     char text[POOL_TEXT_MAX];     /* LOG */
-    int64_t epoch;                /* SAVE_VOTE, RUN */
+    int64_t epoch;                /* SAVE_VOTE, RUN, HANDOVER */
     int64_t micro_batch, seq_len; /* PROFILE */
-    int64_t step;                 /* CHECKPOINT */
+    int64_t step;                 /* CHECKPOINT; RUN: the step the stage starts after (0: the
+                                     job's start; else from the snapshots of that step that
+                                     targets and snaps name) */
     int ntargets;                 /* PROBE, FETCH, PULL, RUN */
     pool_target *targets;         /* PROBE, FETCH (in the order to try): owned by the list;
                                      RUN of a plan that resumes (its resume_step > 0): where
@@ -121,6 +135,8 @@ typedef struct {
     bool no_compute;              /* votes and watches, never holds a stage */
     const char *host;             /* 16 hex digits: members on one machine share it */
     int cores, threads;           /* logical CPUs; compute threads (0: all) */
+    bool switches;                /* the driver carries out HANDOVER: the core votes planned
+                                     switches (docs/ARCHITECTURE.md, "Planned switches") */
 } pool_core_config;
 
 typedef struct pool_core pool_core;
@@ -134,6 +150,8 @@ typedef struct {
     int64_t batch, micro_batch, steps;
     int64_t snapshot_every;       /* the job's (0: the plan chooses) */
     int64_t checkpoint_every;     /* the job's pool checkpoints (0: none) */
+    double replan_gain;           /* the job's (share of the step) */
+    int64_t replan_min_steps;     /* the job's */
     const pool_saved *saved;      /* what this member saved for the job before, or NULL */
 } pool_setup;
 

@@ -72,6 +72,22 @@ struct pool_core {
     pool_snap copied;             /* its layers, and the newest step another live member
                                      lists a snapshot of (POOL_COPIED_NONE: no other member
                                      can keep one) */
+    /* planned switches (pool_switch.c) */
+    bool switches;                /* pool_core_config's */
+    double replan_gain;           /* the job's */
+    int64_t replan_min_steps;
+    pool_switch_why switching;    /* this member votes for a switch (NONE: it does not) */
+    pool_switch_why switch_why;   /* why the committed handover plan was voted (NONE:
+                                     unknown here) */
+    pool_plan prev;               /* a handover plan's base epoch's plan (epoch 0: unknown) */
+    bool handover_asked;          /* HANDOVER went to this member's stage of prev ... */
+    int64_t handover_ask_ms;      /* ... last at this time */
+    int64_t handover_ms;          /* when this member saw the handover plan committed */
+    int64_t handed_epoch;         /* the handover plan whose step is known ... */
+    int64_t handed_step;          /* ... and that step */
+    int64_t epoch_from;           /* the step the committed plan's stages started after */
+    char stay[POOL_DOC_TEXT_MAX]; /* why the running plan stays (logged once) */
+
     int64_t next_doc_ms;
     bool dirty;
 
@@ -95,6 +111,15 @@ void core_kill(pool_core *c, pool_actions *out);
 void core_set_run(pool_core *c, pool_run_state state, const char *error);
 
 /* pool_recover.c */
+/* The member called name in m[0..n), or NULL. */
+const pool_member *core_named(const pool_member *m, int n, const char *name);
+/* What member q says about the job: this member's own document for itself. */
+const pool_doc *core_doc_of(const pool_core *c, const pool_member *q);
+/* Whether the snapshots of `step` (-1: of any step) among the members
+ * in[0..k) cover a model of L layers; what they miss written into miss
+ * (the embedding, the layers, the head) when it is not NULL. */
+bool core_covered(const pool_core *c, const pool_member *m, const int *in, int k, int L,
+                  int64_t step, char *miss, size_t len);
 /* Sees a loss of the committed plan's stage holder (or a broken pipeline)
  * and starts the recovery: the stage stops, a new epoch is voted. */
 void core_watch(pool_core *c, const pool_member *m, int n, int64_t now, pool_actions *out);
@@ -109,9 +134,6 @@ int64_t core_resume_step(pool_core *c, const pool_member *m, const int *in, int 
 /* snapshot_every for a plan: the job's, else what keeps a copy's streaming
  * within about 10% of the slowest link's time per step. */
 int64_t core_snapshot_every(const pool_core *c, const plan *pl, const cost_link *links, int f);
-/* The sources of this member's stage of plan pl (resume_step > 0): fills
- * a RUN action's targets and snaps; -1 when some layers have none. */
-int core_pieces(pool_core *c, const pool_member *m, int n, const pool_plan *pl, pool_action *a);
 /* The submitter: a CHECKPOINT of the newest step of checkpoint_every
  * that the snapshots cover. */
 void core_checkpoint(pool_core *c, const pool_member *m, int n, int64_t now,
@@ -127,7 +149,35 @@ void core_rec_progress(pool_core *c, const pool_member *m, int n, int64_t now);
  * member that carries the job, when either hashes to it. */
 void core_fill_base(pool_core *c, const pool_member *m, int n);
 
+/* Starts a recovery from plan pl: lost names the member lost ("" none), at
+ * the step the run reached. */
+void core_recover(pool_core *c, const pool_plan *pl, const char *lost, int64_t at, int64_t now,
+                  pool_actions *out);
+/* The snapshots of `step` that this member's stage of pl starts from: fills
+ * a RUN action's targets and snaps; -1 when some layers have none. */
+int core_pieces_at(pool_core *c, const pool_member *m, int n, const pool_plan *pl, int64_t step,
+                   pool_action *a);
+/* The bytes of a stage's state (layers [b, e): weights and both moments),
+ * -1 when the shape cannot be costed. */
+int64_t core_state_bytes(const pool_core *c, int b, int e);
+
+/* pool_switch.c */
+/* While the committed plan runs: whether the plan over the view is worth
+ * a switch (sets c->switching, which makes the step vote). */
+void core_switch_watch(pool_core *c, const pool_member *m, int n, int64_t now,
+                       pool_actions *out);
+/* A committed handover plan: stop this member's old stage, learn the step
+ * the old stages stopped at (c->handed_step), or fall back to a recovery. */
+void core_handover(pool_core *c, const pool_member *m, int n, int64_t now, pool_actions *out);
+/* The record of the last switch: the time to the first step after it. */
+void core_switch_progress(pool_core *c, const pool_member *m, int n, int64_t now);
+
 /* pool_elect.c */
+/* Plan pl's step (ns, with shared cores counted) over the profiles and
+ * links of the live members of the view now, and the slowest link's
+ * bandwidth among them (*bw); -1 when a holder of pl is no candidate. */
+int64_t core_plan_step_now(pool_core *c, const pool_member *m, int n, const pool_plan *pl,
+                           int64_t *bw);
 /* Recomputes the view (and, when it changed, the plan); false while a live
  * member is not ready. */
 bool core_view(pool_core *c, const pool_member *m, int n, int64_t now);

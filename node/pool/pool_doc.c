@@ -349,11 +349,11 @@ void pool_job_blob_ref(const pool_job_blob *b, const char hash[65], pool_job_ref
 /* ---- run ---- */
 
 static const char *const run_states[] = {"", "running", "done", "failed", "stopped",
-                                         "recovering"};
+                                         "recovering", "handed"};
 
 const char *pool_run_state_name(pool_run_state s)
 {
-    return s >= POOL_RUN_NONE && s <= POOL_RUN_RECOVERING ? run_states[s] : "";
+    return s >= POOL_RUN_NONE && s <= POOL_RUN_HANDED ? run_states[s] : "";
 }
 
 void pool_run_init(pool_run *r)
@@ -387,11 +387,11 @@ int pool_run_from_json(json_t *j, pool_run *out, char *err, size_t errlen)
     json_t *st = json_object_get(j, "state"), *g = json_object_get(j, "gathered");
     if (st) {
         const char *s = json_string_value(st);
-        for (int k = POOL_RUN_RUNNING; s && k <= POOL_RUN_RECOVERING; k++)
+        for (int k = POOL_RUN_RUNNING; s && k <= POOL_RUN_HANDED; k++)
             if (strcmp(s, run_states[k]) == 0) out->state = (pool_run_state)k;
         if (out->state == POOL_RUN_NONE)
             return node_errf(err, errlen, "\"run\".\"state\" must be running, done, failed, "
-                             "stopped or recovering");
+                             "stopped, recovering or handed");
     }
     if (g && !json_is_boolean(g))
         return node_errf(err, errlen, "\"run\".\"gathered\" must be true or false");
@@ -591,12 +591,58 @@ static json_t *rec_json(const pool_recovery *r)
     return o;
 }
 
+static int swr_read(json_t *j, pool_switch_rec *r, char *err, size_t errlen)
+{
+    static const char *const keys[] = {"e", "from", "why", "mb", "pred", "old", "ms", "n", NULL};
+    if (!json_is_object(j)) return node_errf(err, errlen, "\"swr\" must be an object");
+    const char *bad = pool_json_unknown_key(j, keys);
+    if (bad) return node_errf(err, errlen, "\"swr\".\"%s\" is not a known key", bad);
+    const char *k[] = {"e", "from", "n"};
+    int64_t *dst[] = {&r->epoch, &r->from, &r->n};
+    for (int i = 0; i < 3; i++) {
+        json_t *v = json_object_get(j, k[i]);
+        if (!json_is_integer(v) || json_integer_value(v) < (i == 1 ? 0 : 1))
+            return node_errf(err, errlen, "\"swr\".\"%s\" must be an integer >= %d", k[i],
+                             i == 1 ? 0 : 1);
+        *dst[i] = (int64_t)json_integer_value(v);
+    }
+    const char *w = json_string_value(json_object_get(j, "why"));
+    r->why = POOL_SW_NONE;
+    for (int x = POOL_SW_JOINED; w && x <= POOL_SW_SLOWED; x++)
+        if (strcmp(w, pool_switch_why_name((pool_switch_why)x)) == 0) r->why = (pool_switch_why)x;
+    if (r->why == POOL_SW_NONE)
+        return node_errf(err, errlen, "\"swr\".\"why\" must be joined, left or slowed");
+    const char *f[] = {"mb", "pred", "old"};
+    double *fd[] = {&r->mb, &r->pred_ms, &r->old_ms};
+    for (int i = 0; i < 3; i++) {
+        json_t *v = json_object_get(j, f[i]);
+        if (!json_is_number(v) || !(json_number_value(v) >= 0) || json_number_value(v) > 1e15)
+            return node_errf(err, errlen, "\"swr\".\"%s\" must be a number >= 0", f[i]);
+        *fd[i] = json_number_value(v);
+    }
+    json_t *ms = json_object_get(j, "ms");
+    if (ms && (!json_is_integer(ms) || json_integer_value(ms) < 0))
+        return node_errf(err, errlen, "\"swr\".\"ms\" must be milliseconds >= 0");
+    r->ms = ms ? (int64_t)json_integer_value(ms) : -1;
+    return 0;
+}
+
+static json_t *swr_json(const pool_switch_rec *r)
+{
+    json_t *o = json_pack("{s:I,s:I,s:s,s:f,s:f,s:f,s:I}", "e", (json_int_t)r->epoch, "from",
+                          (json_int_t)r->from, "why", pool_switch_why_name(r->why), "mb", r->mb,
+                          "pred", r->pred_ms, "old", r->old_ms, "n", (json_int_t)r->n);
+    if (o && r->ms >= 0) json_object_set_new(o, "ms", json_integer((json_int_t)r->ms));
+    return o;
+}
+
 static int doc_read(json_t *j, pool_doc *d, char *err, size_t errlen)
 {
     static const char *const keys[] = {"v", "id", "by", "at", "jb", "stop", "compute", "host",
                                        "cores", "threads", "first", "any", "lack", "lack_more",
                                        "error", "prof_error", "prof", "links", "link", "ready",
-                                       "vote", "why", "committed", "run", "sn", "rec", NULL};
+                                       "vote", "why", "committed", "run", "sn", "rec", "swr",
+                                       NULL};
     if (!json_is_object(j)) return node_errf(err, errlen, "not a JSON object");
     json_t *ver = json_object_get(j, "v");
     if (!json_is_integer(ver) || json_integer_value(ver) != POOL_DOC_VERSION)
@@ -665,6 +711,10 @@ static int doc_read(json_t *j, pool_doc *d, char *err, size_t errlen)
     if ((v = json_object_get(j, "rec"))) {
         if (rec_read(v, &d->rec, err, errlen)) return -1;
         d->has |= POOL_HAS_REC;
+    }
+    if ((v = json_object_get(j, "swr"))) {
+        if (swr_read(v, &d->swr, err, errlen)) return -1;
+        d->has |= POOL_HAS_SWR;
     }
     return 0;
 }
@@ -741,6 +791,7 @@ json_t *pool_doc_to_json(const pool_doc *d)
     if (h & POOL_HAS_RUN) json_object_set_new(o, "run", pool_run_to_json(&d->run));
     if (d->snaps.n) json_object_set_new(o, "sn", pool_snaps_to_json(&d->snaps));
     if (h & POOL_HAS_REC) json_object_set_new(o, "rec", rec_json(&d->rec));
+    if (h & POOL_HAS_SWR) json_object_set_new(o, "swr", swr_json(&d->swr));
     return o;
 }
 

@@ -82,6 +82,10 @@ typedef struct {
                                        members' snapshots of it (a recovery); 0: from the
                                        job's start (absent) */
     int64_t snapshot_every;         /* "se": stages snapshot every this many steps (0: never) */
+    bool handover;                  /* "ho": true: a planned switch; the stages start after
+                                       the step at which the base epoch's stages stopped and
+                                       handed their state over (docs/ARCHITECTURE.md,
+                                       "Planned switches") */
     int nstages;
     pool_stage stage[POOL_MAX_STAGES];
     int64_t epoch;                  /* committed: >= 1; 0: a layout */
@@ -104,13 +108,26 @@ int pool_plan_stage_of(const pool_plan *p, const char *member);
 
 /* ---- a vote (pool_plan.c) ---- */
 
+/* Why a vote is for a planned switch, "sw" (absent: not a switch; a vote
+ * after the committed epoch without it is a recovery's). */
+typedef enum {
+    POOL_SW_NONE = 0,
+    POOL_SW_JOINED,                 /* "joined": a member the running plan does not use */
+    POOL_SW_LEFT,                   /* "left": a holder leaves on purpose */
+    POOL_SW_SLOWED,                 /* "slowed": a member's profile changed */
+} pool_switch_why;
+
+const char *pool_switch_why_name(pool_switch_why w);
+
 typedef struct {
     elect_vote v;                   /* epoch 0: none */
+    pool_switch_why sw;             /* "sw" */
     uint64_t members_hash;          /* "mh": pool_names_hash of the view members the voter saw */
     pool_names members;             /* that list, on the voter only (not in the record) */
 } pool_vote;
 
-/* {"e", "b", "bp", "v", "p", "n", "mh"} (hashes as hex). */
+/* {"e", "b", "bp", "v", "p", "n", "mh", "sw"} (hashes as hex; "sw" only in a
+ * switch's vote). */
 int pool_vote_from_json(json_t *j, pool_vote *out, char *err, size_t errlen);
 json_t *pool_vote_to_json(const pool_vote *v);
 int pool_vote_copy(pool_vote *dst, const pool_vote *src);
@@ -174,6 +191,8 @@ typedef enum {
     POOL_RUN_FAILED,
     POOL_RUN_STOPPED,
     POOL_RUN_RECOVERING,            /* a stage holder was lost: a new plan is being made */
+    POOL_RUN_HANDED,                /* the stage stopped after "step" for a planned switch,
+                                       its state kept as a snapshot of that step */
 } pool_run_state;
 
 const char *pool_run_state_name(pool_run_state s);
@@ -243,6 +262,7 @@ enum {
     POOL_HAS_FIRST = 1 << 6, POOL_HAS_ANY = 1 << 7, POOL_HAS_READY = 1 << 8,
     POOL_HAS_PROF = 1 << 9, POOL_HAS_LINKS = 1 << 10, POOL_HAS_VOTE = 1 << 11,
     POOL_HAS_COMMITTED = 1 << 12, POOL_HAS_RUN = 1 << 13, POOL_HAS_REC = 1 << 14,
+    POOL_HAS_SWR = 1 << 15,
 };
 
 /* A stage snapshot a member holds and serves (FETCH of
@@ -268,6 +288,19 @@ typedef struct {
     char lost[MESH_NAME_MAX];       /* "" when the stages broke with every member alive */
     int64_t at, from, epoch, ms, n; /* ms -1: not yet */
 } pool_recovery;
+
+/* The last planned switch this member took part in (docs/ARCHITECTURE.md,
+ * "Planned switches"): "swr": {"e": the new epoch, "from": the step the old
+ * stages handed over after, "why": joined | left | slowed, "mb": the MB the
+ * new stages fetch, "pred": the new plan's predicted step (ms), "old": the
+ * running plan's measured step before it (ms, 0: unknown), "ms": from the
+ * commit seen to the first step after the handover (absent until then), "n":
+ * switches in this job}. */
+typedef struct {
+    int64_t epoch, from, ms, n;     /* ms -1: not yet */
+    pool_switch_why why;
+    double mb, pred_ms, old_ms;
+} pool_switch_rec;
 
 /* The `job` text of a member record: what that member knows and does about
  * the mesh's current job (PROTOCOL.md, "The job document"). "v", "id",
@@ -298,6 +331,7 @@ typedef struct {
     pool_run run;
     pool_snaps snaps;               /* "sn" (written when not empty) */
     pool_recovery rec;              /* "rec" (has POOL_HAS_REC) */
+    pool_switch_rec swr;            /* "swr" (has POOL_HAS_SWR) */
 } pool_doc;
 
 int pool_doc_from_json(json_t *j, pool_doc *out, char *err, size_t errlen);

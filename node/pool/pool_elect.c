@@ -73,49 +73,96 @@ out:
     return step;
 }
 
-/* The plan of the view's members (in[0..k): their indices in m), or why
- * none fits (c->doc.why). */
-static void compute_plan(pool_core *c, const pool_member *m, int n, const int *in, int k)
+/* The planner's candidates among the view's members in[0..k) (their
+ * indices in m): every live member that computes with the job's files and
+ * has a profile, as plan nodes (nodes[0..*f), their documents, overlay
+ * addresses and positions in in[]). The arrays hold k + 1 entries. */
+typedef struct {
+    plan_node *nodes;
+    const pool_doc **docs;
+    const char **addr;
+    int *cand;
+    cost_link *links;             /* f x f, after cands_links */
+    int f;
+} cands_t;
+
+static void cands_free(cands_t *fl)
 {
-    plan_node *nodes = calloc((size_t)k + 1, sizeof *nodes);
-    const pool_doc **docs = calloc((size_t)k + 1, sizeof *docs);
-    const char **addr = calloc((size_t)k + 1, sizeof *addr);
-    int *cand = calloc((size_t)k + 1, sizeof *cand);
-    cost_link *links = NULL;
-    plan *pl = calloc(1, sizeof *pl);
-    int f = 0;
-    if (!nodes || !docs || !addr || !cand || !pl) goto out;
+    free(fl->nodes);
+    free(fl->docs);
+    free(fl->addr);
+    free(fl->cand);
+    free(fl->links);
+    memset(fl, 0, sizeof *fl);
+}
+
+static int cands_make(cands_t *fl, const pool_member *m, const int *in, int k)
+{
+    memset(fl, 0, sizeof *fl);
+    fl->nodes = calloc((size_t)k + 1, sizeof *fl->nodes);
+    fl->docs = calloc((size_t)k + 1, sizeof *fl->docs);
+    fl->addr = calloc((size_t)k + 1, sizeof *fl->addr);
+    fl->cand = calloc((size_t)k + 1, sizeof *fl->cand);
+    if (!fl->nodes || !fl->docs || !fl->addr || !fl->cand) return -1;
     for (int i = 0; i < k; i++) {
         const pool_member *q = &m[in[i]];
         const pool_doc *d = q->doc;
         if (!d->compute || !d->any || !(d->has & POOL_HAS_PROF)) continue;
-        plan_node *nd = &nodes[f];
+        plan_node *nd = &fl->nodes[fl->f];
         snprintf(nd->name, sizeof nd->name, "%s", q->name);
         snprintf(nd->device, sizeof nd->device, "%.*s", (int)sizeof nd->device - 1, d->prof.device);
         nd->no_data = !d->first;
         nd->prof = d->prof.prof;
-        addr[f] = q->address ? q->address : "";
-        docs[f] = d;
-        cand[f] = i;
-        f++;
+        fl->addr[fl->f] = q->address ? q->address : "";
+        fl->docs[fl->f] = d;
+        fl->cand[fl->f] = i;
+        fl->f++;
     }
+    return 0;
+}
+
+/* measured, typical or default; a relayed link as its two hops and its
+ * share of the relay's upload (pool_links.c) */
+static int cands_links(cands_t *fl, const pool_member *m, const int *in, int k)
+{
+    int f = fl->f > 0 ? fl->f : 1;
+    fl->links = calloc((size_t)f * (size_t)f, sizeof *fl->links);
+    if (!fl->links) return -1;
+    return pool_link_costs(m, in, k, fl->cand, fl->f, fl->links, NULL, 0);
+}
+
+static plan_job plan_job_of(const pool_core *c)
+{
+    return (plan_job){.shape = c->shape,
+                      .batch = c->batch,
+                      .max_micro_batch = c->micro_batch,
+                      .min_micro_batch = c->micro_batch,
+                      .wire_bytes = 4,
+                      .margin_permille = 50};
+}
+
+/* The plan of the view's members (in[0..k): their indices in m), or why
+ * none fits (c->doc.why). */
+static void compute_plan(pool_core *c, const pool_member *m, int n, const int *in, int k)
+{
+    cands_t fl;
+    plan *pl = calloc(1, sizeof *pl);
+    if (cands_make(&fl, m, in, k) != 0 || !pl) goto out;
+    plan_node *nodes = fl.nodes;
+    const pool_doc **docs = fl.docs;
+    const char **addr = fl.addr;
+    int f = fl.f;
+    cost_link *links = NULL;
     if (core_too_small(c, m, n)) goto out;
     if (f == 0) {
         snprintf(c->doc.why, sizeof c->doc.why, "no member can hold a stage (none computes with "
                  "the job's files)");
         goto out;
     }
-    links = calloc((size_t)f * (size_t)f, sizeof *links);
-    /* measured, typical or default; a relayed link as its two hops and its
-     * share of the relay's upload (pool_links.c) */
-    if (!links || pool_link_costs(m, in, k, cand, f, links, NULL, 0) != 0) goto out;
+    if (cands_links(&fl, m, in, k) != 0) goto out;
+    links = fl.links;
     plan_fleet fleet = {.nnodes = f, .nodes = nodes, .links = links};
-    plan_job pj = {.shape = c->shape,
-                   .batch = c->batch,
-                   .max_micro_batch = c->micro_batch,
-                   .min_micro_batch = c->micro_batch,
-                   .wire_bytes = 4,
-                   .margin_permille = 50};
+    plan_job pj = plan_job_of(c);
     char err[700];
     if (plan_fleet_check(&fleet, err, sizeof err) != 0 ||
         plan_compute(pl, &fleet, &pj, PLAN_AUTO, NULL, err, sizeof err) != 0) {
@@ -147,6 +194,10 @@ static void compute_plan(pool_core *c, const pool_member *m, int n, const int *i
             goto out;
         }
         lay->resume_step = rs;
+    } else {
+        /* a plan over the view while another runs: a planned switch, which
+         * starts after the step the running stages stop at */
+        lay->handover = true;
     }
     for (int s = 0; s < pl->nstages; s++) {
         int nd = pl->stage[s].node[0];
@@ -174,12 +225,53 @@ static void compute_plan(pool_core *c, const pool_member *m, int n, const int *i
     }
     c->plan = pool_plan_hash(lay);
 out:
-    free(nodes);
-    free(docs);
-    free(addr);
-    free(cand);
-    free(links);
+    cands_free(&fl);
     free(pl);
+}
+
+int64_t core_plan_step_now(pool_core *c, const pool_member *m, int n, const pool_plan *old,
+                           int64_t *bw)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (m[i].live && core_doc_job(&m[i], c->doc.id)) c->order[k++] = i;
+    cands_t fl;
+    plan *pl = calloc(1, sizeof *pl);
+    int64_t step = -1;
+    *bw = 0;
+    if (cands_make(&fl, m, c->order, k) != 0 || !pl || cands_links(&fl, m, c->order, k) != 0 ||
+        old->nstages > PLAN_MAX_STAGES)
+        goto out;
+    for (int i = 0; i < fl.f * fl.f; i++)
+        if (i / fl.f != i % fl.f && fl.links[i].bandwidth > 0 &&
+            (!*bw || fl.links[i].bandwidth < *bw))
+            *bw = fl.links[i].bandwidth;
+    if (!*bw) *bw = POOL_DEFAULT_BW;
+    pl->nstages = old->nstages;
+    pl->micro_batch = old->mb;
+    pl->micro_batches = old->mb > 0 ? c->batch / old->mb : 0;
+    for (int s = 0; s < old->nstages; s++) {
+        int nd = -1;
+        for (int x = 0; x < fl.f && nd < 0; x++)
+            if (strcmp(fl.nodes[x].name, old->stage[s].holder[0].name) == 0) nd = x;
+        if (nd < 0) goto out;   /* gone, or no longer a candidate */
+        plan_stage *st = &pl->stage[s];
+        st->ndevices = 1;
+        st->node[0] = nd;
+        st->layer_begin = old->stage[s].layer_begin;
+        st->layer_end = old->stage[s].layer_end;
+        st->embed = s == 0;
+        st->head = s == old->nstages - 1;
+    }
+    plan_fleet fleet = {.nnodes = fl.f, .nodes = fl.nodes, .links = fl.links};
+    plan_job pj = plan_job_of(c);
+    if (cost_evaluate(pl, &fleet, &pj, NULL, 0) != 0) goto out;
+    int64_t shared = shared_step_ns(pl, fl.docs);
+    step = shared > 0 ? shared : pl->step_ns;
+out:
+    cands_free(&fl);
+    free(pl);
+    return step;
 }
 
 bool core_view(pool_core *c, const pool_member *m, int n, int64_t now)
@@ -291,6 +383,7 @@ static void cast(pool_core *c, int64_t epoch, pool_actions *out)
     v->v.base_plan = base_plan(c);
     v->v.view = c->view;
     v->v.plan = c->plan;
+    v->sw = c->recovering || !pool_core_committed(c) ? POOL_SW_NONE : c->switching;
     for (int s = 0; c->plan && s < c->layout.nstages; s++)
         for (int k = 0; k < c->layout.stage[s].nholders && v->v.nnamed < ELECT_MAX_NAMED; k++)
             snprintf(v->v.named[v->v.nnamed++], PLAN_NAME_MAX, "%s",
@@ -345,6 +438,19 @@ static void commit(pool_core *c, int64_t epoch, uint64_t plan, const pool_names 
                    uint64_t members_hash, const pool_plan *layout, pool_actions *out)
 {
     pool_plan *p = &c->doc.committed;
+    if (layout->handover && (c->doc.has & POOL_HAS_COMMITTED) && p->epoch < epoch) {
+        /* a planned switch: the stages of the plan it replaces hand over */
+        pool_plan_free(&c->prev);
+        if (pool_plan_copy(&c->prev, p) != 0) pool_plan_free(&c->prev);
+    }
+    c->switch_why = !layout->handover          ? POOL_SW_NONE
+                    : c->switching != POOL_SW_NONE ? c->switching
+                    : c->doc.vote.v.epoch == epoch ? c->doc.vote.sw
+                                                   : POOL_SW_NONE;
+    c->switching = POOL_SW_NONE;
+    c->handover_asked = false;
+    c->handover_ms = 0;
+    c->epoch_from = layout->resume_step;   /* a handover's: once its step is known */
     pool_plan_free(p);
     *p = *layout;
     memset(&p->members, 0, sizeof p->members);
@@ -434,6 +540,10 @@ void core_elect(pool_core *c, const pool_member *m, int n, int64_t now, pool_act
         return;
     }
     if (open) {
+        /* the base membership unknown here (only its hash): the epoch is
+         * not decided here; its commit comes by gossip (core_fill_base may
+         * learn the list meanwhile) */
+        if (nm == 0) return;
         elect_result r;
         elect_decide(epoch, names, nm, voters, n, &r);
         if (r.outcome == ELECT_COMMITTED) {

@@ -156,9 +156,9 @@ static int stage_from_json(json_t *s, size_t i, pool_stage *st, char *err, size_
 static int plan_read(json_t *j, bool committed, pool_plan *out, char *err, size_t errlen)
 {
     static const char *const layout_keys[] = {"mb", "step_ns", "step_ns_shared", "stages",
-                                              "rs", "se", NULL};
+                                              "rs", "se", "ho", NULL};
     static const char *const committed_keys[] = {"mb", "step_ns", "step_ns_shared", "stages",
-                                                 "rs", "se", "e", "h", "mh", NULL};
+                                                 "rs", "se", "ho", "e", "h", "mh", NULL};
     if (!json_is_object(j)) return node_errf(err, errlen, "not an object");
     const char *bad = pool_json_unknown_key(j, committed ? committed_keys : layout_keys);
     if (bad) return node_errf(err, errlen, "\"%s\" is not a known key", bad);
@@ -185,6 +185,13 @@ static int plan_read(json_t *j, bool committed, pool_plan *out, char *err, size_
         return node_errf(err, errlen, "\"se\" must be a number of steps >= 1 (absent: none)");
     out->resume_step = rs ? (int64_t)json_integer_value(rs) : 0;
     out->snapshot_every = se ? (int64_t)json_integer_value(se) : 0;
+    json_t *ho = json_object_get(j, "ho");
+    if (ho && !json_is_true(ho))
+        return node_errf(err, errlen, "\"ho\" must be true (absent: not a switch)");
+    if (ho && rs)
+        return node_errf(err, errlen, "\"ho\" and \"rs\" both say where the stages start; a "
+                         "plan has one");
+    out->handover = ho != NULL;
     size_t i;
     json_t *s;
     json_array_foreach(stages, i, s) {
@@ -235,6 +242,7 @@ static json_t *layout_json(const pool_plan *p)
         json_object_set_new(l, "rs", json_integer((json_int_t)p->resume_step));
     if (l && p->snapshot_every > 0)
         json_object_set_new(l, "se", json_integer((json_int_t)p->snapshot_every));
+    if (l && p->handover) json_object_set_new(l, "ho", json_true());
     return l;
 }
 
@@ -285,7 +293,7 @@ int pool_plan_stage_of(const pool_plan *p, const char *member)
 
 static int vote_read(json_t *j, pool_vote *out, char *err, size_t errlen)
 {
-    static const char *const keys[] = {"e", "b", "bp", "v", "p", "n", "mh", NULL};
+    static const char *const keys[] = {"e", "b", "bp", "v", "p", "n", "mh", "sw", NULL};
     elect_vote *v = &out->v;
     if (!json_is_object(j)) return node_errf(err, errlen, "\"vote\" must be an object");
     const char *bad = pool_json_unknown_key(j, keys);
@@ -319,7 +327,22 @@ static int vote_read(json_t *j, pool_vote *out, char *err, size_t errlen)
     const char *mh = json_string_value(json_object_get(j, "mh"));
     if (!mh || strlen(mh) != 16 || pool_hex64_parse(mh, &out->members_hash) != 0)
         return node_errf(err, errlen, "\"vote\".\"mh\" must be 16 lowercase hex digits");
+    json_t *sw = json_object_get(j, "sw");
+    if (sw) {
+        const char *w = json_string_value(sw);
+        for (int k = POOL_SW_JOINED; w && k <= POOL_SW_SLOWED; k++)
+            if (strcmp(w, pool_switch_why_name((pool_switch_why)k)) == 0)
+                out->sw = (pool_switch_why)k;
+        if (out->sw == POOL_SW_NONE)
+            return node_errf(err, errlen, "\"vote\".\"sw\" must be joined, left or slowed");
+    }
     return 0;
+}
+
+const char *pool_switch_why_name(pool_switch_why w)
+{
+    static const char *const names[] = {"", "joined", "left", "slowed"};
+    return w >= POOL_SW_NONE && w <= POOL_SW_SLOWED ? names[w] : "";
 }
 
 int pool_vote_from_json(json_t *j, pool_vote *out, char *err, size_t errlen)
@@ -340,13 +363,18 @@ json_t *pool_vote_to_json(const pool_vote *v)
     json_t *named = json_array();
     for (int i = 0; named && i < v->v.nnamed; i++)
         json_array_append_new(named, json_string(v->v.named[i]));
-    return json_pack("{s:I,s:I,s:s,s:s,s:s,s:o,s:s}", "e", (json_int_t)v->v.epoch, "b",
-                     (json_int_t)v->v.base, "bp", b, "v", view, "p", plan, "n", named, "mh", mh);
+    json_t *j = json_pack("{s:I,s:I,s:s,s:s,s:s,s:o,s:s}", "e", (json_int_t)v->v.epoch, "b",
+                          (json_int_t)v->v.base, "bp", b, "v", view, "p", plan, "n", named, "mh",
+                          mh);
+    if (j && v->sw != POOL_SW_NONE)
+        json_object_set_new(j, "sw", json_string(pool_switch_why_name(v->sw)));
+    return j;
 }
 
 int pool_vote_copy(pool_vote *dst, const pool_vote *src)
 {
     dst->v = src->v;
+    dst->sw = src->sw;
     dst->members_hash = src->members_hash;
     return pool_names_copy(&dst->members, &src->members);
 }

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const pool_member *named(const pool_member *m, int n, const char *name)
+const pool_member *core_named(const pool_member *m, int n, const char *name)
 {
     for (int i = 0; i < n; i++)
         if (strcmp(m[i].name, name) == 0) return &m[i];
@@ -19,7 +19,7 @@ static const pool_member *named(const pool_member *m, int n, const char *name)
 }
 
 /* What member q says about the job: this member's own document for itself. */
-static const pool_doc *doc_of(const pool_core *c, const pool_member *q)
+const pool_doc *core_doc_of(const pool_core *c, const pool_member *q)
 {
     if (q->self) return &c->doc;
     return core_doc_job(q, c->doc.id) ? q->doc : NULL;
@@ -37,8 +37,8 @@ static bool all_done(const pool_core *c, const pool_plan *pl, const pool_member 
 {
     for (int s = 0; s < pl->nstages; s++)
         for (int k = 0; k < pl->stage[s].nholders; k++) {
-            const pool_member *q = named(m, n, pl->stage[s].holder[k].name);
-            const pool_doc *d = q ? doc_of(c, q) : NULL;
+            const pool_member *q = core_named(m, n, pl->stage[s].holder[k].name);
+            const pool_doc *d = q ? core_doc_of(c, q) : NULL;
             if (!d || !(d->has & POOL_HAS_RUN) || d->run.state != POOL_RUN_DONE ||
                 !(d->has & POOL_HAS_COMMITTED) || d->committed.epoch != pl->epoch)
                 return false;
@@ -50,7 +50,7 @@ bool core_behind(const pool_core *c, const pool_member *m, int n)
 {
     const pool_plan *pl = pool_core_committed(c);
     for (int i = 0; pl && i < n; i++) {
-        const pool_doc *d = m[i].self || !m[i].live ? NULL : doc_of(c, &m[i]);
+        const pool_doc *d = m[i].self || !m[i].live ? NULL : core_doc_of(c, &m[i]);
         if (d && (d->has & POOL_HAS_COMMITTED) && d->committed.epoch > pl->epoch) return true;
     }
     return false;
@@ -65,7 +65,7 @@ static bool lost_stage(pool_core *c, const pool_plan *pl, const pool_member *m, 
     lost[0] = 0;
     for (int s = 0; s < pl->nstages; s++)
         for (int k = 0; k < pl->stage[s].nholders; k++) {
-            const pool_member *q = named(m, n, pl->stage[s].holder[k].name);
+            const pool_member *q = core_named(m, n, pl->stage[s].holder[k].name);
             if (!q || !q->live) {
                 snprintf(lost, len, "%s", pl->stage[s].holder[k].name);
                 return true;
@@ -75,15 +75,18 @@ static bool lost_stage(pool_core *c, const pool_plan *pl, const pool_member *m, 
         c->doc.run.state == POOL_RUN_FAILED && !c->run_pending)
         return true;
     for (int i = 0; i < n; i++) {
-        const pool_doc *d = m[i].self || !m[i].live ? NULL : doc_of(c, &m[i]);
+        const pool_doc *d = m[i].self || !m[i].live ? NULL : core_doc_of(c, &m[i]);
         if (!d) continue;
         bool same = (d->has & POOL_HAS_COMMITTED) && d->committed.epoch == pl->epoch;
         if (same && (d->has & POOL_HAS_RUN) && d->run.state == POOL_RUN_RECOVERING) {
             if (d->has & POOL_HAS_REC) snprintf(lost, len, "%s", d->rec.lost);
             return true;
         }
+        /* another member votes to recover from this epoch (a vote for a
+         * planned switch, "sw", is no loss: pool_switch.c) */
         if ((d->has & POOL_HAS_VOTE) && d->vote.v.epoch > pl->epoch &&
-            d->vote.v.base == pl->epoch && d->vote.v.base_plan == pl->hash)
+            d->vote.v.base == pl->epoch && d->vote.v.base_plan == pl->hash &&
+            d->vote.sw == POOL_SW_NONE)
             return true;
     }
     return false;
@@ -116,11 +119,17 @@ void core_watch(pool_core *c, const pool_member *m, int n, int64_t now, pool_act
     /* the step the run reached: the furthest any stage says */
     int64_t at = 0;
     for (int i = 0; i < n; i++) {
-        const pool_doc *d = doc_of(c, &m[i]);
+        const pool_doc *d = core_doc_of(c, &m[i]);
         if (d && (d->has & POOL_HAS_RUN) && d->run.has_step && d->run.step > at &&
             (d->has & POOL_HAS_COMMITTED) && d->committed.epoch == pl->epoch)
             at = d->run.step;
     }
+    core_recover(c, pl, lost, at, now, out);
+}
+
+void core_recover(pool_core *c, const pool_plan *pl, const char *lost, int64_t at, int64_t now,
+                  pool_actions *out)
+{
     c->recovering = true;
     c->rec_base = pl->epoch;
     c->loss_ms = now;
@@ -176,7 +185,7 @@ void core_rec_progress(pool_core *c, const pool_member *m, int n, int64_t now)
     /* the first step done after the resumed one, by any stage of the new
      * epoch (this member's own, or as another's document says it) */
     for (int i = 0; i < n; i++) {
-        const pool_doc *d = doc_of(c, &m[i]);
+        const pool_doc *d = core_doc_of(c, &m[i]);
         if (!d || !(d->has & POOL_HAS_RUN) || !(d->has & POOL_HAS_COMMITTED) ||
             d->committed.epoch != r->epoch || !d->run.has_step || d->run.step <= r->from ||
             (d->run.state != POOL_RUN_RUNNING && d->run.state != POOL_RUN_DONE))
@@ -193,14 +202,14 @@ void core_rec_progress(pool_core *c, const pool_member *m, int n, int64_t now)
 /* Whether the snapshots of step `step` (-1: of any step) among the members
  * in[0..k) cover a model of L layers; what they miss written into miss (the embedding, the
  * layers, the head) when it is not NULL. */
-static bool covered(const pool_core *c, const pool_member *m, const int *in, int k, int L,
-                    int64_t step, char *miss, size_t len)
+bool core_covered(const pool_core *c, const pool_member *m, const int *in, int k, int L,
+                  int64_t step, char *miss, size_t len)
 {
     /* have[0]: the embedding, have[1 + l]: layer l, have[L + 1]: the head */
     unsigned char *have = calloc((size_t)L + 2, 1);
     if (!have) return false;
     for (int i = 0; i < k; i++) {
-        const pool_doc *d = doc_of(c, &m[in[i]]);
+        const pool_doc *d = core_doc_of(c, &m[in[i]]);
         for (int j = 0; d && j < d->snaps.n; j++) {
             const pool_snap *s = &d->snaps.s[j];
             if ((step >= 0 && s->step != step) || s->layer_end > L) continue;
@@ -242,11 +251,11 @@ int64_t core_resume_step(pool_core *c, const pool_member *m, const int *in, int 
     c->doc.why[0] = 0;
     int64_t best = 0, newest = 0;
     for (int i = 0; i < k; i++) {
-        const pool_doc *d = doc_of(c, &m[in[i]]);
+        const pool_doc *d = core_doc_of(c, &m[in[i]]);
         for (int j = 0; d && j < d->snaps.n; j++) {
             int64_t st = d->snaps.s[j].step;
             if (st > newest) newest = st;
-            if (st > best && covered(c, m, in, k, L, st, NULL, 0)) best = st;
+            if (st > best && core_covered(c, m, in, k, L, st, NULL, 0)) best = st;
         }
     }
     /* A job's first epoch starts after the newest step its members'
@@ -264,7 +273,7 @@ int64_t core_resume_step(pool_core *c, const pool_member *m, const int *in, int 
     int64_t every = pl && pl->snapshot_every > 0 ? pl->snapshot_every : 1;
     if (pl && pl->resume_step == 0 && c->doc.rec.at <= 2 * every) return 0;
     char miss[200], who[200] = "";
-    if (covered(c, m, in, k, L, -1, miss, sizeof miss))
+    if (core_covered(c, m, in, k, L, -1, miss, sizeof miss))
         snprintf(miss, sizeof miss, "every layer at one step");
     /* the committed plan's holders that are not in this view */
     size_t used = 0;
@@ -286,7 +295,7 @@ int64_t core_resume_step(pool_core *c, const pool_member *m, const int *in, int 
 /* The bytes of a snapshot of layers [b, e) of the job's model: what trains
  * (weights) and both AdamW moments, with the embedding when b is 0 and the
  * head when e is the last layer; -1 when the shape cannot be costed. */
-static int64_t state_bytes(const pool_core *c, int b, int e)
+int64_t core_state_bytes(const pool_core *c, int b, int e)
 {
     cost_bytes cb;
     char err[256];
@@ -303,7 +312,7 @@ int64_t core_snapshot_every(const pool_core *c, const plan *pl, const cost_link 
     /* the largest stage's state */
     int64_t bytes = 0;
     for (int s = 0; s < pl->nstages; s++) {
-        int64_t b = state_bytes(c, pl->stage[s].layer_begin, pl->stage[s].layer_end);
+        int64_t b = core_state_bytes(c, pl->stage[s].layer_begin, pl->stage[s].layer_end);
         if (b < 0) return 10;
         if (b > bytes) bytes = b;
     }
@@ -347,7 +356,7 @@ static int gather(pool_core *c, const pool_member *m, int n, int b, int e, int64
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < n; i++) {
             if ((pass == 0) != m[i].self || !m[i].live) continue;
-            const pool_doc *d = doc_of(c, &m[i]);
+            const pool_doc *d = core_doc_of(c, &m[i]);
             for (int j = 0; d && j < d->snaps.n; j++) {
                 const pool_snap *s = &d->snaps.s[j];
                 bool need = s->step == step &&
@@ -388,11 +397,11 @@ static int gather(pool_core *c, const pool_member *m, int n, int b, int e, int64
     return 0;
 }
 
-int core_pieces(pool_core *c, const pool_member *m, int n, const pool_plan *pl, pool_action *a)
+int core_pieces_at(pool_core *c, const pool_member *m, int n, const pool_plan *pl, int64_t step,
+                   pool_action *a)
 {
     int st = pool_plan_stage_of(pl, c->name);
-    return gather(c, m, n, pl->stage[st].layer_begin, pl->stage[st].layer_end, pl->resume_step,
-                  a);
+    return gather(c, m, n, pl->stage[st].layer_begin, pl->stage[st].layer_end, step, a);
 }
 
 /* ---- pool checkpoints ---- */
@@ -409,13 +418,13 @@ void core_checkpoint(pool_core *c, const pool_member *m, int n, int64_t now, poo
     int64_t best = 0;
     int *in = malloc((size_t)(n > 0 ? n : 1) * sizeof *in), k = 0;
     for (int q = 0; in && q < n; q++)   /* the live members with the job, once */
-        if (m[q].live && doc_of(c, &m[q])) in[k++] = q;
+        if (m[q].live && core_doc_of(c, &m[q])) in[k++] = q;
     for (int i = 0; in && i < k; i++) {
-        const pool_doc *d = doc_of(c, &m[in[i]]);
+        const pool_doc *d = core_doc_of(c, &m[in[i]]);
         for (int j = 0; j < d->snaps.n; j++) {
             int64_t st = d->snaps.s[j].step;
             if (st > best && st > c->ckpt_done && st % c->checkpoint_every == 0 &&
-                covered(c, m, in, k, c->shape.layers, st, NULL, 0))
+                core_covered(c, m, in, k, c->shape.layers, st, NULL, 0))
                 best = st;
         }
     }
@@ -478,14 +487,14 @@ void pool_core_checkpointed(pool_core *c, int64_t step, bool ok, const char *err
 static int buddy_of(const pool_core *c, const pool_plan *pl, int s, const pool_member *m, int n)
 {
     const char *holder = pl->stage[s].holder[0].name;
-    const pool_member *h = named(m, n, holder);
-    const pool_doc *hd = h ? doc_of(c, h) : NULL;
+    const pool_member *h = core_named(m, n, holder);
+    const pool_doc *hd = h ? core_doc_of(c, h) : NULL;
     int *cand = malloc((size_t)(n > 0 ? n : 1) * sizeof *cand), k = 0;
     if (!cand) return -1;
     bool other_host = false;
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < n; i++) {
-            const pool_doc *d = m[i].live ? doc_of(c, &m[i]) : NULL;
+            const pool_doc *d = m[i].live ? core_doc_of(c, &m[i]) : NULL;
             if (!d || strcmp(m[i].name, holder) == 0) continue;
             bool same = hd && (hd->has & POOL_HAS_HOST) && (d->has & POOL_HAS_HOST) &&
                         strcmp(hd->host, d->host) == 0;
@@ -531,7 +540,7 @@ void core_copied(pool_core *c, const pool_member *m, int n)
         /* any live member's copy will do, not only the buddy's: a snapshot
          * of these layers at a step is the same whoever keeps it */
         for (int i = 0; i < n; i++) {
-            const pool_doc *d = m[i].self || !m[i].live ? NULL : doc_of(c, &m[i]);
+            const pool_doc *d = m[i].self || !m[i].live ? NULL : core_doc_of(c, &m[i]);
             for (int j = 0; d && j < d->snaps.n; j++)
                 if (d->snaps.s[j].layer_begin == x.layer_begin &&
                     d->snaps.s[j].layer_end == x.layer_end && d->snaps.s[j].step > x.step)
@@ -565,7 +574,7 @@ static int64_t pull_rate(const pool_core *c, const pool_plan *pl, const pool_mem
     for (int s = 0; s < pl->nstages; s++) {
         int b = buddy_of(c, pl, s, m, n);
         if (b < 0 || !m[b].self) continue;
-        int64_t x = state_bytes(c, pl->stage[s].layer_begin, pl->stage[s].layer_end);
+        int64_t x = core_state_bytes(c, pl->stage[s].layer_begin, pl->stage[s].layer_end);
         if (x < 0) return 0;
         bytes += x;
     }
@@ -588,8 +597,8 @@ void core_pull(pool_core *c, const pool_member *m, int n, int64_t now, pool_acti
     for (int s = 0; s < pl->nstages; s++) {
         int b = buddy_of(c, pl, s, m, n);
         if (b < 0 || !m[b].self) continue;
-        const pool_member *hs = named(m, n, pl->stage[s].holder[0].name);
-        const pool_doc *hd = hs && hs->live ? doc_of(c, hs) : NULL;
+        const pool_member *hs = core_named(m, n, pl->stage[s].holder[0].name);
+        const pool_doc *hd = hs && hs->live ? core_doc_of(c, hs) : NULL;
         if (!hd) continue;
         const pool_snap *w = NULL;
         for (int j = 0; j < hd->snaps.n; j++) {
@@ -660,13 +669,17 @@ void core_fill_base(pool_core *c, const pool_member *m, int n)
     if (c->doc.vote.v.epoch == p->epoch && c->doc.vote.members_hash == p->members_hash &&
         pool_names_copy(&p->members, &c->doc.vote.members) == 0)
         return;
-    /* every member carrying the job, in name order (a view's members) */
+    /* every member carrying the job, in name order (a view's members); or
+     * every live one; or either without this member (one that joined after
+     * the epoch was voted) */
     int *idx = malloc((size_t)(n > 0 ? n : 1) * sizeof *idx);
-    for (int live = 0; idx && live < 2 && !p->members.n; live++) {
+    for (int pass = 0; idx && pass < 4 && !p->members.n; pass++) {
+        bool live = pass & 1, others = pass & 2;
         pool_names all = {0, NULL};
         int k = 0;
         for (int i = 0; i < n; i++)
-            if (doc_of(c, &m[i]) && (!live || m[i].live)) idx[k++] = i;
+            if (core_doc_of(c, &m[i]) && (!live || m[i].live) && (!others || !m[i].self))
+                idx[k++] = i;
         for (int i = 1; i < k; i++)
             for (int j = i; j > 0 && strcmp(m[idx[j - 1]].name, m[idx[j]].name) > 0; j--) {
                 int t = idx[j];

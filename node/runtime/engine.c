@@ -720,6 +720,20 @@ static int snapshot(engine *e, const char *dir, long done, long h, long ckpt_eve
     return 0;
 }
 
+/* A pool stage stopped at a step boundary (a planned switch hands its
+ * layers over from here, docs/ARCHITECTURE.md "Planned switches"): its
+ * state as the snapshot of that step, unless the interval wrote it. */
+static int stop_snapshot(engine *e, const engine_options *opt, long done, long h, char *err,
+                         size_t errlen)
+{
+    const cluster_node *me = &e->cl->nodes[e->self];
+    char path[4200];
+    snprintf(path, sizeof path, "%s/L%d-%d-s%ld.safetensors", opt->snapshot_dir, me->begin,
+             me->end, done);
+    if (done < 1 || access(path, F_OK) == 0) return 0;
+    return snapshot(e, opt->snapshot_dir, done, h, opt->checkpoint_every, err, errlen);
+}
+
 /* Before the step that completes `done`: when done is a multiple of the
  * snapshot interval h and this run wrote the snapshot of done - h, wait
  * until another member holds a copy of it (opt->wait_copies). */
@@ -860,7 +874,8 @@ int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
     if (done < job->steps) {
         /* stopped before the job's end: the state to resume from */
         if ((opt->checkpoint && save_state(e, opt->checkpoint, done, err, errlen)) ||
-            save_stage(e, err, errlen)) {
+            save_stage(e, err, errlen) ||
+            (opt->snapshot_dir && stop_snapshot(e, opt, done, every, err, errlen))) {
             abort_run(e, err);
             goto out;
         }

@@ -244,10 +244,11 @@ static int parse_job(ctx *c, job_spec *j, json_t *root)
         "steps", "lr", "min_lr", "warmup_steps", "weight_decay", "beta1", "beta2", "eps",
         "grad_clip", "seed", "val_interval", "val_batches", "checkpoint_interval",
         "log_interval", "out_dir", "threads", "base", "lora", "snapshot_every", "checkpoint_every",
-        NULL};
+        "replan_gain", "replan_min_steps", NULL};
     if (check_keys(c, root, known)) return -1;
     long seq = 0, batch = 0, micro = 0, steps = 0, seed = 1, warmup = 0, val_interval = 0,
-         val_batches = 8, ckpt = 0, log = 10, threads = 0, snap = 0, pool_ckpt = 0;
+         val_batches = 8, ckpt = 0, log = 10, threads = 0, snap = 0, pool_ckpt = 0,
+         replan_min = 20;
     if (parse_base(c, j, json_object_get(root, "base")) ||
         parse_lora(c, j, json_object_get(root, "lora")))
         return -1;
@@ -275,7 +276,8 @@ static int parse_job(ctx *c, job_spec *j, json_t *root)
         get_int(c, root, "log_interval", false, 1, 1L << 40, &log) ||
         get_int(c, root, "threads", false, 0, 1024, &threads) ||
         get_int(c, root, "snapshot_every", false, 0, 1L << 40, &snap) ||
-        get_int(c, root, "checkpoint_every", false, 0, 1L << 40, &pool_ckpt))
+        get_int(c, root, "checkpoint_every", false, 0, 1L << 40, &pool_ckpt) ||
+        get_int(c, root, "replan_min_steps", false, 0, 1L << 40, &replan_min))
         return -1;
     j->lr = 3e-4;
     j->weight_decay = 0.1;
@@ -292,6 +294,8 @@ static int parse_job(ctx *c, job_spec *j, json_t *root)
         get_number(c, root, "eps", 0.0, 1.0, &j->eps) ||
         get_number(c, root, "grad_clip", 0.0, 1e30, &j->grad_clip))
         return -1;
+    j->replan_gain = 0.10;
+    if (get_number(c, root, "replan_gain", 0.0, 0.99, &j->replan_gain)) return -1;
     if (!micro) micro = batch;
     if (batch % micro)
         return key_error(c, "batch", "(%ld) is not a multiple of \"micro_batch\" (%ld)", batch,
@@ -318,6 +322,7 @@ static int parse_job(ctx *c, job_spec *j, json_t *root)
     j->checkpoint_interval = ckpt;
     j->snapshot_every = snap;
     j->checkpoint_every = pool_ckpt;
+    j->replan_min_steps = replan_min;
     j->log_interval = log;
     j->threads = (int)threads;
     return 0;

@@ -111,6 +111,10 @@ typedef struct {
                                     snapshots come every job_snapshot_interval of it (0: the
                                     plan chooses) */
     long checkpoint_every;       /* a pool run's checkpoints of every stage (0: none) */
+    double replan_gain;          /* a pool run switches to a plan predicted this much
+                                    faster (share of the step; default 0.10) */
+    long replan_min_steps;       /* ... at most once per this many steps, unless a member
+                                    is lost (default 20) */
     int val_batches, threads;
     double lr, min_lr, weight_decay, beta1, beta2, eps, grad_clip;
     uint64_t seed;

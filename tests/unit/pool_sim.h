@@ -6,7 +6,8 @@
  * must fit a record (GOSSIP_JOB_MAX) and read back through
  * pool_doc_from_text to the same text; each other member sees it after a
  * seeded delay of 0 to 2 ticks, unless a partition lies between them or
- * the publisher is down; a job's blob is fetched from the first member
+ * the publisher is down, and then through any member it hears that has a
+ * newer version (gossip relays signed records); a job's blob is fetched from the first member
  * that is reachable and holds it. Liveness is what a failure detector says:
  * a member crashed or cut off is live for DETECT_MS more, then dead.
  * Profiles and link probes finish after seeded times with synthetic
@@ -98,6 +99,9 @@ typedef struct {
     int64_t gather_asked;        /* when the core last asked for the gathering */
     /* its stage: running run_epoch's plan, run_step steps done */
     bool running, run_failed, run_ok;
+    bool handover;               /* its stage was asked to stop at the next boundary */
+    pool_plan run_plan;          /* the plan its stage runs (the committed one may move on to
+                                    a handover while it runs) */
     int64_t run_epoch, run_step, run_from, broken_since;
     int64_t copy_wait_since;     /* its pipeline waits for a buddy's copy (0: does not) */
     char run_error[160];
@@ -143,6 +147,15 @@ static struct {
     int ckpt_fail;               /* the next this many checkpoints fail (a piece's copy broke) */
     int64_t ckpt_failed_at;      /* when the last of them failed */
     int64_t ckpt_at;             /* when the last checkpoint was written */
+    int handovers;               /* pipelines stopped for a planned switch */
+    int64_t handed_at;           /* ... the step the last one stopped after */
+    int64_t handed_ms, resumed_ms; /* ... when, and when the step after it was done */
+    int64_t redone;              /* steps a pipeline did that some earlier one had done */
+    bool switches;               /* the cores vote planned switches (pool_core_config) */
+    double replan_gain;          /* the job's */
+    int64_t replan_min_steps;
+    int crash_on_handover;       /* this member crashes when the first HANDOVER comes (-1:
+                                    none) */
 } S;
 
 #define SIM_STEP_MS TICK            /* a pipeline step */
@@ -167,6 +180,7 @@ static void world_free(void)
         for (int i = 0; i < S.n; i++) version_put(S.known[o][i]);
     for (int i = 0; i < S.n; i++) {
         pool_core_destroy(S.m[i].core);
+        pool_plan_free(&S.m[i].run_plan);
         version_put(S.m[i].cur);
         free(S.m[i].disk);
         free(S.m[i].probe);
@@ -180,10 +194,11 @@ static void world_free(void)
 static void new_core(sim_member *m)
 {
     pool_core_config cfg = {.name = m->name, .no_compute = m->no_compute,
-                            .host = "00000000000000aa", .cores = 2, .threads = 2};
+                            .host = "00000000000000aa", .cores = 2, .threads = 2,
+                            .switches = S.switches};
     m->core = pool_core_create(&cfg);
     m->prof_at = m->probe_at = m->gather_at = m->pull_at = 0;
-    m->running = m->run_failed = m->run_ok = false;
+    m->running = m->run_failed = m->run_ok = m->handover = false;
     m->run_epoch = 0;
 }
 
@@ -195,6 +210,10 @@ static void world_init(int n, uint64_t seed)
     S.now = T0;
     S.rng = seed * 2654435761u + 1;
     S.copy_timeouts = 0;
+    S.handovers = 0;
+    S.handed_at = 0;
+    S.crash_on_handover = -1;
+    S.redone = 0;
     memset(S.commit_hash, 0, sizeof S.commit_hash);
     memset(S.cut_ms, 0, sizeof S.cut_ms);
     for (int i = 0; i < n; i++) {
@@ -390,22 +409,27 @@ static void start_stage(int i, const pool_action *a)
     CHECK(pl && pl->epoch == a->epoch, "%s: RUN of epoch %lld, committed %lld", m->name,
           (long long)a->epoch, pl ? (long long)pl->epoch : 0LL);
     if (!pl) return;
+    CHECK(pl->handover || a->step == pl->resume_step, "%s: RUN of epoch %lld after step %lld, "
+          "its plan resumes after %lld", m->name, (long long)pl->epoch, (long long)a->step,
+          (long long)pl->resume_step);
     m->running = true;
-    m->run_failed = m->run_ok = false;
+    m->run_failed = m->run_ok = m->handover = false;
     m->run_epoch = pl->epoch;
-    m->run_from = m->run_step = pl->resume_step;
+    m->run_from = m->run_step = a->step;
+    pool_plan_free(&m->run_plan);
+    pool_plan_copy(&m->run_plan, pl);
     m->broken_since = 0;
     int st = pool_plan_stage_of(pl, m->name);
     CHECK(st >= 0, "%s: RUN without a stage in epoch %lld", m->name, (long long)pl->epoch);
-    if (pl->resume_step == 0 || st < 0) return;
+    if (a->step == 0 || st < 0) return;
     int b = pl->stage[st].layer_begin, e = pl->stage[st].layer_end;
     for (int l = b; l < e; l++) {
         bool cov = false;
         for (int k = 0; k < a->ntargets; k++)
             cov |= a->snaps[k].layer_begin <= l && l < a->snaps[k].layer_end &&
-                   a->snaps[k].step == pl->resume_step;
+                   a->snaps[k].step == a->step;
         CHECK(cov, "%s: epoch %lld's stage [%d, %d) has no piece of layer %d after step %lld",
-              m->name, (long long)pl->epoch, b, e, l, (long long)pl->resume_step);
+              m->name, (long long)pl->epoch, b, e, l, (long long)a->step);
     }
     for (int k = 0; k < a->ntargets; k++) {
         int j = -1;
@@ -432,8 +456,10 @@ static void pipelines(void)
     for (int i = 0; i < S.n; i++) {
         sim_member *m = &S.m[i];
         if (!m->up || !m->running) continue;
-        const pool_plan *pl = pool_core_committed(m->core);
-        if (!pl || pl->epoch != m->run_epoch) {
+        const pool_plan *cm = pool_core_committed(m->core), *pl = &m->run_plan;
+        /* a recovery's commit comes with a KILL; a handover's lets the stage
+         * run until it stops at a boundary */
+        if (!cm || (cm->epoch != m->run_epoch && !cm->handover)) {
             stage_fails(i, "the plan moved on");
             continue;
         }
@@ -461,7 +487,7 @@ static void pipelines(void)
     /* the whole pipelines advance together: the first stage's member drives */
     for (int i = 0; i < S.n; i++) {
         sim_member *m = &S.m[i];
-        const pool_plan *pl = m->up && m->running ? pool_core_committed(m->core) : NULL;
+        const pool_plan *pl = m->up && m->running ? &m->run_plan : NULL;
         if (!pl || strcmp(pl->stage[0].holder[0].name, m->name) != 0 || m->broken_since) continue;
         bool whole = true;
         for (int s = 0; s < pl->nstages && whole; s++) {
@@ -471,6 +497,24 @@ static void pipelines(void)
                     hears(i, j) && hears(j, i);
         }
         if (!whole || m->run_step >= S.steps) continue;
+        /* a stage asked to hand over: every stage stops here, each keeping
+         * a snapshot of the step (engine.c's stop_snapshot) */
+        bool stop = false;
+        for (int s = 0; s < pl->nstages; s++) stop |= S.m[member_of(pl->stage[s].holder[0].name)].handover;
+        if (stop) {
+            for (int s = 0; s < pl->nstages; s++) {
+                int j = member_of(pl->stage[s].holder[0].name);
+                pool_snap x = {pl->stage[s].layer_begin, pl->stage[s].layer_end, S.m[j].run_step};
+                if (x.step >= 1) sim_hold(j, &x);
+                S.m[j].running = S.m[j].handover = false;
+                S.m[j].run_ok = true;
+            }
+            S.handovers++;
+            S.handed_at = m->run_step;
+            S.handed_ms = S.now;
+            S.resumed_ms = 0;
+            continue;
+        }
         int64_t done = m->run_step + 1;
         /* the step that completes a multiple n of the snapshot interval h
          * waits until another member holds each stage's snapshot of n - h,
@@ -487,6 +531,8 @@ static void pipelines(void)
         if (wait && S.now - m->copy_wait_since < ENGINE_COPY_WAIT_MS) continue;
         if (wait) S.copy_timeouts++;
         m->copy_wait_since = 0;
+        if (done <= S.reached) S.redone++;
+        if (S.handovers && done == S.handed_at + 1 && !S.resumed_ms) S.resumed_ms = S.now;
         if (done > S.reached) S.reached = done;
         if (!S.first_step) S.first_step = done;
         for (int s = 0; s < pl->nstages; s++) {
@@ -579,6 +625,8 @@ static void execute(int i)
             s.steps = S.steps;
             s.snapshot_every = S.snapshot_every;
             s.checkpoint_every = S.checkpoint_every;
+            s.replan_gain = S.replan_gain;
+            s.replan_min_steps = S.replan_min_steps;
             if (m->lacks_data)
                 pool_lacks_add(&s.lacks, "data", S.bundle.data[0], S.bundle.data[0], "missing");
             json_t *j = m->disk ? json_loads(m->disk, 0, NULL) : NULL;
@@ -629,6 +677,20 @@ static void execute(int i)
             }
             break;
         case POOL_ACT_RUN: start_stage(i, &a); break;
+        case POOL_ACT_HANDOVER:
+            CHECK(!m->running || m->run_epoch == a.epoch, "%s: HANDOVER of epoch %lld, its "
+                  "stage runs %lld", m->name, (long long)a.epoch, (long long)m->run_epoch);
+            if (S.crash_on_handover >= 0) {   /* at the first HANDOVER anyone gets */
+                int v = S.crash_on_handover;
+                S.crash_on_handover = -1;
+                crash(v);
+                if (v == i) {
+                    pool_actions_clear(&S.acts);
+                    return;
+                }
+            }
+            if (m->running) m->handover = true;
+            break;
         case POOL_ACT_FETCH: fetch_blob(i, &a); break;
         case POOL_ACT_GATHER:
             m->gather_at = S.now + 1000;
@@ -735,6 +797,23 @@ static void disseminate(void)
             S.cut_ms[o][i] = 0;
             version *v = S.m[i].cur;
             if (v != S.known[o][i] && v && v->at + S.delay[o][i] * TICK <= S.now) {
+                version_put(S.known[o][i]);
+                S.known[o][i] = version_get(v);
+            }
+        }
+    }
+    /* a member's last record also travels through the others (gossip
+     * relays signed records): one that went down or is cut off reaches o
+     * through any member o hears that has a newer version of it */
+    for (int o = 0; o < S.n; o++) {
+        if (!S.m[o].up) continue;
+        for (int i = 0; i < S.n; i++) {
+            if (hears(o, i)) continue;
+            for (int r = 0; r < S.n; r++) {
+                version *v = S.known[r][i];
+                if (r == o || r == i || !hears(o, r) || !v ||
+                    (S.known[o][i] && S.known[o][i]->serial >= v->serial))
+                    continue;
                 version_put(S.known[o][i]);
                 S.known[o][i] = version_get(v);
             }

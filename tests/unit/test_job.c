@@ -49,7 +49,8 @@ int main(void)
     CHECK(strcmp(j.tokenizer, "/abs/tok.json") == 0, "absolute path changed: %s", j.tokenizer);
     CHECK(j.ndata == 2 && strstr(j.data_files[1], "/b.txt"), "data files");
     CHECK(j.micro_batch == 8 && j.seed == 1 && j.format == DATA_TEXT && j.grad_clip == 1.0 &&
-              fabs(j.min_lr - j.lr * 0.1) < 1e-12,
+              fabs(j.min_lr - j.lr * 0.1) < 1e-12 && j.replan_gain == 0.10 &&
+              j.replan_min_steps == 20,
           "defaults");
     /* the schedule: warm-up, peak, cosine down to min_lr at the last step */
     j.lr = 1e-3;
@@ -72,6 +73,10 @@ int main(void)
     expect_fail(__LINE__, VALID_HEAD ",\n  \"micro_batch\": 3\n}\n",
                 "\"batch\" (8) is not a multiple of \"micro_batch\" (3)");
     expect_fail(__LINE__, VALID_HEAD ",\n  \"lr\": \"fast\"\n}\n", "\"lr\" must be a number");
+    expect_fail(__LINE__, VALID_HEAD ",\n  \"replan_gain\": 1.5\n}\n",
+                "\"replan_gain\" is 1.5, must be in [0, 0.99]");
+    expect_fail(__LINE__, VALID_HEAD ",\n  \"replan_min_steps\": -1\n}\n",
+                "\"replan_min_steps\" is -1, must be in [0,");
     expect_fail(__LINE__, "{\"config\": \"c\"}", "is required");
     expect_fail(__LINE__,
                 "{\"config\": \"c\", \"tokenizer\": \"t\", \"out_dir\": \"o\", \"seq_len\": 4, "

@@ -274,6 +274,82 @@ static void test_refusals(void)
           "a document with a key twice was taken");
 }
 
+/* A planned switch's fields (docs/PROTOCOL.md, "Planned switches"): a
+ * handover plan ("ho"), a switch's vote ("sw"), a stage that handed over
+ * ("handed") and the record of the switch ("swr") read and write back; each
+ * malformed one is refused naming it. */
+static json_t *switch_doc(void)
+{
+    json_t *j = full_doc();
+    json_t *c = json_object_get(j, "committed");
+    json_object_del(c, "rs");
+    json_object_set_new(c, "ho", json_true());
+    json_object_set_new(json_object_get(j, "vote"), "sw", json_string("joined"));
+    json_object_set_new(json_object_get(j, "run"), "state", json_string("handed"));
+    json_object_set_new(j, "swr", json_pack("{s:i,s:i,s:s,s:f,s:f,s:f,s:i,s:i}", "e", 3, "from",
+                                            40, "why", "joined", "mb", 12.5, "pred", 250.5,
+                                            "old", 410.25, "ms", 3100, "n", 1));
+    return j;
+}
+
+static void test_switch_fields(void)
+{
+    json_t *j = switch_doc();
+    char *want = text_of(j), err[512] = "";
+    pool_doc d;
+    CHECK(pool_doc_from_text(want, &d, err, sizeof err) == 0, "switch document refused: %s", err);
+    char *got = pool_doc_to_text(&d);
+    CHECK(got && strcmp(got, want) == 0, "the switch document writes back otherwise:\n%s\n%s",
+          want, got);
+    CHECK(d.committed.handover && d.committed.resume_step == 0 && d.vote.sw == POOL_SW_JOINED &&
+              d.run.state == POOL_RUN_HANDED && (d.has & POOL_HAS_SWR) && d.swr.epoch == 3 &&
+              d.swr.from == 40 && d.swr.why == POOL_SW_JOINED && d.swr.mb == 12.5 &&
+              d.swr.ms == 3100 && d.swr.n == 1,
+          "the switch fields read back otherwise");
+    /* a handover plan hashes otherwise than the same stages from the start */
+    pool_plan other;
+    CHECK(pool_plan_copy(&other, &d.committed) == 0, "plan copy");
+    other.handover = false;
+    CHECK(pool_plan_hash(&other) != pool_plan_hash(&d.committed),
+          "\"ho\" is not covered by the plan hash");
+    pool_plan_free(&other);
+    free(want);
+    free(got);
+    pool_doc_free(&d);
+    json_decref(j);
+    mutation muts[] = {
+        {"committed.ho", json_false(), "\"ho\""},
+        {"committed.ho", json_integer(1), "\"ho\""},
+        {"committed.rs", json_integer(10), "\"ho\" and \"rs\""},
+        {"vote.sw", json_string("bored"), "\"vote\".\"sw\""},
+        {"vote.sw", json_integer(1), "\"vote\".\"sw\""},
+        {"swr", json_integer(1), "\"swr\""},
+        {"swr.e", json_integer(0), "\"swr\".\"e\""},
+        {"swr.from", json_integer(-1), "\"swr\".\"from\""},
+        {"swr.n", NULL, "\"swr\".\"n\""},
+        {"swr.why", json_string("bored"), "\"swr\".\"why\""},
+        {"swr.mb", json_real(-1), "\"swr\".\"mb\""},
+        {"swr.pred", json_string("fast"), "\"swr\".\"pred\""},
+        {"swr.old", NULL, "\"swr\".\"old\""},
+        {"swr.ms", json_real(1.5), "\"swr\".\"ms\""},
+        {"swr.zz", json_integer(1), "\"swr\".\"zz\""},
+    };
+    for (size_t i = 0; i < sizeof muts / sizeof muts[0]; i++) {
+        json_t *m = switch_doc();
+        char key[128], e[512] = "";
+        json_t *obj = at_path(m, muts[i].path, key, sizeof key);
+        if (muts[i].value) json_object_set_new(obj, key, muts[i].value);
+        else json_object_del(obj, key);
+        pool_doc x;
+        int rc = pool_doc_from_json(m, &x, e, sizeof e);
+        CHECK(rc != 0, "%s: a malformed document was taken", muts[i].path);
+        CHECK(rc == 0 || strstr(e, muts[i].field), "%s: the refusal does not name %s: %s",
+              muts[i].path, muts[i].field, e);
+        if (rc == 0) pool_doc_free(&x);
+        json_decref(m);
+    }
+}
+
 /* The plan hash is the first 8 bytes of the SHA-256 of the layout's
  * compact, key-sorted JSON: the bytes every member of any build hashes. */
 static void test_plan_hash(void)
@@ -349,6 +425,7 @@ int main(void)
     test_links_summary();
     test_round_trip();
     test_refusals();
+    test_switch_fields();
     test_plan_hash();
     printf("%s\n", failures ? "FAILED" : "test_pool_doc: ok");
     return failures != 0;

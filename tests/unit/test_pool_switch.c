@@ -1,0 +1,180 @@
+/* test_pool_switch.c — planned switches of whole simulated pools
+ * (pool_sim.h; docs/ARCHITECTURE.md, "Planned switches"): a member joins a
+ * running job, and the pool moves to the plan that uses it when the rule
+ * says so. Every random choice is seeded; TEST_SEED_OFFSET=N runs every
+ * scenario with its seed + N.
+ *
+ * Five members: m00-m02 compute from the start, m03 computes and joins
+ * mid-run, m04 submits and computes nothing. Scenarios: a join the rule
+ * takes (a later epoch is a handover naming m03; the old stages stop
+ * together after one step and the new ones start after it: no step is done
+ * twice, no recovery); a join too close to the job's end to pay for itself
+ * (the plan stays; the newcomer's document says why); a join before the
+ * running plan has done replan_min_steps (it waits for them, then
+ * switches); an old holder lost while it hands over (the pool falls back to
+ * a recovery and finishes). POOL_SIM_VERBOSE=1 prints every log line. */
+#include "pool_sim.h"
+
+#define STEPS 400
+
+static bool finished(int i)
+{
+    const pool_doc *d = pool_core_doc(S.m[i].core);
+    if (strcmp(S.m[i].name, S.bundle.submitted_by) == 0) return d->run.gathered == 1;
+    const pool_plan *c = plan_of(i);
+    return c && (pool_plan_stage_of(c, S.m[i].name) < 0 || d->run.state == POOL_RUN_DONE);
+}
+
+/* m03 down before the job: the job's first plan has three stages. */
+static void start(uint64_t seed)
+{
+    world_init(5, seed);
+    S.m[4].no_compute = true;
+    pool_core_destroy(S.m[4].core);
+    new_core(&S.m[4]);
+    /* the newcomer is the fastest member: the plan with it is faster */
+    S.m[3].speed = 300;
+    S.reached = S.first_step = 0;
+    crash(3);
+    for (int t = 0; t < (DETECT_MS + 2 * TICK) / TICK; t++) step();
+    set_bundle("m04", WALL0 + (S.now - T0) / 1000);
+    submit(4);
+    CHECK(run_until(committed, 60000), "seed %llu: no commit within 60 s",
+          (unsigned long long)seed);
+    const pool_plan *c = plan_of(4);
+    CHECK(c && pool_plan_stage_of(c, "m03") < 0, "seed %llu: the first plan names m03, which "
+          "is down", (unsigned long long)seed);
+}
+
+static void run_to(int64_t target)
+{
+    int64_t end = S.now + 300000;
+    while (S.now < end && S.reached < target) step();
+    CHECK(S.reached >= target, "the run did not reach step %lld (at %lld)", (long long)target,
+          (long long)S.reached);
+}
+
+static bool no_recovery(void)
+{
+    for (int i = 0; i < S.n; i++)
+        if (S.m[i].up && (pool_core_doc(S.m[i].core)->has & POOL_HAS_REC)) return false;
+    return true;
+}
+
+/* A join the rule takes: the pool switches to a plan with m03, nothing
+ * redone, no recovery. */
+static void scenario_join(uint64_t seed)
+{
+    S.replan_min_steps = 20;
+    start(seed);
+    int64_t k = 40 + (int64_t)(rnd() % 40);
+    run_to(k);
+    int64_t joined = S.reached, t0 = S.now;
+    restart(3);
+    CHECK(run_until(finished, 600000), "join: the run did not finish");
+    CHECK(S.reached == STEPS, "join: the run reached step %lld of %d", (long long)S.reached,
+          STEPS);
+    const pool_plan *c = plan_of(4);
+    CHECK(c && c->handover && pool_plan_stage_of(c, "m03") >= 0, "join: the last epoch (%lld) "
+          "is %sa handover and %s m03", c ? (long long)c->epoch : 0LL,
+          c && c->handover ? "" : "not ", c && pool_plan_stage_of(c, "m03") >= 0 ? "names"
+                                                                               : "does not name");
+    CHECK(S.handovers == 1, "join: %d pipelines stopped for a switch (want 1)", S.handovers);
+    CHECK(S.redone == 0, "join: %lld steps done twice", (long long)S.redone);
+    CHECK(no_recovery(), "join: a member recorded a recovery");
+    CHECK(S.handed_at > joined, "join: handed over after step %lld, before the join at %lld",
+          (long long)S.handed_at, (long long)joined);
+    CHECK(S.resumed_ms > S.handed_ms, "join: no step after the handover's");
+    printf("join: m03 up at step %lld; the stages handed over after step %lld, %.1f s later; "
+           "step %lld done %.1f s after the stop; epoch %lld runs %d stages with m03; no step "
+           "redone\n", (long long)joined, (long long)S.handed_at,
+           (double)(S.handed_ms - t0) / 1000, (long long)S.handed_at + 1,
+           (double)(S.resumed_ms - S.handed_ms) / 1000, c ? (long long)c->epoch : 0LL,
+           c ? c->nstages : 0);
+}
+
+/* A join with too few steps left to pay for the switch: the plan stays,
+ * and the newcomer's document says why it holds nothing. */
+static void scenario_late(uint64_t seed)
+{
+    S.replan_min_steps = 20;
+    start(seed);
+    run_to(STEPS - 30);
+    restart(3);
+    /* what m03 says while the run goes on */
+    char why[POOL_DOC_TEXT_MAX] = "";
+    int64_t end = S.now + 600000;
+    while (S.now < end && !finished(4)) {
+        step();
+        const char *w = pool_core_doc(S.m[3].core)->why;
+        if (w[0] && !why[0]) snprintf(why, sizeof why, "%s", w);
+    }
+    CHECK(run_until(finished, 600000), "late: the run did not finish");
+    const pool_plan *c = plan_of(4);
+    CHECK(c && !c->handover && pool_plan_stage_of(c, "m03") < 0 && S.handovers == 0,
+          "late: the pool switched (epoch %lld, %d handovers) with 30 steps left",
+          c ? (long long)c->epoch : 0LL, S.handovers);
+    CHECK(strstr(why, "steps left") != NULL, "late: m03's document says \"%s\", not why it "
+          "holds nothing", why);
+    printf("late: the plan stays; m03 says: %s\n", why);
+}
+
+/* replan_min_steps: a join right after the start waits until the running
+ * plan has done them. */
+static void scenario_min_steps(uint64_t seed)
+{
+    S.replan_min_steps = 60;
+    start(seed);
+    run_to(5);
+    restart(3);
+    CHECK(run_until(finished, 600000), "min steps: the run did not finish");
+    CHECK(S.handovers == 1 && S.handed_at >= 60, "min steps: %d handovers, the last after step "
+          "%lld (replan_min_steps 60)", S.handovers, (long long)S.handed_at);
+    CHECK(S.redone == 0 && no_recovery(), "min steps: %lld steps redone, %s recovery",
+          (long long)S.redone, no_recovery() ? "no" : "a");
+    printf("min steps: m03 up at step 5; handed over after step %lld (replan_min_steps 60)\n",
+           (long long)S.handed_at);
+    S.replan_min_steps = 20;
+}
+
+/* An old holder lost as the stages are asked to hand over: the switch
+ * cannot finish; the pool recovers without it and finishes. */
+static void scenario_lost(uint64_t seed)
+{
+    S.replan_min_steps = 20;
+    start(seed);
+    run_to(40);
+    const pool_plan *c = plan_of(4);
+    int victim = c ? member_of(c->stage[c->nstages / 2].holder[0].name) : -1;
+    S.crash_on_handover = victim;
+    restart(3);
+    CHECK(run_until(finished, 600000), "lost: the run did not finish");
+    CHECK(S.reached == STEPS, "lost: the run reached step %lld of %d", (long long)S.reached,
+          STEPS);
+    CHECK(victim >= 0 && !S.m[victim].up, "lost: no member was asked to hand over");
+    c = plan_of(4);
+    CHECK(c && victim >= 0 && pool_plan_stage_of(c, S.m[victim].name) < 0, "lost: the last "
+          "epoch still names the lost member");
+    const pool_doc *d = pool_core_doc(S.m[4].core);
+    CHECK((d->has & POOL_HAS_REC) && d->rec.n >= 1, "lost: the submitter records no recovery");
+    printf("lost: %s lost as it handed over; recovered in epoch %lld after step %lld\n",
+           victim >= 0 ? S.m[victim].name : "?", (long long)d->rec.epoch, (long long)d->rec.from);
+    S.crash_on_handover = -1;
+}
+
+int main(void)
+{
+    S.verbose = getenv("POOL_SIM_VERBOSE") != NULL;
+    sim_files("test_pool_switch", STEPS);
+    S.snapshot_every = 40;
+    S.switches = true;
+    S.replan_gain = 0.10;
+    uint64_t o = getenv("TEST_SEED_OFFSET") ? strtoull(getenv("TEST_SEED_OFFSET"), NULL, 10) : 0;
+    scenario_join(31 + o);
+    scenario_late(32 + o);
+    scenario_min_steps(33 + o);
+    scenario_lost(34 + o);
+    sim_done();
+    printf("%s\n", failures ? "FAILED" : "test_pool_switch: ok");
+    return failures != 0;
+}
