@@ -227,9 +227,31 @@ static void print_job(json_t *job)
         printf("recovering: from %s%s at step %lld%s\n",
                rv->lost[0] ? "the loss of " : "a broken pipeline", rv->lost, (long long)rv->at,
                rv->epoch ? " (the new plan is running)" : " (a new plan is being voted)");
+    /* the last planned switch (docs/ARCHITECTURE.md, "Planned switches"),
+     * as the member with the most of them says it; and why the running plan
+     * stays or is being switched, as a member says it */
+    const pool_switch_rec *sw = NULL;
+    const char *why = NULL;
+    for (int i = 0; i < s.nmembers; i++) {
+        const pool_doc *d = s.members[i].doc;
+        if (d->why[0] && !why) why = d->why;
+        if (!(d->has & POOL_HAS_SWR)) continue;
+        if (!sw || d->swr.n > sw->n || (d->swr.n == sw->n && sw->ms < 0 && d->swr.ms >= 0))
+            sw = &d->swr;
+    }
+    if (sw) {
+        printf("switched: %lld time(s); the last after step %lld (%s): epoch %lld, %.1f MB "
+               "moved, predicted step %.1f ms", (long long)sw->n, (long long)sw->from,
+               pool_switch_why_name(sw->why), (long long)sw->epoch, sw->mb, sw->pred_ms);
+        if (sw->old_ms > 0) printf(" (%.1f ms measured before)", sw->old_ms);
+        if (sw->ms >= 0) printf(", first step %.1f s after the commit", 1e-3 * (double)sw->ms);
+        printf("\n");
+    }
+    if (why) printf("replanning: %s\n", why);
     printf("plan: epoch %lld, hash %s, micro-batch %lld, predicted step %.1f ms", (long long)c->epoch,
            h, (long long)c->mb, 1e-6 * (double)c->step_ns);
     if (c->resume_step > 0) printf(", resumed after step %lld", (long long)c->resume_step);
+    if (c->handover) printf(", a planned switch");
     if (c->snapshot_every > 0)
         printf(", snapshots every %ld steps (a loss redoes at most %lld)",
                job_snapshot_interval((long)c->snapshot_every), (long long)c->snapshot_every);

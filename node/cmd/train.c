@@ -486,7 +486,7 @@ static int run_mesh(const char *state, const char *job, bool stop, bool wait, bo
     json_decref(reply);
     if (!wait) return 0;
     /* --wait: the plan, then progress, until the run ends */
-    char last[512] = "", last_rec[512] = "";
+    char last[512] = "", last_rec[512] = "", last_sw[512] = "";
     int noplan = 0, failing = 0;
     for (;;) {
         sleep(2);
@@ -567,6 +567,26 @@ static int run_mesh(const char *state, const char *job, bool stop, bool wait, bo
                 printf("%s\n", rl);
                 fflush(stdout);
                 snprintf(last_rec, sizeof last_rec, "%s", rl);
+            }
+        }
+        /* a planned switch (docs/ARCHITECTURE.md, "Planned switches"), said
+         * when the new plan starts and when its first step is done */
+        if (own && (own->has & POOL_HAS_SWR)) {
+            const pool_switch_rec *sw = &own->swr;
+            char sl[512];
+            int k = snprintf(sl, sizeof sl, "train: switched after step %lld (%s) to epoch "
+                             "%lld: %.1f MB moved, predicted step %.1f ms", (long long)sw->from,
+                             pool_switch_why_name(sw->why), (long long)sw->epoch, sw->mb,
+                             sw->pred_ms);
+            if (sw->old_ms > 0 && k > 0 && k < (int)sizeof sl)
+                k += snprintf(sl + k, sizeof sl - (size_t)k, " (was %.1f ms)", sw->old_ms);
+            if (sw->ms >= 0 && k > 0 && k < (int)sizeof sl)
+                snprintf(sl + k, sizeof sl - (size_t)k, "; first step %.1f s after the commit",
+                         (double)sw->ms / 1e3);
+            if (strcmp(sl, last_sw) != 0) {
+                printf("%s\n", sl);
+                fflush(stdout);
+                snprintf(last_sw, sizeof last_sw, "%s", sl);
             }
         }
         if (strcmp(line, last) != 0) {

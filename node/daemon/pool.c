@@ -651,7 +651,7 @@ int pool_open(daemon_t *d)
     id[strcspn(id, "\n")] = 0;
     pool_hex64(elect_hash(ELECT_HASH_INIT, id, strlen(id)), d->host_id);
     pool_core_config cfg = {.name = d->name, .no_compute = d->no_compute, .host = d->host_id,
-                            .cores = d->cores, .threads = d->threads};
+                            .cores = d->cores, .threads = d->threads, .switches = true};
     d->pool->core = pool_core_create(&cfg);
     if (!d->pool->core) {
         free(d->pool);

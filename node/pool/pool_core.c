@@ -450,6 +450,7 @@ void pool_core_run_ended(pool_core *c, bool ok, const char *error, pool_actions 
          * of it yet), and its state is a snapshot of the step */
         c->handover_asked = false;
         core_set_run(c, POOL_RUN_HANDED, NULL);
+        c->urgent = true;   /* the new stages wait for it */
         core_log(out, "pool: stage handed over after step %lld", (long long)c->doc.run.step);
         return;
     }
@@ -680,7 +681,8 @@ void pool_core_step(pool_core *c, const pool_member *m, int n, int64_t now_ms, i
             gather_model(c, m, n, out);
         }
     }
-    if (c->dirty && now_ms >= c->next_doc_ms) publish_now(c, now_ms, out);
+    if (c->dirty && (now_ms >= c->next_doc_ms || c->urgent)) publish_now(c, now_ms, out);
+    c->urgent = false;
 }
 
 int pool_core_submit(pool_core *c, const pool_bundle *b, const pool_member *m, int n,

@@ -90,6 +90,8 @@ struct pool_core {
 
     int64_t next_doc_ms;
     bool dirty;
+    bool urgent;                  /* publish at this step, whatever POOL_DOC_MS says (a
+                                     handover waits on it) */
 
     /* scratch, kept between steps: no allocation per step once grown */
     int cap;

@@ -426,8 +426,20 @@ void core_vote_saved(pool_core *c, int64_t epoch, bool ok, const char *error, po
     char vh[17], ph[17];
     pool_hex64(c->doc.vote.v.view, vh);
     pool_hex64(c->doc.vote.v.plan, ph);
-    core_log(out, "pool: vote epoch %lld: view %s plan %s (%d stages)%s%s", (long long)epoch, vh,
-             ph, c->doc.vote.v.nnamed, c->doc.vote.v.plan ? "" : ": ",
+    /* the layout voted for, so that two members' different plans for one
+     * view show in their logs */
+    char lay[200] = "";
+    size_t used = 0;
+    const pool_plan *vl = &c->vote_layout;
+    for (int st = 0; c->doc.vote.v.plan && st < vl->nstages && used < sizeof lay; st++)
+        used += (size_t)snprintf(lay + used, sizeof lay - used, "%s%s %d-%d", st ? ", " : ": ",
+                                 vl->stage[st].holder[0].name, vl->stage[st].layer_begin,
+                                 vl->stage[st].layer_end - 1);
+    if (c->doc.vote.v.plan && used < sizeof lay)
+        snprintf(lay + used, sizeof lay - used, "; mb %lld, step %.1f ms%s", (long long)vl->mb,
+                 1e-6 * (double)vl->step_ns, vl->handover ? ", a switch" : "");
+    core_log(out, "pool: vote epoch %lld: view %s plan %s (%d stages%s)%s%s", (long long)epoch,
+             vh, ph, c->doc.vote.v.nnamed, lay, c->doc.vote.v.plan ? "" : ": ",
              c->doc.vote.v.plan ? "" : c->doc.why);
 }
 
@@ -564,8 +576,22 @@ void core_elect(pool_core *c, const pool_member *m, int n, int64_t now, pool_act
             return;
         }
         if (r.outcome == ELECT_FAILED) {
-            core_log(out, "pool: epoch %lld failed (%d of %d base members voted)",
-                     (long long)epoch, r.votes, nm);
+            if (r.from_later) {
+                /* who voted in a later epoch (the verdict is theirs) */
+                const char *who = "?";
+                int64_t we = 0;
+                for (int i = 0; i < n; i++)
+                    if (voters[i].vote && voters[i].vote->epoch > epoch &&
+                        voters[i].vote->epoch > we) {
+                        we = voters[i].vote->epoch;
+                        who = voters[i].name;
+                    }
+                core_log(out, "pool: epoch %lld failed (%s voted in epoch %lld on base epoch "
+                         "%lld)", (long long)epoch, who, (long long)we, (long long)r.base);
+            } else {
+                core_log(out, "pool: epoch %lld failed (%d of %d base members voted)",
+                         (long long)epoch, r.votes, nm);
+            }
             c->failed_view = r.from_later ? 0 : c->doc.vote.v.view;
             if (r.from_later && r.base > ce) return; /* learn the commit first */
             c->failed_epoch = epoch;

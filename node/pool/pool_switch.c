@@ -339,7 +339,7 @@ void core_handover(pool_core *c, const pool_member *m, int n, int64_t now, pool_
         c->handed_epoch = pl->epoch;
         c->handed_step = c->epoch_from = step;
         record(c, m, n, pl, step);
-        c->dirty = true;
+        c->dirty = c->urgent = true;
         core_log(out, "pool: the stages of epoch %lld handed over after step %lld; epoch %lld "
                  "starts there", (long long)c->prev.epoch, (long long)step,
                  (long long)pl->epoch);

@@ -56,7 +56,7 @@ def main():
     ap.add_argument("--shardnode", required=True)
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--seed", type=int, default=15)
-    ap.add_argument("--scenarios", default="middle,last,resume,partition",
+    ap.add_argument("--scenarios", default="middle,last,resume,partition,join",
                     help="which to run (resume needs middle; the ASan tree runs middle,resume "
                          "and the Release tree last,partition: tests/CMakeLists.txt)")
     args = ap.parse_args()
@@ -334,6 +334,102 @@ def partition(t, job, m1, rng, wd, prev, ip):
     return jid
 
 
+
+
+def stop_member(t, n):
+    """SIGTERM to n's daemon, as a user stopping `shardnode up`."""
+    p = t.procs.pop(n)
+    os.killpg(p.pid, signal.SIGTERM)
+    p.wait(timeout=30)
+
+
+def join(t, job, m1, rng, wd, prev):
+    """A member joins a running job (docs/ARCHITECTURE.md, "Planned
+    switches"). On this 2-core machine a join pays only where it adds a core,
+    so the job's pool is a (computing, one thread), b, c (keeping copies) and
+    e (submitting); d is down when the job starts and comes up at a step the
+    test draws. The pool switches to a plan with d: the single stage stops at
+    a step boundary and the new stages start after that step from its
+    snapshot; no step is done twice, every loss and the gathered model equal
+    the single process, no recovery; status and train --wait show the
+    switch."""
+    name = "join"
+    out = os.path.join(wd, name)
+    for n in "bcd":
+        stop_member(t, n)
+    for n in "bc":
+        t.start(n, ["up", "--state", t.state(n), "--no-compute"])
+    t.wait("a, b, c, e alive and d gone everywhere", lambda: t.all_alive("abce", 4), 120)
+    # the single process's job (m1), with the pool's keys: a join early in
+    # it pays for the switch within the steps left
+    jp = job(name, out, micro_batch=2, snapshot_every=20, replan_min_steps=2)
+    sub, jid, c0 = submit(t, jp, prev)
+    check([s_[0] for s_ in c0["stages"]] == ["a"], "%s: the first plan is %s (want a alone)"
+          % (name, c0["stages"]))
+    at = rng.randint(2, 5)
+    t.wait("a at step %d" % at, lambda: (job_metrics(t, "a", jid) or [{"step": 0}])[-1]["step"]
+           >= at, 600)
+    up_at = job_metrics(t, "a", jid)[-1]["step"]
+    t_up = time.time()
+    t.start("d", ["up", "--state", t.state("d"), "--threads", "1"])
+    log("%s: plan a 0-7; d up after step %d" % (name, up_at))
+    try:
+        o, e = sub.communicate(timeout=900)
+    except subprocess.TimeoutExpired:
+        sub.kill()
+        o, e = sub.communicate()
+        check(False, "%s: train --wait did not end:\n%s%s" % (name, o, e))
+    log(o.strip())
+    check(sub.returncode == 0, "%s: train --wait exited %d:\n%s%s" % (name, sub.returncode, o, e))
+    st = t.status("e")["job"]
+    c = st["committed"]
+    check(c["e"] > c0["e"] and c.get("ho") and "d" in [s_[0] for s_ in c["stages"]],
+          "%s: the last epoch %d is %s (want a switch to a plan with d)" % (name, c["e"], c))
+    me = st["members"]["e"]
+    sw = me.get("swr") or {}
+    check(sw.get("e") == c["e"] and sw.get("why") == "joined" and "ms" in sw,
+          "%s: e's record of the switch: %s" % (name, sw))
+    check(not me.get("rec"), "%s: e records a recovery: %s" % (name, me.get("rec")))
+    handed = sw["from"]
+    check(handed >= up_at, "%s: handed over after step %d, before d came up (%d)"
+          % (name, handed, up_at))
+    want = {m["step"]: m["loss"] for m in metrics(m1)}
+    seen = {}
+    for n in "abcd":
+        steps = [m["step"] for m in job_metrics(t, n, jid) if "step" in m]
+        check(steps == sorted(set(steps)), "%s: %s did a step twice: %s" % (name, n, steps))
+        for m in job_metrics(t, n, jid):
+            if "step" not in m:
+                continue
+            seen.setdefault(m["step"], set()).add(n)
+            check(m["loss"] == want[m["step"]], "%s: step %d loss %.17g on %s, single process "
+                  "%.17g" % (name, m["step"], m["loss"], n, want[m["step"]]))
+    check(set(seen) == set(range(1, STEPS + 1)), "%s: steps missing: %s"
+          % (name, sorted(set(range(1, STEPS + 1)) - set(seen))))
+    # each step's lines come from the stages of the one epoch that did it
+    old_h, new_h = {s_[0] for s_ in c0["stages"]}, {s_[0] for s_ in c["stages"]}
+    for x in range(1, STEPS + 1):
+        check(seen[x] == (old_h if x <= handed else new_h), "%s: step %d written by %s (want "
+              "%s)" % (name, x, sorted(seen[x]), sorted(old_h if x <= handed else new_h)))
+    wdiff = check_gathered(out, os.path.join(wd, "single"), 0.0)
+    p = t.sn_in("e", ["status", "--state", t.state("e")], ok=False)
+    check("switched:" in p.stdout and "(joined)" in p.stdout, "%s: status does not show the "
+          "switch:\n%s" % (name, p.stdout))
+    check("train: switched after step %d (joined)" % handed in o, "%s: train --wait did not "
+          "say it switched:\n%s" % (name, o))
+    log("ok   %s: d up after step %d; switched %.1f s later after step %d to epoch %d %s "
+        "(%.1f MB moved, predicted step %.1f ms, %.1f ms measured before); first step %.1f s "
+        "after the commit; no step done twice, no recovery; every loss and the gathered model "
+        "equal one process (%.1e)"
+        % (name, up_at, time.time() - t_up, handed, c["e"],
+           ", ".join("%s %d-%d" % (s_[0], s_[1], s_[2] - 1) for s_ in c["stages"]), sw["mb"],
+           sw["pred"], sw["old"], sw["ms"] / 1e3, wdiff))
+    for ln in p.stdout.splitlines():
+        if "switch" in ln or "replanning" in ln:
+            log("     status: " + ln.strip())
+    return jid
+
+
 def body(t, seed, scenarios):
     rng = random.Random(seed)
     wd, corpus, tok, config, job = pool_job_files(t, STEPS)
@@ -360,7 +456,9 @@ def body(t, seed, scenarios):
     if "resume" in scenarios and "middle" in scenarios:
         prev = resume(t, m1, wd, prev)
     if "partition" in scenarios:
-        partition(t, job, m1, rng, wd, prev, ip)
+        prev = partition(t, job, m1, rng, wd, prev, ip)
+    if "join" in scenarios:
+        join(t, job, m1, rng, wd, prev)
 
 
 if __name__ == "__main__":
