@@ -574,8 +574,9 @@ static int run_mesh(const char *state, const char *job, bool stop, bool wait, bo
         if (own && (own->has & POOL_HAS_SWR)) {
             const pool_switch_rec *sw = &own->swr;
             char sl[512];
-            int k = snprintf(sl, sizeof sl, "train: switched after step %lld (%s) to epoch "
-                             "%lld: %.1f MB moved, predicted step %.1f ms", (long long)sw->from,
+            int k = snprintf(sl, sizeof sl, "train: %s after step %lld (%s) to epoch "
+                             "%lld: %.1f MB moved, predicted step %.1f ms",
+                             sw->ms >= 0 ? "switched" : "switching", (long long)sw->from,
                              pool_switch_why_name(sw->why), (long long)sw->epoch, sw->mb,
                              sw->pred_ms);
             if (sw->old_ms > 0 && k > 0 && k < (int)sizeof sl)

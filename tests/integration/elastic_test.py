@@ -45,6 +45,7 @@ from nslib import (Pool, check, check_gathered, log, metrics, pool_job_files,  #
                    requirements, run, run_test)
 
 STEPS = 60
+JOIN_STEPS = 100   # the join's job: a switch pays for itself in the steps left
 EVERY = 10
 CKPT = 20      # pool checkpoints (the submitter's out_dir/checkpoints/step-N)
 TAG = "sne%d-" % os.getpid()
@@ -360,9 +361,18 @@ def join(t, job, m1, rng, wd, prev):
     for n in "bc":
         t.start(n, ["up", "--state", t.state(n), "--no-compute"])
     t.wait("a, b, c, e alive and d gone everywhere", lambda: t.all_alive("abce", 4), 120)
-    # the single process's job (m1), with the pool's keys: a join early in
-    # it pays for the switch within the steps left
-    jp = job(name, out, micro_batch=2, snapshot_every=20, replan_min_steps=2)
+    # d has trained this model before (its profile is cached, as a member
+    # that comes back has it): measured now, with nothing else running,
+    # rather than while a trains on the same cores
+    t.sn_in("d", ["profile", "--model", os.path.join(wd, "config.json"), "--iters", "5",
+                  "--micro-batch", "2", "--seq", "64", "--threads", "1", "--cache",
+                  os.path.join(t.state("d"), "profiles"), "--out",
+                  os.path.join(wd, "join-d-profile.json")])
+    # the single process's job (m1, JOIN_STEPS), with the pool's keys: the
+    # switch (about 45 MB over this mesh's ~10 MB/s links, and the pause)
+    # must pay for itself within the steps left, as a 60-step job here does
+    # not
+    jp = job(name, out, micro_batch=2, steps=JOIN_STEPS, snapshot_every=20, replan_min_steps=2)
     sub, jid, c0 = submit(t, jp, prev)
     check([s_[0] for s_ in c0["stages"]] == ["a"], "%s: the first plan is %s (want a alone)"
           % (name, c0["stages"]))
@@ -370,7 +380,6 @@ def join(t, job, m1, rng, wd, prev):
     t.wait("a at step %d" % at, lambda: (job_metrics(t, "a", jid) or [{"step": 0}])[-1]["step"]
            >= at, 600)
     up_at = job_metrics(t, "a", jid)[-1]["step"]
-    t_up = time.time()
     t.start("d", ["up", "--state", t.state("d"), "--threads", "1"])
     log("%s: plan a 0-7; d up after step %d" % (name, up_at))
     try:
@@ -404,24 +413,24 @@ def join(t, job, m1, rng, wd, prev):
             seen.setdefault(m["step"], set()).add(n)
             check(m["loss"] == want[m["step"]], "%s: step %d loss %.17g on %s, single process "
                   "%.17g" % (name, m["step"], m["loss"], n, want[m["step"]]))
-    check(set(seen) == set(range(1, STEPS + 1)), "%s: steps missing: %s"
-          % (name, sorted(set(range(1, STEPS + 1)) - set(seen))))
+    check(set(seen) == set(range(1, JOIN_STEPS + 1)), "%s: steps missing: %s"
+          % (name, sorted(set(range(1, JOIN_STEPS + 1)) - set(seen))))
     # each step's lines come from the stages of the one epoch that did it
     old_h, new_h = {s_[0] for s_ in c0["stages"]}, {s_[0] for s_ in c["stages"]}
-    for x in range(1, STEPS + 1):
+    for x in range(1, JOIN_STEPS + 1):
         check(seen[x] == (old_h if x <= handed else new_h), "%s: step %d written by %s (want "
               "%s)" % (name, x, sorted(seen[x]), sorted(old_h if x <= handed else new_h)))
-    wdiff = check_gathered(out, os.path.join(wd, "single"), 0.0)
+    wdiff = check_gathered(out, os.path.join(wd, "single-join"), 0.0)
     p = t.sn_in("e", ["status", "--state", t.state("e")], ok=False)
     check("switched:" in p.stdout and "(joined)" in p.stdout, "%s: status does not show the "
           "switch:\n%s" % (name, p.stdout))
     check("train: switched after step %d (joined)" % handed in o, "%s: train --wait did not "
           "say it switched:\n%s" % (name, o))
-    log("ok   %s: d up after step %d; switched %.1f s later after step %d to epoch %d %s "
+    log("ok   %s: d up after step %d; switched after step %d to epoch %d %s "
         "(%.1f MB moved, predicted step %.1f ms, %.1f ms measured before); first step %.1f s "
         "after the commit; no step done twice, no recovery; every loss and the gathered model "
         "equal one process (%.1e)"
-        % (name, up_at, time.time() - t_up, handed, c["e"],
+        % (name, up_at, handed, c["e"],
            ", ".join("%s %d-%d" % (s_[0], s_[1], s_[2] - 1) for s_ in c["stages"]), sw["mb"],
            sw["pred"], sw["old"], sw["ms"] / 1e3, wdiff))
     for ln in p.stdout.splitlines():
@@ -437,7 +446,20 @@ def body(t, seed, scenarios):
     j1 = job("single", single_out, micro_batch=2)
     m1 = os.path.join(wd, "single.jsonl")
     t0 = time.time()
+    # the join's reference (a longer job) beside it: one thread each, on
+    # this machine's two cores
+    mj = os.path.join(wd, "single-join.jsonl")
+    pj = None
+    if "join" in scenarios:
+        jj = job("single-join", os.path.join(wd, "single-join"), micro_batch=2,
+                 steps=JOIN_STEPS)
+        pj = subprocess.Popen([t.sn, "train", "--job", jj, "--metrics", mj, "--threads", "1"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     run([t.sn, "train", "--job", j1, "--metrics", m1, "--threads", "1"])
+    if pj:
+        o = pj.communicate()[0]
+        check(pj.returncode == 0, "single process (join's job) exited %d:\n%s"
+              % (pj.returncode, o))
     log("single process: %d steps in %.1f s" % (STEPS, time.time() - t0))
     ip = {n: "10.204.0.%d" % (11 + i) for i, n in enumerate(NAMES)}
     t.net.build(ip, {})
@@ -458,7 +480,7 @@ def body(t, seed, scenarios):
     if "partition" in scenarios:
         prev = partition(t, job, m1, rng, wd, prev, ip)
     if "join" in scenarios:
-        join(t, job, m1, rng, wd, prev)
+        join(t, job, mj, rng, wd, prev)
 
 
 if __name__ == "__main__":
