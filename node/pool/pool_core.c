@@ -425,6 +425,13 @@ static void run_stage(pool_core *c, const pool_member *m, int n, pool_actions *o
     c->doc.run.steps = c->steps;
     c->run_pending = true;
     c->run_epoch = pl->epoch;
+    c->nrecent = 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
 }
 
 void pool_core_run_progress(pool_core *c, int64_t step, double loss, double tps, double step_ms)
@@ -435,7 +442,14 @@ void pool_core_run_progress(pool_core *c, int64_t step, double loss, double tps,
     r->step = step;
     r->loss = loss;
     r->tps = tps;
-    r->step_ms = step_ms;
+    /* the median of the last steps: one step slowed by a snapshot, a
+     * neighbour's start or a wait is not what the stage runs at */
+    c->recent_ms[c->nrecent++ % POOL_RECENT_STEPS] = step_ms;
+    int k = c->nrecent < POOL_RECENT_STEPS ? c->nrecent : POOL_RECENT_STEPS;
+    double v[POOL_RECENT_STEPS];
+    memcpy(v, c->recent_ms, (size_t)k * sizeof *v);
+    qsort(v, (size_t)k, sizeof *v, cmp_double);
+    r->step_ms = v[k / 2];
     c->dirty = true;
 }
 

@@ -6,6 +6,8 @@
 
 #include "pool_core.h"
 
+#define POOL_RECENT_STEPS 9 /* run.step_ms is the median of this many last steps */
+
 struct pool_core {
     char name[MESH_NAME_MAX];
     bool no_compute;
@@ -51,6 +53,8 @@ struct pool_core {
     /* the run and gathering */
     bool run_pending, export_pending, exported;
     int64_t run_epoch;            /* the epoch whose stage this member ran or runs (0: none) */
+    double recent_ms[POOL_RECENT_STEPS]; /* the running stage's last step times (a ring) */
+    int nrecent;                  /* steps in recent_ms since the stage started */
     int64_t snapshot_every;       /* the job's (0: the plan chooses) */
     int64_t checkpoint_every;     /* the job's pool checkpoints (0: none) */
     int64_t ckpt_step;            /* the last checkpoint asked for (the submitter) */
