@@ -12,6 +12,7 @@
 #include "daemon.h"
 #include "node_base.h"
 #include "plan_svg.h"
+#include "pool_core.h"
 #include "pool_doc.h"
 
 #include "keys.h"
@@ -388,24 +389,44 @@ int cmd_status(int argc, char **argv)
 int cmd_leave(int argc, char **argv)
 {
     const char *state = NULL;
-    const args_option opts[] = {{"--state", &state, NULL}};
+    bool now = false;
+    const args_option opts[] = {{"--state", &state, NULL}, {"--now", NULL, &now}};
     static const char *const required[] = {"--state", NULL};
     char err[1024];
-    if (args_parse(argc, argv, 2, opts, 1, err, sizeof err) != 0 ||
-        args_require(opts, 1, required, err, sizeof err) != 0) {
-        fprintf(stderr, "shardnode leave: %s\nusage: shardnode leave --state DIR\n", err);
+    if (args_parse(argc, argv, 2, opts, 2, err, sizeof err) != 0 ||
+        args_require(opts, 2, required, err, sizeof err) != 0) {
+        fprintf(stderr, "shardnode leave: %s\nusage: shardnode leave --state DIR [--now]\n",
+                err);
         return 2;
     }
-    json_t *r = node_control_request(state, "leave", err, sizeof err);
+    json_t *req = json_pack("{s:s,s:b}", "cmd", "leave", "now", now);
+    json_t *r = req ? node_control_call(state, req, err, sizeof err) : NULL;
+    json_decref(req);
     if (!r) {
-        fprintf(stderr, "shardnode leave: %s\n", err);
+        fprintf(stderr, "shardnode leave: %s\n", req ? err : "out of memory");
         return 1;
     }
+    const char *e = node_json_str(r, "error");
+    if (e) {
+        fprintf(stderr, "shardnode leave: the node refused: %s\n", e);
+        json_decref(r);
+        return 1;
+    }
+    bool handover = json_is_true(json_object_get(r, "handover"));
     json_decref(r);
+    /* a member holding a stage hands its layers over first (at most
+     * POOL_DEPART_MS), then leaves */
+    int wait_s = handover ? POOL_DEPART_MS / 1000 + 10 : 10;
+    if (handover) {
+        printf("leave: this node holds a stage of the running job: it hands its layers over to "
+               "a plan without it first (at most %d s; `shardnode leave --now` leaves at once "
+               "and the pool recovers without it)\n", POOL_DEPART_MS / 1000);
+        fflush(stdout);
+    }
     /* Done when the node has exited: its lock is free again. */
     char path[NODE_PATH_MAX];
     snprintf(path, sizeof path, "%s/node.lock", state);
-    for (int i = 0; i < 100; i++) {
+    for (int i = 0; i < wait_s * 10; i++) {
         int fd = open(path, O_RDWR | O_CLOEXEC);
         struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
         bool free_now = fd >= 0 && fcntl(fd, F_SETLK, &fl) == 0;
@@ -418,6 +439,6 @@ int cmd_leave(int argc, char **argv)
         nanosleep(&(struct timespec){0, 100000000}, NULL);
     }
     fprintf(stderr, "shardnode leave: the node announced it leaves but is still running after "
-            "10 s\n");
+            "%d s\n", wait_s);
     return 1;
 }

@@ -14,6 +14,7 @@
  * JOIN over TCP. */
 #include "daemon_internal.h"
 #include "node_base.h"
+#include "pool_core.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -456,6 +457,22 @@ static void tick(evutil_socket_t fd, short what, void *arg)
     if (d->punch) punch_tick(d->punch, now);
     daemon_relay_tick(d, now);
     pool_tick(d, now);
+    if (d->departing != DAEMON_STAYS) {
+        bool done = pool_departed(d);
+        if (done || now >= d->depart_until_ms) {
+            daemon_log(d, done ? "pool: this member's layers run on a plan without it: it goes"
+                               : "pool: the hand-over of this member's layers did not finish in "
+                                 "%d s: it goes, and the pool recovers without it",
+                       POOL_DEPART_MS / 1000);
+            if (d->departing == DAEMON_DEPART_LEAVE) {
+                d->departing = DAEMON_STAYS;
+                daemon_leave(d, true);
+            } else {
+                event_base_loopexit(d->base, NULL);
+            }
+            return;
+        }
+    }
     dash_tick(d, now);
     if (now >= d->next_poll_ms) {
         d->next_poll_ms = now + DAEMON_WG_POLL_MS;
@@ -476,24 +493,54 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     (void)what;
     daemon_t *d = arg;
+    const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+    if (d->departing != DAEMON_STAYS) {
+        daemon_log(d, "%s again: stopping now, before the hand-over ends (the pool recovers "
+                   "without this member)", name);
+        event_base_loopexit(d->base, NULL);
+        return;
+    }
+    if (!d->leaving && pool_depart(d)) {
+        d->departing = DAEMON_DEPART_STOP;
+        d->depart_until_ms = daemon_now_ms() + POOL_DEPART_MS;
+        daemon_log(d, "%s: this member holds a stage of the running job: it hands its layers "
+                   "over to a plan without it, then stops (at most %d s; a second %s stops "
+                   "now)", name, POOL_DEPART_MS / 1000, name);
+        return;
+    }
     daemon_log(d, "%s: stopping (the mesh sees this node as dead until it is up again; "
-               "`shardnode leave` leaves for good)", sig == SIGINT ? "SIGINT" : "SIGTERM");
+               "`shardnode leave` leaves for good)", name);
     event_base_loopexit(d->base, NULL);
 }
 
-void daemon_leave(daemon_t *d)
+bool daemon_leave(daemon_t *d, bool now_)
 {
     char err[512];
     int64_t now = daemon_now_ms();
+    if (d->leaving) return false;
+    if (!now_ && d->departing == DAEMON_STAYS && pool_depart(d)) {
+        d->departing = DAEMON_DEPART_LEAVE;
+        d->depart_until_ms = now + POOL_DEPART_MS;
+        daemon_log(d, "leave: this member holds a stage of the running job: it hands its layers "
+                   "over to a plan without it, then leaves (at most %d s)",
+                   POOL_DEPART_MS / 1000);
+        return true;
+    }
+    if (!now_ && d->departing != DAEMON_STAYS) {   /* already handing over */
+        d->departing = DAEMON_DEPART_LEAVE;
+        return true;
+    }
+    d->departing = DAEMON_STAYS;
     if (gossip_leave(d->g, now, err, sizeof err) != 0) {
         daemon_log(d, "leave: %s", err);
-        return;
+        return false;
     }
     d->leaving = true;
     d->leave_done_ms = now + 600;
     d->dirty = true;
     if (daemon_save(d, err, sizeof err) != 0) daemon_log(d, "%s", err);
     daemon_log(d, "left the mesh");
+    return false;
 }
 
 static void sync_hook(void *ctx, const gossip_member *m)

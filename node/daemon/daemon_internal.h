@@ -129,6 +129,11 @@ typedef struct daemon_t {
     bool dirty, leaving;
     int leave_sends;
     int64_t next_poll_ms, next_save_ms, leave_done_ms;
+    /* leaving with a hand-over: the member stays up until its stage's
+     * layers run on a plan without it (pool_departed), or until
+     * depart_until_ms; then it stops (SIGTERM/SIGINT) or leaves */
+    enum { DAEMON_STAYS, DAEMON_DEPART_STOP, DAEMON_DEPART_LEAVE } departing;
+    int64_t depart_until_ms;
 } daemon_t;
 
 /* daemon_relay.c: relays (docs/PROTOCOL.md, "Relays"). The hooks gossip and
@@ -170,7 +175,10 @@ int daemon_set_member_peer(daemon_t *d, const gossip_member *m, const char *endp
 /* The link status shows for the pair of this node and m: "self", "none",
  * "loopback", "direct", "punched", "pending" or "unreachable". */
 const char *daemon_link_name(daemon_t *d, const gossip_member *m, int64_t now_ms);
-void daemon_leave(daemon_t *d);
+/* `shardnode leave`: now, or (now false) after handing this member's stage
+ * over to a plan without it when it holds one; true when it waits for
+ * that. */
+bool daemon_leave(daemon_t *d, bool now);
 /* This node's record as it stands (incarnation d->incarnation). */
 void daemon_self_record(daemon_t *d, gossip_record *r);
 int daemon_open_wireguard(daemon_t *d, const uint8_t priv[GOSSIP_KEY_LEN], const char *address,
@@ -230,6 +238,10 @@ json_t *daemon_status_json(daemon_t *d);
 int pool_open(daemon_t *d);
 void pool_close(daemon_t *d);
 void pool_tick(daemon_t *d, int64_t now_ms);
+/* This member leaves the job (pool_core_depart): true when it holds a
+ * stage of the running plan and must wait for pool_departed. */
+bool pool_depart(daemon_t *d);
+bool pool_departed(daemon_t *d);
 /* resume: a pool checkpoint's folder the job starts from (its shards go
  * into the job's snapshots), or NULL. */
 json_t *pool_submit(daemon_t *d, json_t *bundle, const char *resume);

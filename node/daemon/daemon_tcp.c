@@ -522,8 +522,14 @@ static void control_readable(struct bufferevent *bev, void *arg)
         daemon_invites_refresh(d, true);
         reply = json_pack("{s:i}", "invites", (int)d->ninvites);
     } else if (cmd && strcmp(cmd, "leave") == 0) {
-        daemon_leave(d);
-        reply = json_pack("{s:b}", "left", 1);
+        json_t *nw = json_object_get(req, "now");
+        if (nw && !json_is_boolean(nw)) {
+            reply = json_pack("{s:s}", "error", "\"now\" in a leave request must be true or "
+                                                "false");
+        } else {
+            bool wait = daemon_leave(d, json_is_true(nw));
+            reply = json_pack("{s:b,s:b}", "left", !wait, "handover", wait);
+        }
     } else if (cmd && strcmp(cmd, "submit") == 0) {
         reply = pool_submit(d, json_object_get(req, "bundle"), node_json_str(req, "resume"));
     } else if (cmd && strcmp(cmd, "stop") == 0) {

@@ -694,6 +694,28 @@ void pool_tick(daemon_t *d, int64_t now)
     }
 }
 
+bool pool_depart(daemon_t *d)
+{
+    pool *p = d->pool;
+    if (!p) return false;
+    int64_t now = daemon_now_ms();
+    int n = build_view(d);
+    bool wait = pool_core_depart(p->core, p->view, n);
+    /* its document says at once that it computes nothing: the others
+     * plan without it */
+    pool_core_step(p->core, p->view, n, now, (int64_t)time(NULL), &p->acts);
+    execute(d, now);
+    return wait;
+}
+
+bool pool_departed(daemon_t *d)
+{
+    pool *p = d->pool;
+    if (!p) return true;
+    int n = build_view(d);
+    return pool_core_departed(p->core, p->view, n);
+}
+
 json_t *pool_submit(daemon_t *d, json_t *bundle, const char *resume)
 {
     pool *p = d->pool;

@@ -33,6 +33,9 @@
                                      their state over this long after its commit falls back
                                      to a recovery */
 #define POOL_HANDOVER_ASK_MS 2000 /* HANDOVER is repeated this often until the stage ends */
+#define POOL_DEPART_MS 90000 /* a member that leaves waits at most this long for its
+                                 layers' hand-over (POOL_HANDOVER_MS, then the fetches),
+                                 then goes, and the pool recovers without it */
 #define POOL_SWITCH_PAUSE_MS 5000 /* what a switch costs besides moving the layers (the
                                      stages stop, the new ones start), in the rule that a
                                      switch must pay for itself before the job ends */
@@ -225,6 +228,18 @@ bool pool_core_stopped(const pool_core *c);
 void pool_core_saved(const pool_core *c, pool_saved *out); /* borrowed: do not free */
 /* A committed run that has neither finished on every stage nor failed. */
 bool pool_core_run_active(const pool_core *c, const pool_member *members, int n);
+/* This member leaves (`shardnode leave`, SIGTERM to `up`): from now on it
+ * computes nothing, and its document says so at once; where it holds a
+ * stage of the running plan the pool switches to a plan without it, its
+ * stage handing its layers over at a step boundary (docs/ARCHITECTURE.md,
+ * "Planned switches"). True when it must stay up until pool_core_departed
+ * says it may go (it holds a stage of a running plan). */
+bool pool_core_depart(pool_core *c, const pool_member *members, int n);
+/* Whether a departing member may go: no running plan needs it any more
+ * (the committed plan does not name it, its own stage has ended, and the
+ * plan's stages have done a step after the one they started after, so
+ * they no longer fetch its snapshots). */
+bool pool_core_departed(const pool_core *c, const pool_member *members, int n);
 
 /* ---- checks on what other members gossip (pool_verify.c) ---- */
 

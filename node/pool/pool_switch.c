@@ -356,3 +356,36 @@ void core_handover(pool_core *c, const pool_member *m, int n, int64_t now, pool_
     c->handover_asked = false;
     core_recover(c, pl, lost, at, now, out);
 }
+
+bool pool_core_depart(pool_core *c, const pool_member *m, int n)
+{
+    c->no_compute = true;
+    if (c->doc.compute) {
+        c->doc.compute = false;
+        c->dirty = c->urgent = true;
+    }
+    const pool_plan *pl = pool_core_committed(c);
+    return pl && c->run_pending && pool_plan_stage_of(pl, c->name) >= 0 &&
+           pool_core_run_active(c, m, n);
+}
+
+bool pool_core_departed(const pool_core *c, const pool_member *m, int n)
+{
+    const pool_plan *pl = pool_core_committed(c);
+    if (!pl || !pool_core_run_active(c, m, n)) return true;
+    if (c->run_pending || pool_plan_stage_of(pl, c->name) >= 0 ||
+        (pl->handover && c->handed_epoch != pl->epoch))
+        return false;
+    /* every stage of the plan without it runs past the step it started
+     * after: its state no longer comes from this member's snapshots */
+    for (int s = 0; s < pl->nstages; s++)
+        for (int k = 0; k < pl->stage[s].nholders; k++) {
+            const pool_member *q = core_named(m, n, pl->stage[s].holder[k].name);
+            const pool_doc *d = q && q->live ? core_doc_of(c, q) : NULL;
+            if (!d || !(d->has & POOL_HAS_COMMITTED) || d->committed.epoch != pl->epoch ||
+                !(d->has & POOL_HAS_RUN) || !d->run.has_step || d->run.step <= c->epoch_from ||
+                (d->run.state != POOL_RUN_RUNNING && d->run.state != POOL_RUN_DONE))
+                return false;
+        }
+    return true;
+}

@@ -1,4 +1,4 @@
-"""Elastic runs, part 1: a member that holds a stage is killed (SIGKILL to
+"""Elastic runs: a member that holds a stage is killed (SIGKILL to
 every process in its namespace, as a machine that loses power) in the middle
 of a run, and the pool goes on by itself (docs/ARCHITECTURE.md, "Recovery").
 
@@ -27,6 +27,11 @@ of a run, and the pool goes on by itself (docs/ARCHITECTURE.md, "Recovery").
 6. A partition mid-run ({a, b} | {c, d, e}, underlay packets dropped): the
    minority never commits a later epoch; the majority recovers, finishes
    with one process's losses and model; the partition heals.
+7. Elastic runs, part 2 ("Planned switches"): a member joins a running job
+   and the pool switches to a plan that uses it (join), and a member that
+   holds a stage runs `shardnode leave` mid-run and hands its layers over
+   before it goes (leave); in both, no step is done twice, no recovery, and
+   every loss and the gathered model equal the single process.
 
 Needs root (namespaces, wireguard-go); exits 77 (skip) otherwise.
 """
@@ -57,7 +62,7 @@ def main():
     ap.add_argument("--shardnode", required=True)
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--seed", type=int, default=15)
-    ap.add_argument("--scenarios", default="middle,last,resume,partition,join",
+    ap.add_argument("--scenarios", default="middle,last,resume,partition,join,leave",
                     help="which to run (resume needs middle; the ASan tree runs middle,resume "
                          "and the Release tree last,partition: tests/CMakeLists.txt)")
     args = ap.parse_args()
@@ -439,6 +444,83 @@ def join(t, job, m1, rng, wd, prev):
     return jid
 
 
+def leave(t, job, m1, rng, wd, prev):
+    """A member that holds a stage leaves on purpose (docs/ARCHITECTURE.md,
+    "Planned switches"): `shardnode leave` on d mid-run hands d's layers over
+    to a plan without it, then d leaves. No step is done twice, no recovery,
+    no failure; every loss and the gathered model equal the single process."""
+    name = "leave"
+    out = os.path.join(wd, name)
+    jp = job(name, out, micro_batch=2, snapshot_every=EVERY)
+    sub, jid, c0 = submit(t, jp, prev)
+    holders = [s_[0] for s_ in c0["stages"]]
+    check("d" in holders and len(holders) >= 2, "%s: the first plan is %s (want d and another "
+          "member)" % (name, c0["stages"]))
+    at = rng.randint(EVERY + 3, STEPS - 25)
+    t.wait("d at step %d" % at, lambda: (job_metrics(t, "d", jid) or [{"step": 0}])[-1]["step"]
+           >= at, 600)
+    asked = job_metrics(t, "d", jid)[-1]["step"]
+    log("%s: plan %s; d leaves after step %d" % (name, ", ".join(
+        "%s %d-%d" % (s_[0], s_[1], s_[2] - 1) for s_ in c0["stages"]), asked))
+    t0 = time.time()
+    p = t.sn_in("d", ["leave", "--state", t.state("d")], timeout=200, ok=False)
+    took = time.time() - t0
+    check(p.returncode == 0 and "hands its layers over" in p.stdout and "left the mesh" in
+          p.stdout, "%s: shardnode leave exited %d:\n%s%s" % (name, p.returncode, p.stdout,
+                                                               p.stderr))
+    t.procs.pop("d").wait(timeout=30)
+    try:
+        o, e = sub.communicate(timeout=900)
+    except subprocess.TimeoutExpired:
+        sub.kill()
+        o, e = sub.communicate()
+        check(False, "%s: train --wait did not end:\n%s%s" % (name, o, e))
+    log(o.strip())
+    check(sub.returncode == 0, "%s: train --wait exited %d:\n%s%s" % (name, sub.returncode, o, e))
+    st = t.status("e")["job"]
+    c = st["committed"]
+    check(c["e"] > c0["e"] and c.get("ho") and "d" not in [s_[0] for s_ in c["stages"]],
+          "%s: the last epoch %d is %s (want a handover to a plan without d)" % (name, c["e"], c))
+    me = st["members"]["e"]
+    sw = me.get("swr") or {}
+    check(sw.get("e") == c["e"] and sw.get("why") == "left", "%s: e's record of the switch: %s"
+          % (name, sw))
+    check(not me.get("rec"), "%s: e records a recovery: %s" % (name, me.get("rec")))
+    handed = sw["from"]
+    check(handed >= asked, "%s: handed over after step %d, before d asked to leave (%d)"
+          % (name, handed, asked))
+    want = {m["step"]: m["loss"] for m in metrics(m1)}
+    seen = {}
+    for n in "abcd":
+        steps = [m["step"] for m in job_metrics(t, n, jid) if "step" in m]
+        check(steps == sorted(set(steps)), "%s: %s did a step twice: %s" % (name, n, steps))
+        for m in job_metrics(t, n, jid):
+            if "step" not in m:
+                continue
+            seen.setdefault(m["step"], set()).add(n)
+            check(m["loss"] == want[m["step"]], "%s: step %d loss %.17g on %s, single process "
+                  "%.17g" % (name, m["step"], m["loss"], n, want[m["step"]]))
+    old_h, new_h = set(holders), {s_[0] for s_ in c["stages"]}
+    for x in range(1, STEPS + 1):
+        check(seen.get(x) == (old_h if x <= handed else new_h), "%s: step %d written by %s "
+              "(want %s)" % (name, x, sorted(seen.get(x, ())), sorted(old_h if x <= handed
+                                                                     else new_h)))
+    wdiff = check_gathered(out, os.path.join(wd, "single"), 0.0)
+    check("train: switched after step %d (left)" % handed in o, "%s: train --wait did not say "
+          "it switched:\n%s" % (name, o))
+    check("fail" not in o.lower(), "%s: train --wait reported a failure:\n%s" % (name, o))
+    log("ok   %s: d asked to leave after step %d; handed over after step %d to epoch %d %s "
+        "(%.1f MB moved); shardnode leave returned after %.1f s; first step %.1f s after the "
+        "commit; no step done twice, no recovery; every loss and the gathered model equal one "
+        "process (%.1e)"
+        % (name, asked, handed, c["e"], ", ".join("%s %d-%d" % (s_[0], s_[1], s_[2] - 1)
+                                                 for s_ in c["stages"]), sw["mb"], took,
+           sw.get("ms", -1) / 1e3, wdiff))
+    for ln in p.stdout.splitlines():
+        log("     leave: " + ln.strip())
+    return jid
+
+
 def body(t, seed, scenarios):
     rng = random.Random(seed)
     wd, corpus, tok, config, job = pool_job_files(t, STEPS)
@@ -480,7 +562,15 @@ def body(t, seed, scenarios):
     if "partition" in scenarios:
         prev = partition(t, job, m1, rng, wd, prev, ip)
     if "join" in scenarios:
-        join(t, job, mj, rng, wd, prev)
+        prev = join(t, job, mj, rng, wd, prev)
+    if "leave" in scenarios:
+        # d computes (the join left it up), and b, c keep copies
+        if "join" not in scenarios:
+            for n in "bc":
+                stop_member(t, n)
+                t.start(n, ["up", "--state", t.state(n), "--no-compute"])
+            t.wait("all five alive everywhere", lambda: t.all_alive(NAMES, 5), 120)
+        leave(t, job, m1, rng, wd, prev)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@
  * (the plan stays; the newcomer's document says why); a join before the
  * running plan has done replan_min_steps (it waits for them, then
  * switches); an old holder lost while it hands over (the pool falls back to
- * a recovery and finishes). POOL_SIM_VERBOSE=1 prints every log line. */
+ * a recovery and finishes); a holder that leaves on purpose (it stays up
+ * until its layers are handed over, then goes: nothing redone, no
+ * recovery). POOL_SIM_VERBOSE=1 prints every log line. */
 #include "pool_sim.h"
 
 #define STEPS 400
@@ -162,6 +164,54 @@ static void scenario_lost(uint64_t seed)
     S.crash_on_handover = -1;
 }
 
+/* A holder leaves on purpose (shardnode leave, SIGTERM to up): it stays up
+ * until its layers are handed over to a plan without it, and then goes;
+ * nothing is redone, no recovery. */
+static void scenario_leave(uint64_t seed)
+{
+    S.replan_min_steps = 20;
+    start(seed);
+    run_to(30 + (int64_t)(rnd() % 40));
+    const pool_plan *c = plan_of(4);
+    int victim = c ? member_of(c->stage[c->nstages / 2].holder[0].name) : -1;
+    CHECK(victim >= 0, "leave: no holder to leave");
+    if (victim < 0) return;
+    view_of(4);
+    CHECK(!pool_core_depart(S.m[4].core, S.view, S.n), "leave: the submitter, which holds no "
+          "stage, is told to wait for a hand-over");
+    int64_t left_at = S.reached, t0 = S.now;
+    view_of(victim);
+    CHECK(pool_core_depart(S.m[victim].core, S.view, S.n), "leave: %s holds a stage and is "
+          "not told to wait for its hand-over", S.m[victim].name);
+    bool gone = false;
+    while (S.now - t0 < POOL_DEPART_MS && !gone) {
+        step();
+        view_of(victim);
+        gone = pool_core_departed(S.m[victim].core, S.view, S.n);
+    }
+    int64_t went_ms = S.now - t0;
+    CHECK(gone, "leave: %s was not free to go within %d s", S.m[victim].name,
+          POOL_DEPART_MS / 1000);
+    crash(victim);
+    CHECK(run_until(finished, 600000), "leave: the run did not finish");
+    CHECK(S.reached == STEPS, "leave: the run reached step %lld of %d", (long long)S.reached,
+          STEPS);
+    c = plan_of(4);
+    CHECK(c && c->handover && pool_plan_stage_of(c, S.m[victim].name) < 0, "leave: the last "
+          "epoch (%lld) is %sa handover and %s %s", c ? (long long)c->epoch : 0LL,
+          c && c->handover ? "" : "not ", c && pool_plan_stage_of(c, S.m[victim].name) >= 0
+                                               ? "names" : "does not name", S.m[victim].name);
+    CHECK(S.handovers == 1 && S.redone == 0 && no_recovery(), "leave: %d handovers, %lld steps "
+          "redone, %s recovery", S.handovers, (long long)S.redone, no_recovery() ? "no" : "a");
+    const pool_doc *d = pool_core_doc(S.m[4].core);
+    CHECK((d->has & POOL_HAS_SWR) && d->swr.why == POOL_SW_LEFT, "leave: the submitter's record "
+          "of the switch says %s", (d->has & POOL_HAS_SWR) ? pool_switch_why_name(d->swr.why)
+                                                           : "nothing");
+    printf("leave: %s left at step %lld; handed over after step %lld; free to go %.1f s after "
+           "it asked; no step redone, no recovery\n", S.m[victim].name, (long long)left_at,
+           (long long)S.handed_at, (double)went_ms / 1000);
+}
+
 int main(void)
 {
     S.verbose = getenv("POOL_SIM_VERBOSE") != NULL;
@@ -174,6 +224,7 @@ int main(void)
     scenario_late(32 + o);
     scenario_min_steps(33 + o);
     scenario_lost(34 + o);
+    scenario_leave(35 + o);
     sim_done();
     printf("%s\n", failures ? "FAILED" : "test_pool_switch: ok");
     return failures != 0;
