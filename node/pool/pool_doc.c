@@ -820,7 +820,6 @@ char *pool_doc_view_text(const char *name, const pool_doc *d)
                                        ? json_pack("[I,I]", (json_int_t)d->typical.latency_ns,
                                                    (json_int_t)d->typical.bandwidth)
                                        : json_null());
-    json_object_set_new(o, "sn", pool_snaps_to_json(&d->snaps));
     char *text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(o);
     return text;

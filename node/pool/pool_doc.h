@@ -345,7 +345,9 @@ void pool_doc_init(pool_doc *d);
 void pool_doc_free(pool_doc *d);
 /* What the view hash covers of member `name` with document d: the compact,
  * key-sorted JSON of {"name", "host", "cores", "threads", "compute",
- * "first", "any", "prof", "links", "link", "sn"} (malloc'ed). */
+ * "first", "any", "prof", "links", "link"} (malloc'ed). The snapshots
+ * ("sn") are hashed beside it only where the plan depends on them
+ * (pool_elect.c, core_view). */
 char *pool_doc_view_text(const char *name, const pool_doc *d);
 
 /* ---- what a node saves across restarts: STATE/jobs/ID/state.json (pool_status.c) ---- */

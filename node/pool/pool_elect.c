@@ -20,10 +20,22 @@ static int by_name(const void *a, const void *b)
 
 /* What the view and its plan are computed from: who is live, with which
  * document at which address. Equal fingerprints, equal views. */
+/* Whether the plan over the view depends on the members' snapshots: a
+ * recovery's or a first plan's resumes after the newest step they cover; a
+ * planned switch's starts after the step the running stages stop at, so
+ * the snapshots written and copied while a plan runs (every few seconds)
+ * do not change its view, and do not hold its votes back or split them. */
+static bool view_snaps(const pool_core *c)
+{
+    return c->recovering || !pool_core_committed(c);
+}
+
 static uint64_t fingerprint(const pool_core *c, const pool_member *m, int n)
 {
     uint64_t h = elect_hash(ELECT_HASH_INIT, c->doc.id, strlen(c->doc.id));
+    bool snaps = view_snaps(c);
     h = elect_hash(h, &c->job_loaded, sizeof c->job_loaded);
+    h = elect_hash(h, &snaps, sizeof snaps);
     for (int i = 0; i < n; i++) {
         if (!m[i].live) continue;
         uint64_t s = m[i].doc ? m[i].serial : 0;
@@ -301,6 +313,7 @@ bool core_view(pool_core *c, const pool_member *m, int n, int64_t now)
     /* the canonical inputs, what each says that the plan depends on: the
      * compact JSON list of pool_doc_view_text, in name order */
     uint64_t view = elect_hash(ELECT_HASH_INIT, c->doc.id, strlen(c->doc.id));
+    bool snaps = view_snaps(c);
     view = elect_hash(view, "[", 1);
     for (int i = 0; i < k; i++) {
         const pool_member *q = &m[c->order[i]];
@@ -309,6 +322,14 @@ bool core_view(pool_core *c, const pool_member *m, int n, int64_t now)
         if (i) view = elect_hash(view, ",", 1);
         if (t) view = elect_hash(view, t, strlen(t));
         free(own);
+        if (snaps) {   /* then ",sn:" and the member's snapshots as compact JSON */
+            json_t *sj = pool_snaps_to_json(&q->doc->snaps);
+            char *st = sj ? json_dumps(sj, JSON_COMPACT) : NULL;
+            view = elect_hash(view, ",sn:", 4);
+            if (st) view = elect_hash(view, st, strlen(st));
+            free(st);
+            json_decref(sj);
+        }
     }
     view = elect_hash(view, "]", 1);
     c->view_ready = ready;

@@ -30,7 +30,7 @@ of a run, and the pool goes on by itself (docs/ARCHITECTURE.md, "Recovery").
 7. Elastic runs, part 2 ("Planned switches"): a member joins a running job
    and the pool switches to a plan that uses it (join), and a member that
    holds a stage runs `shardnode leave` mid-run and hands its layers over
-   before it goes (leave); in both, no step is done twice, no recovery, and
+   before it goes (leave: the member that joined, in the same job); in both, no step is done twice, no recovery, and
    every loss and the gathered model equal the single process.
 
 Needs root (namespaces, wireguard-go); exits 77 (skip) otherwise.
@@ -63,8 +63,9 @@ def main():
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--seed", type=int, default=15)
     ap.add_argument("--scenarios", default="middle,last,resume,partition,join,leave",
-                    help="which to run (resume needs middle; the ASan tree runs middle,resume "
-                         "and the Release tree last,partition: tests/CMakeLists.txt)")
+                    help="which to run (resume needs middle, leave needs join; the ASan tree "
+                         "runs middle,resume and the Release tree last,partition,join,leave: "
+                         "tests/CMakeLists.txt)")
     args = ap.parse_args()
     sn = os.path.abspath(args.shardnode)
     t_start = time.time()
@@ -349,16 +350,18 @@ def stop_member(t, n):
     p.wait(timeout=30)
 
 
-def join(t, job, m1, rng, wd, prev):
-    """A member joins a running job (docs/ARCHITECTURE.md, "Planned
-    switches"). On this 2-core machine a join pays only where it adds a core,
-    so the job's pool is a (computing, one thread), b, c (keeping copies) and
-    e (submitting); d is down when the job starts and comes up at a step the
-    test draws. The pool switches to a plan with d: the single stage stops at
-    a step boundary and the new stages start after that step from its
-    snapshot; no step is done twice, every loss and the gathered model equal
-    the single process, no recovery; status and train --wait show the
-    switch."""
+def join(t, job, m1, rng, wd, prev, then_leave):
+    """A member joins a running job, and (then_leave) later leaves it on
+    purpose (docs/ARCHITECTURE.md, "Planned switches"). On this 2-core
+    machine a join pays only where it adds a core, so the job's pool is a
+    (computing, one thread), b, c (keeping copies) and e (submitting); d is
+    down when the job starts and comes up at a step the test draws. The pool
+    switches to a plan with d: the single stage stops at a step boundary and
+    the new stages start after that step from its snapshot. Then, at a step
+    the test draws, `shardnode leave` on d hands d's layers over to a plan
+    without it before d goes. No step is done twice, no recovery, no
+    failure; every loss and the gathered model equal the single process;
+    status, train --wait and leave show each switch."""
     name = "join"
     out = os.path.join(wd, name)
     for n in "bcd":
@@ -387,6 +390,33 @@ def join(t, job, m1, rng, wd, prev):
     up_at = job_metrics(t, "a", jid)[-1]["step"]
     t.start("d", ["up", "--state", t.state("d"), "--threads", "1"])
     log("%s: plan a 0-7; d up after step %d" % (name, up_at))
+    status_j = lambda: (t.status("e") or {}).get("job") or {}  # noqa: E731
+
+    def joined():
+        j = status_j()
+        sw = ((j.get("members") or {}).get("e") or {}).get("swr") or {}
+        return (sw, j["committed"]) if sw.get("why") == "joined" and "ms" in sw else None
+    sw1, c1 = t.wait("the switch to a plan with d", joined, 300)
+    check(c1["e"] == sw1["e"] and c1.get("ho") and "d" in [s_[0] for s_ in c1["stages"]],
+          "%s: the epoch %d switched to is %s (want a handover to a plan with d)"
+          % (name, sw1["e"], c1))
+    check(sw1["from"] >= up_at, "%s: handed over after step %d, before d came up (%d)"
+          % (name, sw1["from"], up_at))
+    segs = [(sw1["from"], {"a"}), (JOIN_STEPS, {s_[0] for s_ in c1["stages"]})]
+    pl = None
+    if then_leave:
+        at = sw1["from"] + rng.randint(5, 15)
+        t.wait("d at step %d" % at, lambda: (job_metrics(t, "d", jid) or [{"step": 0}])[-1]
+               ["step"] >= at, 300)
+        asked = job_metrics(t, "d", jid)[-1]["step"]
+        log("%s: d leaves after step %d" % (name, asked))
+        t0 = time.time()
+        pl = t.sn_in("d", ["leave", "--state", t.state("d")], timeout=200, ok=False)
+        took = time.time() - t0
+        check(pl.returncode == 0 and "hands its layers over" in pl.stdout and "left the mesh" in
+              pl.stdout, "%s: shardnode leave exited %d:\n%s%s" % (name, pl.returncode,
+                                                                   pl.stdout, pl.stderr))
+        t.procs.pop("d").wait(timeout=30)
     try:
         o, e = sub.communicate(timeout=900)
     except subprocess.TimeoutExpired:
@@ -397,16 +427,19 @@ def join(t, job, m1, rng, wd, prev):
     check(sub.returncode == 0, "%s: train --wait exited %d:\n%s%s" % (name, sub.returncode, o, e))
     st = t.status("e")["job"]
     c = st["committed"]
-    check(c["e"] > c0["e"] and c.get("ho") and "d" in [s_[0] for s_ in c["stages"]],
-          "%s: the last epoch %d is %s (want a switch to a plan with d)" % (name, c["e"], c))
     me = st["members"]["e"]
     sw = me.get("swr") or {}
-    check(sw.get("e") == c["e"] and sw.get("why") == "joined" and "ms" in sw,
-          "%s: e's record of the switch: %s" % (name, sw))
     check(not me.get("rec"), "%s: e records a recovery: %s" % (name, me.get("rec")))
-    handed = sw["from"]
-    check(handed >= up_at, "%s: handed over after step %d, before d came up (%d)"
-          % (name, handed, up_at))
+    if then_leave:
+        check(c["e"] > c1["e"] and c.get("ho") and [s_[0] for s_ in c["stages"]] == ["a"],
+              "%s: the last epoch %d is %s (want a handover to a alone)" % (name, c["e"], c))
+        check(sw.get("e") == c["e"] and sw.get("why") == "left" and sw.get("n") == 2,
+              "%s: e's record of the last switch: %s (want the second, 'left')" % (name, sw))
+        check(sw["from"] >= asked, "%s: handed over after step %d, before d asked to leave "
+              "(%d)" % (name, sw["from"], asked))
+        segs = [segs[0], (sw["from"], segs[1][1]), (JOIN_STEPS, {"a"})]
+    else:
+        check(c == c1, "%s: the pool switched again: %s" % (name, c))
     want = {m["step"]: m["loss"] for m in metrics(m1)}
     seen = {}
     for n in "abcd":
@@ -418,106 +451,41 @@ def join(t, job, m1, rng, wd, prev):
             seen.setdefault(m["step"], set()).add(n)
             check(m["loss"] == want[m["step"]], "%s: step %d loss %.17g on %s, single process "
                   "%.17g" % (name, m["step"], m["loss"], n, want[m["step"]]))
-    check(set(seen) == set(range(1, JOIN_STEPS + 1)), "%s: steps missing: %s"
-          % (name, sorted(set(range(1, JOIN_STEPS + 1)) - set(seen))))
     # each step's lines come from the stages of the one epoch that did it
-    old_h, new_h = {s_[0] for s_ in c0["stages"]}, {s_[0] for s_ in c["stages"]}
-    for x in range(1, JOIN_STEPS + 1):
-        check(seen[x] == (old_h if x <= handed else new_h), "%s: step %d written by %s (want "
-              "%s)" % (name, x, sorted(seen[x]), sorted(old_h if x <= handed else new_h)))
+    lo = 0
+    for hi, holders in segs:
+        for x in range(lo + 1, hi + 1):
+            check(seen.get(x) == holders, "%s: step %d written by %s (want %s)"
+                  % (name, x, sorted(seen.get(x, ())), sorted(holders)))
+        lo = hi
     wdiff = check_gathered(out, os.path.join(wd, "single-join"), 0.0)
     p = t.sn_in("e", ["status", "--state", t.state("e")], ok=False)
-    check("switched:" in p.stdout and "(joined)" in p.stdout, "%s: status does not show the "
+    why = "left" if then_leave else "joined"
+    check("switched:" in p.stdout and "(%s)" % why in p.stdout, "%s: status does not show the "
           "switch:\n%s" % (name, p.stdout))
-    check("train: switched after step %d (joined)" % handed in o, "%s: train --wait did not "
-          "say it switched:\n%s" % (name, o))
-    log("ok   %s: d up after step %d; switched after step %d to epoch %d %s "
-        "(%.1f MB moved, predicted step %.1f ms, %.1f ms measured before); first step %.1f s "
-        "after the commit; no step done twice, no recovery; every loss and the gathered model "
-        "equal one process (%.1e)"
-        % (name, up_at, handed, c["e"],
-           ", ".join("%s %d-%d" % (s_[0], s_[1], s_[2] - 1) for s_ in c["stages"]), sw["mb"],
-           sw["pred"], sw["old"], sw["ms"] / 1e3, wdiff))
+    check("train: switched after step %d (joined)" % sw1["from"] in o, "%s: train --wait did "
+          "not say it switched:\n%s" % (name, o))
+    if then_leave:
+        check("train: switched after step %d (left)" % sw["from"] in o, "%s: train --wait did "
+              "not say it switched when d left:\n%s" % (name, o))
+    check("fail" not in o.lower(), "%s: train --wait reported a failure:\n%s" % (name, o))
+    log("ok   %s: d up after step %d; switched after step %d to epoch %d %s (%.1f MB moved, "
+        "predicted step %.1f ms, %.1f ms measured before); first step %.1f s after the commit"
+        % (name, up_at, sw1["from"], c1["e"],
+           ", ".join("%s %d-%d" % (s_[0], s_[1], s_[2] - 1) for s_ in c1["stages"]),
+           sw1["mb"], sw1["pred"], sw1["old"], sw1["ms"] / 1e3))
+    if then_leave:
+        log("ok   leave: d asked to leave after step %d; handed over after step %d to epoch %d "
+            "(a alone, %.1f MB moved); shardnode leave returned after %.1f s; first step %.1f s "
+            "after the commit" % (asked, sw["from"], c["e"], sw["mb"], took,
+                                  sw.get("ms", -1) / 1e3))
+        for ln in pl.stdout.splitlines():
+            log("     leave: " + ln.strip())
+    log("ok   %s: no step done twice, no recovery; every loss and the gathered model equal one "
+        "process (%.1e)" % (name, wdiff))
     for ln in p.stdout.splitlines():
         if "switch" in ln or "replanning" in ln:
             log("     status: " + ln.strip())
-    return jid
-
-
-def leave(t, job, m1, rng, wd, prev):
-    """A member that holds a stage leaves on purpose (docs/ARCHITECTURE.md,
-    "Planned switches"): `shardnode leave` on d mid-run hands d's layers over
-    to a plan without it, then d leaves. No step is done twice, no recovery,
-    no failure; every loss and the gathered model equal the single process."""
-    name = "leave"
-    out = os.path.join(wd, name)
-    jp = job(name, out, micro_batch=2, snapshot_every=EVERY)
-    sub, jid, c0 = submit(t, jp, prev)
-    holders = [s_[0] for s_ in c0["stages"]]
-    check("d" in holders and len(holders) >= 2, "%s: the first plan is %s (want d and another "
-          "member)" % (name, c0["stages"]))
-    at = rng.randint(EVERY + 3, STEPS - 25)
-    t.wait("d at step %d" % at, lambda: (job_metrics(t, "d", jid) or [{"step": 0}])[-1]["step"]
-           >= at, 600)
-    asked = job_metrics(t, "d", jid)[-1]["step"]
-    log("%s: plan %s; d leaves after step %d" % (name, ", ".join(
-        "%s %d-%d" % (s_[0], s_[1], s_[2] - 1) for s_ in c0["stages"]), asked))
-    t0 = time.time()
-    p = t.sn_in("d", ["leave", "--state", t.state("d")], timeout=200, ok=False)
-    took = time.time() - t0
-    check(p.returncode == 0 and "hands its layers over" in p.stdout and "left the mesh" in
-          p.stdout, "%s: shardnode leave exited %d:\n%s%s" % (name, p.returncode, p.stdout,
-                                                               p.stderr))
-    t.procs.pop("d").wait(timeout=30)
-    try:
-        o, e = sub.communicate(timeout=900)
-    except subprocess.TimeoutExpired:
-        sub.kill()
-        o, e = sub.communicate()
-        check(False, "%s: train --wait did not end:\n%s%s" % (name, o, e))
-    log(o.strip())
-    check(sub.returncode == 0, "%s: train --wait exited %d:\n%s%s" % (name, sub.returncode, o, e))
-    st = t.status("e")["job"]
-    c = st["committed"]
-    check(c["e"] > c0["e"] and c.get("ho") and "d" not in [s_[0] for s_ in c["stages"]],
-          "%s: the last epoch %d is %s (want a handover to a plan without d)" % (name, c["e"], c))
-    me = st["members"]["e"]
-    sw = me.get("swr") or {}
-    check(sw.get("e") == c["e"] and sw.get("why") == "left", "%s: e's record of the switch: %s"
-          % (name, sw))
-    check(not me.get("rec"), "%s: e records a recovery: %s" % (name, me.get("rec")))
-    handed = sw["from"]
-    check(handed >= asked, "%s: handed over after step %d, before d asked to leave (%d)"
-          % (name, handed, asked))
-    want = {m["step"]: m["loss"] for m in metrics(m1)}
-    seen = {}
-    for n in "abcd":
-        steps = [m["step"] for m in job_metrics(t, n, jid) if "step" in m]
-        check(steps == sorted(set(steps)), "%s: %s did a step twice: %s" % (name, n, steps))
-        for m in job_metrics(t, n, jid):
-            if "step" not in m:
-                continue
-            seen.setdefault(m["step"], set()).add(n)
-            check(m["loss"] == want[m["step"]], "%s: step %d loss %.17g on %s, single process "
-                  "%.17g" % (name, m["step"], m["loss"], n, want[m["step"]]))
-    old_h, new_h = set(holders), {s_[0] for s_ in c["stages"]}
-    for x in range(1, STEPS + 1):
-        check(seen.get(x) == (old_h if x <= handed else new_h), "%s: step %d written by %s "
-              "(want %s)" % (name, x, sorted(seen.get(x, ())), sorted(old_h if x <= handed
-                                                                     else new_h)))
-    wdiff = check_gathered(out, os.path.join(wd, "single"), 0.0)
-    check("train: switched after step %d (left)" % handed in o, "%s: train --wait did not say "
-          "it switched:\n%s" % (name, o))
-    check("fail" not in o.lower(), "%s: train --wait reported a failure:\n%s" % (name, o))
-    log("ok   %s: d asked to leave after step %d; handed over after step %d to epoch %d %s "
-        "(%.1f MB moved); shardnode leave returned after %.1f s; first step %.1f s after the "
-        "commit; no step done twice, no recovery; every loss and the gathered model equal one "
-        "process (%.1e)"
-        % (name, asked, handed, c["e"], ", ".join("%s %d-%d" % (s_[0], s_[1], s_[2] - 1)
-                                                 for s_ in c["stages"]), sw["mb"], took,
-           sw.get("ms", -1) / 1e3, wdiff))
-    for ln in p.stdout.splitlines():
-        log("     leave: " + ln.strip())
     return jid
 
 
@@ -562,15 +530,7 @@ def body(t, seed, scenarios):
     if "partition" in scenarios:
         prev = partition(t, job, m1, rng, wd, prev, ip)
     if "join" in scenarios:
-        prev = join(t, job, mj, rng, wd, prev)
-    if "leave" in scenarios:
-        # d computes (the join left it up), and b, c keep copies
-        if "join" not in scenarios:
-            for n in "bc":
-                stop_member(t, n)
-                t.start(n, ["up", "--state", t.state(n), "--no-compute"])
-            t.wait("all five alive everywhere", lambda: t.all_alive(NAMES, 5), 120)
-        leave(t, job, m1, rng, wd, prev)
+        join(t, job, mj, rng, wd, prev, "leave" in scenarios)
 
 
 if __name__ == "__main__":

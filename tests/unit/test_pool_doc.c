@@ -73,9 +73,10 @@ static void test_round_trip(void)
               d.snaps.s[1].step == 5 && (d.has & POOL_HAS_REC) && d.rec.ms == 6100 &&
               strcmp(d.rec.lost, "b") == 0 && d.rec.from == 10,
           "the fields read");
-    /* the view text: the canonical JSON of PROTOCOL.md, "The view and the plan" */
-    json_t *canon = json_pack("{s:s,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O}", "name", "x", "sn",
-                              json_object_get(j, "sn"), "host",
+    /* the view text: the canonical JSON of PROTOCOL.md, "The view and the
+     * plan" (without the snapshots, which core_view hashes beside it where
+     * the plan depends on them) */
+    json_t *canon = json_pack("{s:s,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O}", "name", "x", "host",
                               json_object_get(j, "host"), "cores", json_object_get(j, "cores"),
                               "threads", json_object_get(j, "threads"), "compute",
                               json_object_get(j, "compute"), "first", json_object_get(j, "first"),
