@@ -487,6 +487,7 @@ static int run_mesh(const char *state, const char *job, bool stop, bool wait, bo
     if (!wait) return 0;
     /* --wait: the plan, then progress, until the run ends */
     char last[512] = "", last_rec[512] = "", last_sw[512] = "";
+    int64_t plan_said = 0;   /* the last epoch whose plan was printed */
     int noplan = 0, failing = 0;
     for (;;) {
         sleep(2);
@@ -534,7 +535,10 @@ static int run_mesh(const char *state, const char *job, bool stop, bool wait, bo
         named = c ? c->nstages : 0;
         if (!c) {
             snprintf(line, sizeof line, "train: waiting for a plan%s%.400s", problem[0] ? ": " : "", problem);
-        } else if (!best || !best->has_step) {
+        } else if (!best || !best->has_step || c->epoch != plan_said) {
+            /* each plan once, also one that a switch or recovery commits
+             * while the stages it replaces still say their steps */
+            plan_said = c->epoch;
             int off = snprintf(line, sizeof line, "train: plan committed (epoch %lld):",
                                (long long)c->epoch);
             for (int i = 0; i < c->nstages; i++)
