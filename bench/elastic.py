@@ -30,6 +30,17 @@ of 128 tokens in micro-batches of 4, snapshots as the pool chooses them
    whether every loss every survivor wrote
    equals the uninterrupted run's at that step. The killed member is started
    again before the next trial.
+3. `--joins` planned switches (docs/ARCHITECTURE.md, "Planned switches"): a
+   computes alone (b, c keep copies only, d is down), a job is submitted, d
+   comes up at a step drawn at random, and the pool switches to a plan with
+   it when the rule says so; at a later step drawn at random d gets SIGTERM
+   and hands its layers back before it stops. Per switch: the step after
+   which the stages handed over, the MB moved and the MB/s each fetch
+   achieved against the link's bandwidth as its two ends measured it, the
+   seconds from the commit to the first step after the handover (the pause,
+   one step included), and the step time of the new plan measured (the
+   median of its first stage's step_ms after 3 steps) against the one
+   predicted; whether every loss equals the uninterrupted run's.
 
 Needs root (namespaces, wireguard-go).
 """
@@ -130,6 +141,8 @@ def main():
     ap.add_argument("--extra", type=int, default=4,
                     help="insurance runs after the pairs while no cut of the layers came up "
                          "both with and without snapshots (default 4)")
+    ap.add_argument("--joins", type=int, default=0,
+                    help="join-and-leave trials after the failures (default 0)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--snapshot-every", type=int, default=0,
@@ -329,8 +342,129 @@ def body(t, args):
                  statistics.median(r["redone"] for r in rows)), flush=True)
         print(json.dumps({"insurance": {"ratio": ratio, "every": every},
                           "trials": rows}))
+    if args.joins > 0:
+        joins(t, args, rng, job, ref, prev, opts)
     print("load after: %s" % open("/proc/loadavg").read().split()[:3])
     return 0
+
+
+def fetches(t, n, jid, since):
+    """The stage-resume fetches in n's train.log from line `since` on:
+    [(MB, s, MB/s, from)], and the line count."""
+    out, k = [], 0
+    try:
+        with open(os.path.join(t.state(n), "jobs", jid, "train.log"), errors="replace") as f:
+            for k, ln in enumerate(f, 1):
+                m = re.search(r"stage-resume: \S+ \(([\d.]+) MB\) from (\S+) in ([\d.]+) s",
+                              ln)
+                if m and k > since:
+                    mb, s_ = float(m.group(1)), float(m.group(3))
+                    out.append((mb, s_, mb / s_ if s_ > 0 else float("nan"), m.group(2)))
+    except OSError:
+        pass
+    return out, k
+
+
+def link_mbps(j, x, y):
+    """The bandwidth (MB/s) between x and y as their documents measured it:
+    the larger of the two ends' figures (each end measures its own probes)."""
+    bw = []
+    for a, b in ((x, y), (y, x)):
+        k = (((j.get("members") or {}).get(a) or {}).get("links") or {}).get(b)
+        if k and len(k) >= 2 and k[1] > 0:
+            bw.append(k[1] / 1e6)
+    return max(bw) if bw else None
+
+
+def joins(t, args, rng, job, ref, prev, opts):
+    """Section 3 of the docstring: d joins a running job and leaves it."""
+    for n in "bcd":
+        kill_member(t, n)
+    for n in "bc":
+        t.start(n, ["up", "--state", t.state(n), "--no-compute"])
+    t.wait("a, b, c, e alive and d down", lambda: t.all_alive("abce", 4), 120)
+    out = []
+    for k in range(args.joins):
+        # the job's own keys: switches as early as the rule allows
+        sub, jid, c0 = submit(t, job("join-%d" % k, replan_min_steps=2), prev)
+        prev = jid
+        up_at = rng.randint(2, 6)
+        t.wait("step %d" % up_at, lambda: (job_metrics(t, "a", jid) or [{"step": 0}])[-1]
+               ["step"] >= up_at, 600)
+        t.start("d", ["up", "--state", t.state("d")] + opts["d"])
+
+        def switched(why):
+            j = status_job(t, "e")
+            sw = ((j.get("members") or {}).get("e") or {}).get("swr") or {}
+            return (sw, j["committed"], j) if sw.get("why") == why and "ms" in sw else None
+        got = t.wait("a switch with d, or the job's end",
+                     lambda: switched("joined") or (sub.poll() is not None and "end"), 900)
+        if got == "end":
+            finish(sub, "join %d" % k)
+            j = status_job(t, "e")
+            print("join %d: d came up after step %d; no switch (d says: %s)"
+                  % (k, up_at, (j["members"].get("d") or {}).get("why")), flush=True)
+            kill_member(t, "d")
+            t.wait("d gone", lambda: t.all_alive("abce", 4), 120)
+            continue
+        sw1, c1, j1 = got
+        leave_at = sw1["from"] + rng.randint(10, 20)
+        t.wait("step %d" % leave_at, lambda: max([m["step"] for m in job_metrics(t, "a", jid)]
+                                                  or [0]) >= leave_at, 600)
+        p = t.procs.pop("d")
+        t_term = time.time()
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=150)
+        gone_s = time.time() - t_term
+        finish(sub, "join %d" % k)
+        j = status_job(t, "e")
+        sw2, c2 = (j["members"]["e"].get("swr") or {}), j["committed"]
+        equal = all(m["loss"] == ref[m["step"]] for n in "ad" for m in job_metrics(t, n, jid))
+        redone = sum(len(job_metrics(t, n, jid)) - len({m["step"] for m in job_metrics(t, n, jid)})
+                     for n in "ad")
+        for what, sw, c, jj in (("join", sw1, c1, j1), ("leave", sw2, c2, j)):
+            if what == "leave" and sw.get("why") != "left":
+                print("join %d: no switch when d left (e's record: %s; %s)"
+                      % (k, sw, "recovered" if j["members"]["e"].get("rec") else "no recovery"),
+                      flush=True)
+                continue
+            fetched = []
+            for n in [s_[0] for s_ in c["stages"]] + (["d"] if what == "join" else []):
+                fetched += [(n,) + f for f in fetches(t, n, jid, 0)[0]]
+            # the fetches of this switch: those into its new stages (a fetches again at the
+            # leave; d only at the join)
+            rows = [f for f in fetched if (what == "join" and f[0] == "d") or
+                    (what == "leave" and f[0] == "a")]
+            ms = [m["step_ms"] for m in job_metrics(t, c["stages"][0][0], jid)
+                  if m["step"] > sw["from"] + 3 and (what == "leave" or m["step"] <= sw2["from"])]
+            meas = statistics.median(ms) if ms else float("nan")
+            mb = sum(r[1] for r in rows)
+            secs = sum(r[2] for r in rows)
+            bw = [link_mbps(jj, r[0], r[4]) for r in rows]
+            bw = [b for b in bw if b]
+            r = dict(k=k, what=what, after=sw["from"], mb=sw.get("mb"), fetched_mb=mb,
+                     mbps=mb / secs if secs > 0 else None,
+                     link_mbps=min(bw) if bw else None, pause=sw.get("ms", -1) / 1e3,
+                     pred=sw.get("pred"), meas=meas, equal=equal, redone=redone,
+                     term_s=gone_s if what == "leave" else None)
+            out.append(r)
+            print("join %d, %-5s: handed over after step %d; %.1f MB moved (fetched %.1f MB at "
+                  "%s MB/s, link %s MB/s: %s); first step %.1f s after the commit; step %.1f ms "
+                  "measured, %.1f ms predicted (%+.0f%%)%s"
+                  % (k, what, r["after"], r["mb"] or 0, mb,
+                     "%.1f" % r["mbps"] if r["mbps"] else "?",
+                     "%.1f" % r["link_mbps"] if r["link_mbps"] else "?",
+                     "%.0f%%" % (100 * r["mbps"] / r["link_mbps"]) if r["mbps"] and
+                     r["link_mbps"] else "?", r["pause"], meas, r["pred"] or 0,
+                     100 * (meas / r["pred"] - 1) if r["pred"] else 0,
+                     "; SIGTERM to exit %.1f s" % gone_s if what == "leave" else ""),
+                  flush=True)
+        print("join %d: %d steps redone; losses %s" % (k, redone, "equal to the uninterrupted "
+              "run" if equal else "DIFFER"), flush=True)
+        # d stopped: the others see it gone before the next job
+        t.wait("d gone", lambda: t.all_alive("abce", 4), 120)
+    if out:
+        print(json.dumps({"switches": out}))
 
 
 if __name__ == "__main__":
