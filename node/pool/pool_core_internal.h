@@ -117,6 +117,10 @@ void core_kill(pool_core *c, pool_actions *out);
 void core_set_run(pool_core *c, pool_run_state state, const char *error);
 
 /* pool_recover.c */
+/* Some stage of epoch's plan (a member whose document commits it, running or
+ * done) has done a step after `from`. */
+bool core_stepped_after(const pool_core *c, const pool_member *m, int n, int64_t epoch,
+                        int64_t from);
 /* The member called name in m[0..n), or NULL. */
 const pool_member *core_named(const pool_member *m, int n, const char *name);
 /* What member q says about the job: this member's own document for itself. */

@@ -178,22 +178,29 @@ void core_recovered(pool_core *c, int64_t now, pool_actions *out)
              (long long)(c->doc.rec.at > pl->resume_step ? c->doc.rec.at - pl->resume_step : 0));
 }
 
+bool core_stepped_after(const pool_core *c, const pool_member *m, int n, int64_t epoch,
+                        int64_t from)
+{
+    for (int i = 0; i < n; i++) {
+        const pool_doc *d = core_doc_of(c, &m[i]);
+        if (d && (d->has & POOL_HAS_RUN) && (d->has & POOL_HAS_COMMITTED) &&
+            d->committed.epoch == epoch && d->run.has_step && d->run.step > from &&
+            (d->run.state == POOL_RUN_RUNNING || d->run.state == POOL_RUN_DONE))
+            return true;
+    }
+    return false;
+}
+
 void core_rec_progress(pool_core *c, const pool_member *m, int n, int64_t now)
 {
     pool_recovery *r = &c->doc.rec;
     if (!(c->doc.has & POOL_HAS_REC) || r->ms >= 0 || !r->epoch) return;
     /* the first step done after the resumed one, by any stage of the new
      * epoch (this member's own, or as another's document says it) */
-    for (int i = 0; i < n; i++) {
-        const pool_doc *d = core_doc_of(c, &m[i]);
-        if (!d || !(d->has & POOL_HAS_RUN) || !(d->has & POOL_HAS_COMMITTED) ||
-            d->committed.epoch != r->epoch || !d->run.has_step || d->run.step <= r->from ||
-            (d->run.state != POOL_RUN_RUNNING && d->run.state != POOL_RUN_DONE))
-            continue;
+    if (core_stepped_after(c, m, n, r->epoch, r->from)) {
         r->ms = now - c->loss_ms;
         c->futile = 0;
         c->dirty = true;
-        return;
     }
 }
 

@@ -295,15 +295,9 @@ void core_switch_progress(pool_core *c, const pool_member *m, int n, int64_t now
     const pool_plan *pl = pool_core_committed(c);
     if (!(c->doc.has & POOL_HAS_SWR) || r->ms >= 0 || !pl || r->epoch != pl->epoch) return;
     /* the first step after the handover's, by any stage of the new epoch */
-    for (int i = 0; i < n; i++) {
-        const pool_doc *d = core_doc_of(c, &m[i]);
-        if (!d || !(d->has & POOL_HAS_RUN) || !(d->has & POOL_HAS_COMMITTED) ||
-            d->committed.epoch != r->epoch || !d->run.has_step || d->run.step <= r->from ||
-            (d->run.state != POOL_RUN_RUNNING && d->run.state != POOL_RUN_DONE))
-            continue;
+    if (core_stepped_after(c, m, n, r->epoch, r->from)) {
         r->ms = now - c->handover_ms;
         c->dirty = true;
-        return;
     }
 }
 

@@ -157,6 +157,26 @@ static json_t *at_path(json_t *j, const char *path, char *last, size_t len)
     return json_object_get(j, buf);
 }
 
+/* Each mutation of make()'s document is refused, the refusal naming its
+ * field. */
+static void all_refused(const mutation *muts, size_t n, json_t *(*make)(void))
+{
+    for (size_t i = 0; i < n; i++) {
+        json_t *j = make();
+        char key[128], err[512] = "";
+        json_t *obj = at_path(j, muts[i].path, key, sizeof key);
+        if (muts[i].value) json_object_set_new(obj, key, muts[i].value);
+        else json_object_del(obj, key);
+        pool_doc d;
+        int rc = pool_doc_from_json(j, &d, err, sizeof err);
+        CHECK(rc != 0, "%s: a malformed document was taken", muts[i].path);
+        CHECK(rc == 0 || strstr(err, muts[i].field), "%s: the refusal does not name %s: %s",
+              muts[i].path, muts[i].field, err);
+        if (rc == 0) pool_doc_free(&d);
+        json_decref(j);
+    }
+}
+
 static void test_refusals(void)
 {
     mutation muts[] = {
@@ -244,20 +264,7 @@ static void test_refusals(void)
         {"rec.ms", json_real(1.5), "\"rec\".\"ms\""},
         {"rec.why", json_integer(1), "\"rec\".\"why\""},
     };
-    for (size_t i = 0; i < sizeof muts / sizeof muts[0]; i++) {
-        json_t *j = full_doc();
-        char key[128], err[512] = "";
-        json_t *obj = at_path(j, muts[i].path, key, sizeof key);
-        if (muts[i].value) json_object_set_new(obj, key, muts[i].value);
-        else json_object_del(obj, key);
-        pool_doc d;
-        int rc = pool_doc_from_json(j, &d, err, sizeof err);
-        CHECK(rc != 0, "%s: a malformed document was taken", muts[i].path);
-        CHECK(rc == 0 || strstr(err, muts[i].field), "%s: the refusal does not name %s: %s",
-              muts[i].path, muts[i].field, err);
-        if (rc == 0) pool_doc_free(&d);
-        json_decref(j);
-    }
+    all_refused(muts, sizeof muts / sizeof muts[0], full_doc);
     /* more links than a record carries */
     json_t *j = full_doc();
     json_t *links = json_object_get(j, "links");
@@ -335,20 +342,7 @@ static void test_switch_fields(void)
         {"swr.ms", json_real(1.5), "\"swr\".\"ms\""},
         {"swr.zz", json_integer(1), "\"swr\".\"zz\""},
     };
-    for (size_t i = 0; i < sizeof muts / sizeof muts[0]; i++) {
-        json_t *m = switch_doc();
-        char key[128], e[512] = "";
-        json_t *obj = at_path(m, muts[i].path, key, sizeof key);
-        if (muts[i].value) json_object_set_new(obj, key, muts[i].value);
-        else json_object_del(obj, key);
-        pool_doc x;
-        int rc = pool_doc_from_json(m, &x, e, sizeof e);
-        CHECK(rc != 0, "%s: a malformed document was taken", muts[i].path);
-        CHECK(rc == 0 || strstr(e, muts[i].field), "%s: the refusal does not name %s: %s",
-              muts[i].path, muts[i].field, e);
-        if (rc == 0) pool_doc_free(&x);
-        json_decref(m);
-    }
+    all_refused(muts, sizeof muts / sizeof muts[0], switch_doc);
 }
 
 /* The plan hash is the first 8 bytes of the SHA-256 of the layout's
