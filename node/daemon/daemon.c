@@ -456,8 +456,9 @@ static void tick(evutil_socket_t fd, short what, void *arg)
     gossip_tick(d->g, now);
     if (d->punch) punch_tick(d->punch, now);
     daemon_relay_tick(d, now);
-    pool_tick(d, now);
-    if (d->departing != DAEMON_STAYS) {
+    bool stepped = pool_tick(d, now);
+    if (d->departing != DAEMON_STAYS && (stepped || now >= d->depart_until_ms)) {
+        /* asked when the core has stepped, not at every tick */
         bool done = pool_departed(d);
         if (done || now >= d->depart_until_ms) {
             daemon_log(d, done ? "pool: this member's layers run on a plan without it: it goes"

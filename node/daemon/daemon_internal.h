@@ -237,7 +237,8 @@ json_t *daemon_status_json(daemon_t *d);
 /* pool.c: the job's share of this node */
 int pool_open(daemon_t *d);
 void pool_close(daemon_t *d);
-void pool_tick(daemon_t *d, int64_t now_ms);
+/* Steps the pool core when its interval has passed: true when it did. */
+bool pool_tick(daemon_t *d, int64_t now_ms);
 /* This member leaves the job (pool_core_depart): true when it holds a
  * stage of the running plan and must wait for pool_departed. */
 bool pool_depart(daemon_t *d);

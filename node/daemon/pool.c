@@ -675,10 +675,10 @@ void pool_close(daemon_t *d)
     d->pool = NULL;
 }
 
-void pool_tick(daemon_t *d, int64_t now)
+bool pool_tick(daemon_t *d, int64_t now)
 {
     pool *p = d->pool;
-    if (!p || now < p->next_ms) return;
+    if (!p || now < p->next_ms) return false;
     p->next_ms = now + POOL_TICK_MS;
     reap(d);
     pool_scan_snaps(d);
@@ -692,6 +692,7 @@ void pool_tick(daemon_t *d, int64_t now)
         pool_core_step(p->core, p->view, n, now, (int64_t)time(NULL), &p->acts);
         execute(d, now);
     }
+    return true;
 }
 
 bool pool_depart(daemon_t *d)
