@@ -28,6 +28,7 @@ int cmd_up(int argc, char **argv);          /* mesh_cmd.c */
 int cmd_join(int argc, char **argv);        /* mesh_cmd.c */
 int cmd_status(int argc, char **argv);      /* mesh_cmd.c */
 int cmd_leave(int argc, char **argv);       /* mesh_cmd.c */
+int cmd_set(int argc, char **argv);         /* mesh_cmd.c */
 int cmd_demo(int argc, char **argv);        /* demo_cmd.c */
 
 /* ---- args.c: "--name value" and "--flag" options ---------------------- */

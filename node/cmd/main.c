@@ -76,6 +76,9 @@ static void usage(FILE *out)
             "  leave --state DIR [--now]\n"
             "      leave the mesh for good (the others list this node as left); a node that\n"
             "      holds a stage of the running job hands its layers over first (--now: not)\n"
+            "  set --state DIR --threads N\n"
+            "      the running node computes with N threads from now on (its running stage\n"
+            "      from its next step; the pool re-plans if its pace changes)\n"
             "  demo [--job JOB.json] [--dir DIR] [--keep] [--prompt TEXT]\n"
             "      (root) a pool of 3 nodes in network namespaces on this machine trains\n"
             "      the job (default configs/kjv/job.json), then samples the model (a LoRA\n"
@@ -137,6 +140,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "join") == 0) return cmd_join(argc, argv);
     if (strcmp(argv[1], "status") == 0) return cmd_status(argc, argv);
     if (strcmp(argv[1], "leave") == 0) return cmd_leave(argc, argv);
+    if (strcmp(argv[1], "set") == 0) return cmd_set(argc, argv);
     if (strcmp(argv[1], "demo") == 0) return cmd_demo(argc, argv);
     if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
         strcmp(argv[1], "-h") == 0) {

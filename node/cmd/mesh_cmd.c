@@ -4,10 +4,11 @@
  *   shardnode join TOKEN --state DIR [--name NAME] [--listen-port P] [--endpoint HOST:PORT]
  *                  [--http ADDR:PORT|off]
  *   shardnode status --state DIR [--json] [--svg FILE]
- *   shardnode leave --state DIR
+ *   shardnode leave --state DIR [--now]
+ *   shardnode set --state DIR --threads N
  *
- * up and join run the node (daemon_run) in the foreground; status and leave
- * talk to it through DIR/control.sock (node_control_request, daemon.h). */
+ * up and join run the node (daemon_run) in the foreground; status, leave
+ * and set talk to it through DIR/control.sock (node_control_request, daemon.h). */
 #include "commands.h"
 #include "daemon.h"
 #include "node_base.h"
@@ -441,4 +442,43 @@ int cmd_leave(int argc, char **argv)
     fprintf(stderr, "shardnode leave: the node announced it leaves but is still running after "
             "%d s\n", wait_s);
     return 1;
+}
+
+int cmd_set(int argc, char **argv)
+{
+    const char *state = NULL, *threads = NULL;
+    const args_option opts[] = {{"--state", &state, NULL}, {"--threads", &threads, NULL}};
+    static const char *const required[] = {"--state", "--threads", NULL};
+    char err[1024];
+    long n = 0;
+    if (args_parse(argc, argv, 2, opts, 2, err, sizeof err) != 0 ||
+        args_require(opts, 2, required, err, sizeof err) != 0 ||
+        args_int(threads, "--threads", 1, 1024, &n, err, sizeof err) != 0) {
+        fprintf(stderr, "shardnode set: %s\nusage: shardnode set --state DIR --threads N\n", err);
+        return 2;
+    }
+    json_t *req = json_pack("{s:s,s:i}", "cmd", "set", "threads", (int)n);
+    json_t *r = req ? node_control_call(state, req, err, sizeof err) : NULL;
+    json_decref(req);
+    if (!r) {
+        fprintf(stderr, "shardnode set: %s\n", req ? err : "out of memory");
+        return 1;
+    }
+    const char *e = node_json_str(r, "error");
+    if (e) {
+        fprintf(stderr, "shardnode set: the node refused: %s\n", e);
+        json_decref(r);
+        return 1;
+    }
+    long long got = json_integer_value(json_object_get(r, "threads")),
+              st = json_integer_value(json_object_get(r, "stage_threads"));
+    if (json_is_true(json_object_get(r, "stage")))
+        printf("set: this node computes with %lld thread%s; its running stage takes %lld from "
+               "its next step%s\n", got, got == 1 ? "" : "s", st,
+               st < got ? " (the most it started with; the rest at its next start)" : "");
+    else
+        printf("set: this node computes with %lld thread%s from its next stage on\n", got,
+               got == 1 ? "" : "s");
+    json_decref(r);
+    return 0;
 }

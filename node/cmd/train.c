@@ -303,6 +303,16 @@ static void on_stop_signal(int sig)
     (void)sig;
     stop_signal = 1;
 }
+/* SIGUSR2 queued with a count (sigqueue): compute with that many threads
+ * from the next step (the pool's daemon sends it: `shardnode set`). */
+static volatile sig_atomic_t threads_signal;
+static void on_threads_signal(int sig, siginfo_t *si, void *ctx)
+{
+    (void)sig;
+    (void)ctx;
+    if (si && si->si_code == SI_QUEUE && si->si_value.sival_int > 0)
+        threads_signal = si->si_value.sival_int;
+}
 
 /* `train --cluster C --node NAME`: this node's stage of a pipeline run. */
 /* The *.safetensors files of DIR (sorted by name, malloc'ed), or -1. */
@@ -389,10 +399,16 @@ static int run_cluster(trainer *t, const char *job, const char *cluster_path, co
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGUSR1, &sa, NULL);
+    struct sigaction st = {0};
+    st.sa_sigaction = on_threads_signal;
+    st.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&st.sa_mask);
+    sigaction(SIGUSR2, &st, NULL);
     engine_options eo = {.stop = stop > 0 ? stop : t->job.steps,
                          .resume = resume ? ckpt : NULL,
                          .checkpoint = ckpt,
                          .stop_request = &stop_signal,
+                         .threads_request = &threads_signal,
                          .stopped_at = -1};
     if (snapshots) {
         eo.snapshot_dir = snapshots;

@@ -243,6 +243,10 @@ bool pool_tick(daemon_t *d, int64_t now_ms);
  * stage of the running plan and must wait for pool_departed. */
 bool pool_depart(daemon_t *d);
 bool pool_departed(daemon_t *d);
+/* `shardnode set --threads N` (0: all cores): this node computes with n
+ * threads from now on; a running stage changes at its next step (at most
+ * the threads it started with). {"threads", "stage", "stage_threads"}. */
+json_t *pool_set_threads(daemon_t *d, int n);
 /* resume: a pool checkpoint's folder the job starts from (its shards go
  * into the job's snapshots), or NULL. */
 json_t *pool_submit(daemon_t *d, json_t *bundle, const char *resume);

@@ -530,13 +530,21 @@ static void control_readable(struct bufferevent *bev, void *arg)
             bool wait = daemon_leave(d, json_is_true(nw));
             reply = json_pack("{s:b,s:b}", "left", !wait, "handover", wait);
         }
+    } else if (cmd && strcmp(cmd, "set") == 0) {
+        /* as `up --threads N` takes them (cmd/mesh_cmd.c) */
+        json_t *th = json_object_get(req, "threads");
+        if (!json_is_integer(th) || json_integer_value(th) < 1 || json_integer_value(th) > 1024)
+            reply = json_pack("{s:s}", "error", "\"threads\" in a set request must be an "
+                                                "integer from 1 to 1024");
+        else
+            reply = pool_set_threads(d, (int)json_integer_value(th));
     } else if (cmd && strcmp(cmd, "submit") == 0) {
         reply = pool_submit(d, json_object_get(req, "bundle"), node_json_str(req, "resume"));
     } else if (cmd && strcmp(cmd, "stop") == 0) {
         reply = pool_stop(d);
     } else {
         reply = json_pack("{s:s}", "error", "unknown request: expected {\"cmd\": \"status\"}, "
-                                            "\"leave\", \"invites\", \"submit\" or \"stop\"");
+                                            "\"leave\", \"set\", \"invites\", \"submit\" or \"stop\"");
     }
     json_decref(req);
     char *text = reply ? json_dumps(reply, JSON_COMPACT) : NULL;

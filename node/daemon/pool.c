@@ -51,6 +51,7 @@ pid_t pool_spawn(daemon_t *d, const char *log, char *const *args, const char *ke
          * switch); until `train` installs its handler it is ignored rather
          * than fatal (the core asks again until the stage ends) */
         signal(SIGUSR1, SIG_IGN);
+        signal(SIGUSR2, SIG_IGN);   /* a thread count (pool.c asks again) */
         sigprocmask(SIG_SETMASK, &old, NULL);
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (fd >= 0) {
@@ -73,6 +74,24 @@ pid_t pool_spawn(daemon_t *d, const char *log, char *const *args, const char *ke
     }
     sigprocmask(SIG_SETMASK, &old, NULL);
     return pid;
+}
+
+/* The stage computes with the threads `shardnode set --threads` asked for
+ * (at most those it started with: its scratch): asked by a queued SIGUSR2
+ * carrying the count, again after each step that shows it has not taken
+ * them yet (a signal sent before its handler was in place is ignored). */
+static void ask_threads(daemon_t *d, const pool_progress *pr)
+{
+    pool *p = d->pool;
+    int want = d->threads ? d->threads : d->cores;
+    if (want > p->run_threads) want = p->run_threads;
+    if (p->run_pid <= 0 || pr->threads <= 0 || pr->threads == want ||
+        pr->step == p->threads_step)
+        return;
+    p->threads_step = pr->step;
+    union sigval v = {.sival_int = want};
+    if (sigqueue(p->run_pid, SIGUSR2, v) != 0)
+        daemon_log(d, "pool: cannot ask the stage for %d threads: %s", want, strerror(errno));
 }
 
 /* 1: the child ended (status in *st), 0: still running or none. */
@@ -604,13 +623,14 @@ static void reap(daemon_t *d)
         pool_links_free(&links);
     }
     if (p->run_pid > 0) {
-        int64_t step;
-        double loss, tps, step_ms;
+        pool_progress pr;
         int ended = reaped(&p->run_pid, &st);
         snprintf(path, sizeof path, "%s/metrics.jsonl", p->dir);
         pool_last_line(path, line, sizeof line);
-        if (pool_run_progress_from_line(line, &step, &loss, &tps, &step_ms) == 0)
-            pool_core_run_progress(p->core, step, loss, tps, step_ms);
+        if (pool_run_progress_from_line(line, &pr) == 0) {
+            pool_core_run_progress(p->core, &pr);
+            if (!ended) ask_threads(d, &pr);
+        }
         if (ended) {
             snprintf(path, sizeof path, "%s/train.log", p->dir);
             pool_last_line(path, line, sizeof line);
@@ -707,6 +727,29 @@ bool pool_depart(daemon_t *d)
     pool_core_step(p->core, p->view, n, now, (int64_t)time(NULL), &p->acts);
     execute(d, now);
     return wait;
+}
+
+json_t *pool_set_threads(daemon_t *d, int n)
+{
+    pool *p = d->pool;
+    d->threads = n;
+    daemon_log(d, "computes with %d thread%s from now on (shardnode set)", n ? n : d->cores,
+               (n ? n : d->cores) == 1 ? "" : "s");
+    bool stage = p && p->run_pid > 0;
+    int now = n ? n : d->cores;
+    if (stage && now > p->run_threads) now = p->run_threads;
+    if (p) {
+        int64_t t = daemon_now_ms();
+        pool_core_set_threads(p->core, n, &p->acts);
+        execute(d, t);
+        if (stage) {
+            p->threads_step = -1;
+            union sigval v = {.sival_int = now};
+            (void)sigqueue(p->run_pid, SIGUSR2, v);
+        }
+    }
+    return json_pack("{s:i,s:b,s:i}", "threads", n ? n : d->cores, "stage", stage,
+                     "stage_threads", stage ? now : 0);
 }
 
 bool pool_departed(daemon_t *d)

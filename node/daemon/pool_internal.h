@@ -27,6 +27,8 @@ struct pool {
     char id[POOL_JOB_ID_LEN + 1]; /* the job the driver set up ("" none) */
     char dir[DAEMON_PATH_MAX];   /* STATE/jobs/ID */
     pid_t prof_pid, probe_pid, run_pid, export_pid, fetch_pid, pull_pid, ckpt_pid;
+    int run_threads;             /* the threads run_pid started with (the most it can take) */
+    int64_t threads_step;        /* the last step after which it was asked to change them */
     int64_t ckpt_step;           /* the pool checkpoint ckpt_pid writes */
     int64_t checkpoint_every;    /* the job's (its snapshots of those steps are kept) */
     pool_snap pulling;           /* the snapshot pull_pid copies */

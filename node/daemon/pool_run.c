@@ -192,6 +192,8 @@ void pool_start_run(daemon_t *d, const pool_action *a)
     for (int i = 0; i < ntrain; i++) args[k++] = train[i];
     args[k] = NULL;
     p->run_pid = pool_spawn(d, log, args, keys_path, 0);
+    p->run_threads = d->threads ? d->threads : d->cores;
+    p->threads_step = -1;
     free(args);
     free(pieces);
     if (!p->run_pid)

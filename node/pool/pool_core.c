@@ -362,6 +362,30 @@ void pool_core_profiled(pool_core *c, const pool_profile *prof, const char *erro
     set_ready(c);
 }
 
+void pool_core_set_threads(pool_core *c, int n, pool_actions *out)
+{
+    if (n < 0) n = 0;
+    if (n == c->threads) return;
+    c->threads = n;
+    pool_doc *d = &c->doc;
+    if (!d->bundle) return;
+    int64_t t = n ? n : c->cores;
+    if (d->threads == t) return;
+    d->threads = t;
+    c->dirty = true;
+    /* a stage of the committed plan keeps its profile until its pace says
+     * otherwise (pool_switch.c); any other member measures itself again */
+    const pool_plan *pl = pool_core_committed(c);
+    bool holder = pl && pool_plan_stage_of(pl, c->name) >= 0;
+    if (c->job_loaded && !holder && !c->prof_pending && (d->has & POOL_HAS_PROF)) {
+        d->has &= ~POOL_HAS_PROF;
+        core_log(out, "pool: computes with %lld thread%s now: profiled again", (long long)t,
+                 t == 1 ? "" : "s");
+    } else {
+        core_log(out, "pool: computes with %lld thread%s now", (long long)t, t == 1 ? "" : "s");
+    }
+}
+
 void pool_core_links_measured(pool_core *c, const pool_links *links, pool_actions *out)
 {
     (void)out;
@@ -426,6 +450,8 @@ static void run_stage(pool_core *c, const pool_member *m, int n, pool_actions *o
     c->run_pending = true;
     c->run_epoch = pl->epoch;
     c->nrecent = 0;
+    c->npace = 0;
+    c->pace_base = c->pace_due = 0;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -434,14 +460,16 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-void pool_core_run_progress(pool_core *c, int64_t step, double loss, double tps, double step_ms)
+void pool_core_run_progress(pool_core *c, const pool_progress *pr)
 {
     pool_run *r = &c->doc.run;
-    if (!(c->doc.has & POOL_HAS_RUN) || (r->has_step && r->step == step)) return;
+    if (!(c->doc.has & POOL_HAS_RUN) || (r->has_step && r->step == pr->step)) return;
     r->has_step = r->has_loss = r->has_tps = r->has_step_ms = true;
-    r->step = step;
-    r->loss = loss;
-    r->tps = tps;
+    r->step = pr->step;
+    r->loss = pr->loss;
+    r->tps = pr->tps;
+    double step_ms = pr->step_ms;
+    if (pr->compute_ms >= 0) core_pace_sample(c, pr->compute_ms);
     /* the median of the last steps: one step slowed by a snapshot, a
      * neighbour's start or a wait is not what the stage runs at */
     c->recent_ms[c->nrecent++ % POOL_RECENT_STEPS] = step_ms;
@@ -672,6 +700,7 @@ void pool_core_step(pool_core *c, const pool_member *m, int n, int64_t now_ms, i
     follow(c, m, n, now_ms, wall_s, out);
     if (c->doc.bundle && !c->doc.stop) {
         measure(c, m, n, out);
+        core_pace(c, out);
         core_watch(c, m, n, now_ms, out);
         bool committed = pool_core_committed(c) != NULL;
         bool behind = committed && !c->recovering && core_behind(c, m, n);

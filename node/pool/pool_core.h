@@ -191,8 +191,23 @@ void pool_core_profiled(pool_core *c, const pool_profile *prof, const char *erro
 void pool_core_links_measured(pool_core *c, const pool_links *links, pool_actions *out);
 void pool_core_vote_saved(pool_core *c, int64_t epoch, bool ok, const char *error,
                           pool_actions *out);
+/* A stage's pace (pool_switch.c; docs/ARCHITECTURE.md, "Planned switches"):
+ * after its first step, the median compute time of the next POOL_PACE_BASE
+ * is what it runs at under its profile; when POOL_PACE_STEPS steps in a row
+ * compute at least POOL_PACE_OFF slower (or that much faster), the member
+ * scales its profile by what it measured and gossips it. */
+#define POOL_PACE_SKIP 1
+#define POOL_PACE_BASE 3
+#define POOL_PACE_STEPS 5
+#define POOL_PACE_OFF 0.25
+
 /* Progress of the running stage (a metrics line). */
-void pool_core_run_progress(pool_core *c, int64_t step, double loss, double tps, double step_ms);
+void pool_core_run_progress(pool_core *c, const pool_progress *pr);
+/* This member computes with n threads from now on (`shardnode set
+ * --threads N`; 0: all its cores): its document says so at once. A running
+ * stage of it changes pace and the profile follows what it measures; a
+ * member that holds no stage of the committed plan is profiled again. */
+void pool_core_set_threads(pool_core *c, int n, pool_actions *out);
 void pool_core_run_ended(pool_core *c, bool ok, const char *error, pool_actions *out);
 void pool_core_gathered(pool_core *c, bool ok, pool_actions *out);
 /* The blob of job `ref` (NULL: it could not be fetched, tried again later). */

@@ -55,6 +55,12 @@ struct pool_core {
     int64_t run_epoch;            /* the epoch whose stage this member ran or runs (0: none) */
     double recent_ms[POOL_RECENT_STEPS]; /* the running stage's last step times (a ring) */
     int nrecent;                  /* steps in recent_ms since the stage started */
+    double pace_base;             /* compute ms a step under the profile (0: not yet) */
+    double pace[POOL_PACE_STEPS]; /* the base's samples, then the last steps' (a ring) */
+    int npace;                    /* compute samples since the stage started */
+    double pace_due;              /* a re-profile to apply: its factor (0: none) */
+    double pace_now;              /* ... and the median compute ms it was measured from */
+    int paced;                    /* re-profiles from the stage's pace in this job */
     int64_t snapshot_every;       /* the job's (0: the plan chooses) */
     int64_t checkpoint_every;     /* the job's pool checkpoints (0: none) */
     int64_t ckpt_step;            /* the last checkpoint asked for (the submitter) */
@@ -115,6 +121,11 @@ int core_scratch(pool_core *c, int n);
 
 void core_kill(pool_core *c, pool_actions *out);
 void core_set_run(pool_core *c, pool_run_state state, const char *error);
+
+/* pool_switch.c: the running stage's pace. A step's compute time (ms). */
+void core_pace_sample(pool_core *c, double compute_ms);
+/* Applies a re-profile the samples call for (the profile scaled, gossiped). */
+void core_pace(pool_core *c, pool_actions *out);
 
 /* pool_recover.c */
 /* Some stage of epoch's plan (a member whose document commits it, running or

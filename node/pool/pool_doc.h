@@ -208,10 +208,15 @@ typedef struct {
 } pool_run;
 
 int pool_run_from_json(json_t *j, pool_run *out, char *err, size_t errlen);
-/* A line of a stage's metrics.jsonl (docs/FORMATS.md, "Metrics"): its step,
- * loss, tokens_per_s and step_ms. -1 when it holds no step. */
-int pool_run_progress_from_line(const char *line, int64_t *step, double *loss, double *tps,
-                                double *step_ms);
+/* A line of a stage's metrics.jsonl (docs/FORMATS.md, "Metrics"). */
+typedef struct {
+    int64_t step;
+    double loss, tps, step_ms;
+    double compute_ms;              /* -1: the line has none */
+    int threads;                    /* 0: the line has none */
+} pool_progress;
+/* -1 when the line holds no step. */
+int pool_run_progress_from_line(const char *line, pool_progress *out);
 json_t *pool_run_to_json(const pool_run *r);
 void pool_run_init(pool_run *r);
 

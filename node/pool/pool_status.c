@@ -221,17 +221,23 @@ const pool_status_member *pool_status_member_of(const pool_status *s, const char
 
 /* ---- a stage's progress: the last line of its metrics.jsonl ---- */
 
-int pool_run_progress_from_line(const char *line, int64_t *step, double *loss, double *tps,
-                                double *step_ms)
+int pool_run_progress_from_line(const char *line, pool_progress *out)
 {
     json_t *m = line && line[0] ? json_loads(line, 0, NULL) : NULL;
-    json_t *s = json_object_get(m, "step");
+    json_t *s = json_object_get(m, "step"), *c = json_object_get(m, "compute_ms"),
+           *t = json_object_get(m, "threads");
     int rc = json_is_integer(s) ? 0 : -1;
     if (rc == 0) {
-        *step = (int64_t)json_integer_value(s);
-        *loss = json_number_value(json_object_get(m, "loss"));
-        *tps = json_number_value(json_object_get(m, "tokens_per_s"));
-        *step_ms = json_number_value(json_object_get(m, "step_ms"));
+        out->step = (int64_t)json_integer_value(s);
+        out->loss = json_number_value(json_object_get(m, "loss"));
+        out->tps = json_number_value(json_object_get(m, "tokens_per_s"));
+        out->step_ms = json_number_value(json_object_get(m, "step_ms"));
+        out->compute_ms = json_is_number(c) && json_number_value(c) >= 0 ? json_number_value(c)
+                                                                          : -1;
+        out->threads = json_is_integer(t) && json_integer_value(t) > 0 &&
+                               json_integer_value(t) <= 4096
+                           ? (int)json_integer_value(t)
+                           : 0;
     }
     json_decref(m);
     return rc;

@@ -383,3 +383,77 @@ bool pool_core_departed(const pool_core *c, const pool_member *m, int n)
         }
     return true;
 }
+
+/* ---- a stage's pace ---- */
+
+static double median_of(const double *x, int n)
+{
+    double v[POOL_PACE_STEPS];
+    memcpy(v, x, (size_t)n * sizeof *v);
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The base is what the stage computes at when it starts under the profile
+ * the plan was made with; its own later steps are judged against it, not
+ * against the profile's absolute figures, which a stage sharing a
+ * machine's cores with others never meets (docs/ARCHITECTURE.md, "Planned
+ * switches"). */
+void core_pace_sample(pool_core *c, double compute_ms)
+{
+    if (!(compute_ms > 0) || c->pace_due > 0) return;
+    int k = c->npace++ - POOL_PACE_SKIP;
+    if (k < 0) return;
+    if (k < POOL_PACE_BASE) {
+        c->pace[k] = compute_ms;
+        if (k == POOL_PACE_BASE - 1) c->pace_base = median_of(c->pace, POOL_PACE_BASE);
+        return;
+    }
+    k -= POOL_PACE_BASE;
+    c->pace[k % POOL_PACE_STEPS] = compute_ms;
+    if (k + 1 < POOL_PACE_STEPS || !(c->pace_base > 0)) return;
+    bool slow = true, fast = true;
+    for (int i = 0; i < POOL_PACE_STEPS; i++) {
+        slow = slow && c->pace[i] >= (1 + POOL_PACE_OFF) * c->pace_base;
+        fast = fast && c->pace[i] * (1 + POOL_PACE_OFF) <= c->pace_base;
+    }
+    if (!slow && !fast) return;
+    c->pace_now = median_of(c->pace, POOL_PACE_STEPS);
+    double f = c->pace_now / c->pace_base;
+    c->pace_due = f < 0.125 ? 0.125 : f > 8 ? 8 : f;
+}
+
+static int64_t scaled(int64_t ns, double f)
+{
+    double v = (double)ns * f;
+    return v < 1 ? 1 : v > 1e15 ? (int64_t)1e15 : (int64_t)(v + 0.5);
+}
+
+void core_pace(pool_core *c, pool_actions *out)
+{
+    if (!(c->pace_due > 0)) return;
+    double f = c->pace_due, was = c->pace_base;
+    c->pace_due = 0;
+    if (!(c->doc.has & POOL_HAS_PROF)) return;
+    cost_profile *p = &c->doc.prof.prof;
+    for (int u = 0; u < COST_UNITS; u++) {
+        p->fwd_ns[u] = scaled(p->fwd_ns[u], f);
+        p->bwd_ns[u] = scaled(p->bwd_ns[u], f);
+        p->opt_ns[u] = scaled(p->opt_ns[u], f);
+    }
+    /* the profile now predicts what the stage measures: the base moves with it */
+    c->pace_base *= f;
+    c->npace = POOL_PACE_SKIP + POOL_PACE_BASE;
+    c->dirty = true;
+    c->paced++;
+    core_log(out, "pool: this stage computed %.0f%% %s than when it started for %d steps "
+             "(%.1f against %.1f ms a step): its profile now says so (layer forward %.2f ms, "
+             "backward %.2f ms)", 100 * (f > 1 ? f - 1 : 1 - f), f > 1 ? "slower" : "faster",
+             POOL_PACE_STEPS, c->pace_now, was, (double)p->fwd_ns[COST_LAYER] * 1e-6,
+             (double)p->bwd_ns[COST_LAYER] * 1e-6);
+}

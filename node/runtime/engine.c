@@ -62,6 +62,7 @@ typedef struct {
     bool peer_done[8];         /* peers that said the run is over for them */
     long done_at;              /* a peer's "done" ended the run after this many steps; -1 */
     const volatile sig_atomic_t *stop_request;
+    double compute_s;          /* this step's forwards, backwards and AdamW (no waits) */
 } engine;
 
 static double now_s(void)
@@ -301,11 +302,12 @@ static int run_schedule(engine *e, const sched_op *ops, int nops, double *loss_s
             }
             /* the slot's previous activations may still be on their way out */
             if (!last && mesh_net_flush(e->net, e->next, e->cl->timeout_ms, err, errlen)) return -1;
-            double s = 0;
+            double s = 0, t0 = now_s();
             int kk = 0;
             if (stage_forward(e->st, slot, first ? e->ids + (size_t)mb * e->rows : NULL, in, lab,
                               &s, &kk, err, errlen))
                 return -1;
+            e->compute_s += now_s() - t0;
             sum += s;
             if (!last &&
                 send_tensor(e, e->next, MESH_MSG_ACTIVATIONS, mb, stage_output(e->st, slot),
@@ -324,7 +326,9 @@ static int run_schedule(engine *e, const sched_op *ops, int nops, double *loss_s
             }
             /* the input gradient buffer is shared: the last one must be sent */
             if (!first && mesh_net_flush(e->net, e->prev, e->cl->timeout_ms, err, errlen)) return -1;
+            double t0 = now_s();
             stage_backward(e->st, slot, dout, (float)(1.0 / (double)kept));
+            e->compute_s += now_s() - t0;
             if (!first && send_tensor(e, e->prev, MESH_MSG_GRADIENTS, mb, stage_input_grad(e->st),
                                       e->gradwire, NULL, 0, err, errlen))
                 return -1;
@@ -444,6 +448,7 @@ static int engine_step(engine *e, const sched_op *ops, int nops, double lr, doub
     double sum = 0, norm;
     int64_t kept = 0;
     int rc;
+    e->compute_s = 0;
     stage_zero_grads(e->st);
     if ((rc = run_schedule(e, ops, nops, &sum, &kept, err, errlen)) != 0 ||
         (rc = exchange_tied(e, err, errlen)) != 0 || (rc = global_norm(e, &norm, err, errlen)) != 0)
@@ -451,7 +456,9 @@ static int engine_step(engine *e, const sched_op *ops, int nops, double lr, doub
     double coef = j->grad_clip > 0 ? j->grad_clip / (norm + 1e-6) : 1.0;
     stage_adamw opt = {(float)lr, (float)j->beta1, (float)j->beta2, (float)j->eps,
                        (float)j->weight_decay};
+    double t0 = now_s();
     stage_adamw_step(e->st, &opt, (int)(e->step + 1), coef < 1.0 ? (float)coef : 1.0f);
+    e->compute_s += now_s() - t0;
     *loss = e->self == e->p - 1 ? sum / (double)kept : 0;
     return commit(e, loss, stop, err, errlen);
 }
@@ -829,10 +836,22 @@ int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
     fflush(stdout);
     double t0 = now_s(), tlast = t0;
     long done = start, every = job_snapshot_interval(opt->snapshot_every);
+    /* the stage's scratch holds this many threads: a running stage may go
+     * down to 1 and back up to it (opt->threads_request) */
+    int max_threads = kernels_threads(), threads = max_threads;
     for (e->step = start; e->step < stop; e->step++) {
         /* a step's time runs from the previous step's line: the snapshot or
          * checkpoint written after it, and a wait for a copy, count too */
         double ts = tlast, lr = job_lr(job, e->step), loss = 0;
+        int want = opt->threads_request ? (int)*opt->threads_request : 0;
+        if (want > 0 && (want < max_threads ? want : max_threads) != threads) {
+            threads = want < max_threads ? want : max_threads;
+            kernels_set_threads(threads);
+            printf("train: node %s computes with %d thread%s from step %ld%s\n", me->name,
+                   threads, threads == 1 ? "" : "s", e->step + 1,
+                   want > max_threads ? " (its scratch holds no more until it starts again)" : "");
+            fflush(stdout);
+        }
         wait_copied(e, opt, every, e->step + 1, start);
         bool stop_here = false;
         int st = engine_step(e, ops, nops, lr, &loss, &stop_here, err, errlen);
@@ -846,8 +865,9 @@ int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
         double ms = 1e3 * (tlast - ts);
         if (metrics) {
             fprintf(metrics, "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.6g, \"tokens\": %ld, "
-                    "\"step_ms\": %.1f, \"tokens_per_s\": %.1f}\n", done, loss, lr,
-                    done * (long)job->batch * job->seq_len, ms,
+                    "\"step_ms\": %.1f, \"compute_ms\": %.1f, \"threads\": %d, "
+                    "\"tokens_per_s\": %.1f}\n", done, loss, lr,
+                    done * (long)job->batch * job->seq_len, ms, 1e3 * e->compute_s, threads,
                     (double)job->batch * job->seq_len / ms * 1e3);
             fflush(metrics);
         }

@@ -200,6 +200,10 @@ typedef struct {
     const volatile sig_atomic_t *stop_request; /* when it becomes non-zero (a signal
                              * handler), the whole pipeline stops at the next step boundary:
                              * every stage after the same step */
+    const volatile sig_atomic_t *threads_request; /* when it holds n > 0 (a signal
+                             * handler), the stage computes with n threads from the next
+                             * step on, at most the threads it started with (its scratch
+                             * is sized for those); NULL: fixed */
     long stopped_at;        /* out: steps done when engine_train returned 0 */
     /* A pool run's recovery (docs/ARCHITECTURE.md, "Recovery"): */
     const char *snapshot_dir; /* every job_snapshot_interval(snapshot_every) steps (before

@@ -93,6 +93,7 @@ typedef struct {
     bool no_compute, lacks_data, disk_full;
     bool crash_after_save;       /* crashes once its vote is saved, before it is gossiped */
     int speed;                   /* per mille of the base profile's times */
+    int pace;                    /* per mille: its stage's compute time now (0: 1000) */
     version *cur;                /* its record's job text now */
     char *disk;                  /* state.json as saved, or NULL */
     int64_t prof_at, probe_at, gather_at;   /* children: when they end (0: none) */
@@ -760,8 +761,12 @@ static void children(int i)
         pool_core_pulled(m->core, ok, ok ? NULL : "the holder is gone", &S.acts);
     }
     if (m->running || m->run_failed || m->run_ok) {
-        if (m->run_step > 0)
-            pool_core_run_progress(m->core, m->run_step, 5.0, 1000.0, 250.0);
+        if (m->run_step > 0) {
+            pool_progress pr = {.step = m->run_step, .loss = 5.0, .tps = 1000.0,
+                                .step_ms = 250.0, .compute_ms = 0.1 * (m->pace ? m->pace : 1000),
+                                .threads = 1};
+            pool_core_run_progress(m->core, &pr);
+        }
         if (m->run_failed || m->run_ok) {
             bool ok = m->run_ok;
             m->running = m->run_failed = m->run_ok = false;

@@ -14,7 +14,8 @@
  * switches); an old holder lost while it hands over (the pool falls back to
  * a recovery and finishes); a holder that leaves on purpose (it stays up
  * until its layers are handed over, then goes: nothing redone, no
- * recovery). POOL_SIM_VERBOSE=1 prints every log line. */
+ * recovery); a holder that slows down (its pace re-profiles it, the pool
+ * gives it fewer layers). POOL_SIM_VERBOSE=1 prints every log line. */
 #include "pool_sim.h"
 
 #define STEPS 400
@@ -212,6 +213,48 @@ static void scenario_leave(uint64_t seed)
            (long long)S.handed_at, (double)went_ms / 1000);
 }
 
+/* A holder slows down (someone starts a game on that box; `shardnode set
+ * --threads 1`): its stage computes 2.5 times longer than when it started;
+ * after POOL_PACE_STEPS such steps it re-profiles from what it measured,
+ * and the pool switches ("slowed") to a plan that gives it fewer layers:
+ * nothing redone, no recovery. */
+static void scenario_slow(uint64_t seed)
+{
+    S.replan_min_steps = 20;
+    start(seed);
+    run_to(30 + (int64_t)(rnd() % 40));
+    const pool_plan *c = plan_of(4);
+    int victim = c ? member_of(c->stage[c->nstages / 2].holder[0].name) : -1;
+    CHECK(victim >= 0, "slow: no holder to slow down");
+    if (victim < 0) return;
+    const pool_stage *was = &c->stage[c->nstages / 2];
+    int before = was->layer_end - was->layer_begin;
+    int64_t slowed_at = S.reached;
+    S.m[victim].pace = 2500;
+    CHECK(run_until(finished, 600000), "slow: the run did not finish");
+    CHECK(S.reached == STEPS, "slow: the run reached step %lld of %d", (long long)S.reached,
+          STEPS);
+    c = plan_of(4);
+    int s = c ? pool_plan_stage_of(c, S.m[victim].name) : -1;
+    int after = s >= 0 ? c->stage[s].layer_end - c->stage[s].layer_begin : 0;
+    CHECK(c && c->handover && after < before, "slow: the last epoch (%lld) is %sa handover and "
+          "gives %s %d layers (it held %d)", c ? (long long)c->epoch : 0LL,
+          c && c->handover ? "" : "not ", S.m[victim].name, after, before);
+    CHECK(S.handovers == 1 && S.redone == 0 && no_recovery(), "slow: %d handovers, %lld steps "
+          "redone, %s recovery", S.handovers, (long long)S.redone, no_recovery() ? "no" : "a");
+    CHECK(S.handed_at > slowed_at + POOL_PACE_STEPS, "slow: handed over after step %lld, before "
+          "%d slow steps after %lld", (long long)S.handed_at, POOL_PACE_STEPS,
+          (long long)slowed_at);
+    const pool_doc *d = pool_core_doc(S.m[4].core);
+    CHECK((d->has & POOL_HAS_SWR) && d->swr.why == POOL_SW_SLOWED, "slow: the submitter's record "
+          "of the switch says %s", (d->has & POOL_HAS_SWR) ? pool_switch_why_name(d->swr.why)
+                                                           : "nothing");
+    printf("slow: %s 2.5x slower after step %lld; handed over after step %lld; it holds %d "
+           "layers (was %d); no step redone, no recovery\n", S.m[victim].name,
+           (long long)slowed_at, (long long)S.handed_at, after, before);
+    S.m[victim].pace = 0;
+}
+
 int main(void)
 {
     S.verbose = getenv("POOL_SIM_VERBOSE") != NULL;
@@ -225,6 +268,7 @@ int main(void)
     scenario_min_steps(33 + o);
     scenario_lost(34 + o);
     scenario_leave(35 + o);
+    scenario_slow(36 + o);
     sim_done();
     printf("%s\n", failures ? "FAILED" : "test_pool_switch: ok");
     return failures != 0;
