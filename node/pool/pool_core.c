@@ -369,20 +369,28 @@ void pool_core_set_threads(pool_core *c, int n, pool_actions *out)
     c->threads = n;
     pool_doc *d = &c->doc;
     if (!d->bundle) return;
-    int64_t t = n ? n : c->cores;
-    if (d->threads == t) return;
+    int64_t t = n ? n : c->cores, was = d->threads;
+    if (was == t) return;
     d->threads = t;
     c->dirty = true;
-    /* a stage of the committed plan keeps its profile until its pace says
-     * otherwise (pool_switch.c); any other member measures itself again */
+    /* a stage of the committed plan keeps computing: its profile scales
+     * with the threads at once (as if they scaled perfectly), and its pace
+     * corrects that from what it measures (pool_switch.c); any other member
+     * measures itself again */
     const pool_plan *pl = pool_core_committed(c);
     bool holder = pl && pool_plan_stage_of(pl, c->name) >= 0;
-    if (c->job_loaded && !holder && !c->prof_pending && (d->has & POOL_HAS_PROF)) {
+    if (!(d->has & POOL_HAS_PROF) || c->prof_pending || !c->job_loaded) {
+        core_log(out, "pool: computes with %lld thread%s now", (long long)t, t == 1 ? "" : "s");
+    } else if (holder && was > 0) {
+        double f = (double)was / (double)t;
+        core_pace_scale(c, f);
+        core_log(out, "pool: computes with %lld thread%s now (was %lld): its profile scaled by "
+                 "%.2f until its stage's pace says otherwise", (long long)t, t == 1 ? "" : "s",
+                 (long long)was, f);
+    } else {
         d->has &= ~POOL_HAS_PROF;
         core_log(out, "pool: computes with %lld thread%s now: profiled again", (long long)t,
                  t == 1 ? "" : "s");
-    } else {
-        core_log(out, "pool: computes with %lld thread%s now", (long long)t, t == 1 ? "" : "s");
     }
 }
 

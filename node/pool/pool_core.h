@@ -193,12 +193,16 @@ void pool_core_vote_saved(pool_core *c, int64_t epoch, bool ok, const char *erro
                           pool_actions *out);
 /* A stage's pace (pool_switch.c; docs/ARCHITECTURE.md, "Planned switches"):
  * after its first step, the median compute time of the next POOL_PACE_BASE
- * is what it runs at under its profile; when POOL_PACE_STEPS steps in a row
- * compute at least POOL_PACE_OFF slower (or that much faster), the member
- * scales its profile by what it measured and gossips it. */
+ * steps is what it runs at under its profile (its base); when at least
+ * POOL_PACE_HITS of the last POOL_PACE_STEPS steps compute POOL_PACE_OFF
+ * slower than the base (or that much faster), the member scales its profile
+ * by the median of those steps over the base and gossips it. A few slow
+ * steps in a row (a snapshot's copy going out, a neighbour starting) do
+ * not count: a change must last. */
 #define POOL_PACE_SKIP 1
-#define POOL_PACE_BASE 3
-#define POOL_PACE_STEPS 5
+#define POOL_PACE_BASE 5
+#define POOL_PACE_STEPS 9
+#define POOL_PACE_HITS 7
 #define POOL_PACE_OFF 0.25
 
 /* Progress of the running stage (a metrics line). */

@@ -126,6 +126,8 @@ void core_set_run(pool_core *c, pool_run_state state, const char *error);
 void core_pace_sample(pool_core *c, double compute_ms);
 /* Applies a re-profile the samples call for (the profile scaled, gossiped). */
 void core_pace(pool_core *c, pool_actions *out);
+/* Scales this member's profile by f (its stage's base with it). */
+void core_pace_scale(pool_core *c, double f);
 
 /* pool_recover.c */
 /* Some stage of epoch's plan (a member whose document commits it, running or

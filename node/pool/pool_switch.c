@@ -417,12 +417,12 @@ void core_pace_sample(pool_core *c, double compute_ms)
     k -= POOL_PACE_BASE;
     c->pace[k % POOL_PACE_STEPS] = compute_ms;
     if (k + 1 < POOL_PACE_STEPS || !(c->pace_base > 0)) return;
-    bool slow = true, fast = true;
+    int slow = 0, fast = 0;
     for (int i = 0; i < POOL_PACE_STEPS; i++) {
-        slow = slow && c->pace[i] >= (1 + POOL_PACE_OFF) * c->pace_base;
-        fast = fast && c->pace[i] * (1 + POOL_PACE_OFF) <= c->pace_base;
+        slow += c->pace[i] >= (1 + POOL_PACE_OFF) * c->pace_base;
+        fast += c->pace[i] * (1 + POOL_PACE_OFF) <= c->pace_base;
     }
-    if (!slow && !fast) return;
+    if (slow < POOL_PACE_HITS && fast < POOL_PACE_HITS) return;
     c->pace_now = median_of(c->pace, POOL_PACE_STEPS);
     double f = c->pace_now / c->pace_base;
     c->pace_due = f < 0.125 ? 0.125 : f > 8 ? 8 : f;
@@ -434,26 +434,38 @@ static int64_t scaled(int64_t ns, double f)
     return v < 1 ? 1 : v > 1e15 ? (int64_t)1e15 : (int64_t)(v + 0.5);
 }
 
-void core_pace(pool_core *c, pool_actions *out)
+void core_pace_scale(pool_core *c, double f)
 {
-    if (!(c->pace_due > 0)) return;
-    double f = c->pace_due, was = c->pace_base;
-    c->pace_due = 0;
-    if (!(c->doc.has & POOL_HAS_PROF)) return;
     cost_profile *p = &c->doc.prof.prof;
     for (int u = 0; u < COST_UNITS; u++) {
         p->fwd_ns[u] = scaled(p->fwd_ns[u], f);
         p->bwd_ns[u] = scaled(p->bwd_ns[u], f);
         p->opt_ns[u] = scaled(p->opt_ns[u], f);
     }
-    /* the profile now predicts what the stage measures: the base moves with it */
-    c->pace_base *= f;
-    c->npace = POOL_PACE_SKIP + POOL_PACE_BASE;
     c->dirty = true;
+    c->pace_due = 0;
+    /* the profile now predicts what the stage should measure: the base
+     * moves with it (no base yet: the steps so far were at the old pace) */
+    if (c->pace_base > 0) {
+        c->pace_base *= f;
+        c->npace = POOL_PACE_SKIP + POOL_PACE_BASE;
+    } else {
+        c->npace = 0;
+    }
+}
+
+void core_pace(pool_core *c, pool_actions *out)
+{
+    if (!(c->pace_due > 0)) return;
+    double f = c->pace_due, was = c->pace_base;
+    c->pace_due = 0;
+    if (!(c->doc.has & POOL_HAS_PROF)) return;
+    core_pace_scale(c, f);
+    const cost_profile *p = &c->doc.prof.prof;
     c->paced++;
-    core_log(out, "pool: this stage computed %.0f%% %s than when it started for %d steps "
-             "(%.1f against %.1f ms a step): its profile now says so (layer forward %.2f ms, "
-             "backward %.2f ms)", 100 * (f > 1 ? f - 1 : 1 - f), f > 1 ? "slower" : "faster",
-             POOL_PACE_STEPS, c->pace_now, was, (double)p->fwd_ns[COST_LAYER] * 1e-6,
+    core_log(out, "pool: this stage computed %.0f%% %s than its profile said over the last %d "
+             "steps (median %.1f against %.1f ms a step): its profile now says so (layer "
+             "forward %.2f ms, backward %.2f ms)", 100 * (f > 1 ? f - 1 : 1 - f),
+             f > 1 ? "slower" : "faster", POOL_PACE_STEPS, c->pace_now, was, (double)p->fwd_ns[COST_LAYER] * 1e-6,
              (double)p->bwd_ns[COST_LAYER] * 1e-6);
 }

@@ -30,8 +30,11 @@ of a run, and the pool goes on by itself (docs/ARCHITECTURE.md, "Recovery").
 7. Elastic runs, part 2 ("Planned switches"): a member joins a running job
    and the pool switches to a plan that uses it (join), and a member that
    holds a stage runs `shardnode leave` mid-run and hands its layers over
-   before it goes (leave: the member that joined, in the same job); in both, no step is done twice, no recovery, and
-   every loss and the gathered model equal the single process.
+   before it goes (leave: the member that joined, in the same job); in
+   between, the member that joined is capped to one thread (`shardnode set
+   --threads 1`), re-profiles from its stage's pace and the pool gives it
+   fewer layers (slowed). In all three, no step is done twice, no recovery,
+   and every loss and the gathered model equal the single process.
 
 Needs root (namespaces, wireguard-go); exits 77 (skip) otherwise.
 """
@@ -40,6 +43,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -355,9 +359,12 @@ def join(t, job, m1, rng, wd, prev, then_leave):
     purpose (docs/ARCHITECTURE.md, "Planned switches"). On this 2-core
     machine a join pays only where it adds a core, so the job's pool is a
     (computing, one thread), b, c (keeping copies) and e (submitting); d is
-    down when the job starts and comes up at a step the test draws. The pool
-    switches to a plan with d: the single stage stops at a step boundary and
-    the new stages start after that step from its snapshot. Then, at a step
+    down when the job starts and comes up (two threads) at a step the test
+    draws. The pool switches to a plan with d: the single stage stops at a
+    step boundary and the new stages start after that step from its
+    snapshot. At a step the test draws, `shardnode set --threads 1` caps d:
+    its stage computes slower than when it started, d re-profiles, and the
+    pool switches to a plan that gives d fewer layers. Then, at a step
     the test draws, `shardnode leave` on d hands d's layers over to a plan
     without it before d goes. No step is done twice, no recovery, no
     failure; every loss and the gathered model equal the single process;
@@ -373,14 +380,14 @@ def join(t, job, m1, rng, wd, prev, then_leave):
     # that comes back has it): measured now, with nothing else running,
     # rather than while a trains on the same cores
     t.sn_in("d", ["profile", "--model", os.path.join(wd, "config.json"), "--iters", "5",
-                  "--micro-batch", "2", "--seq", "64", "--threads", "1", "--cache",
+                  "--micro-batch", "2", "--seq", "64", "--threads", "2", "--cache",
                   os.path.join(t.state("d"), "profiles"), "--out",
                   os.path.join(wd, "join-d-profile.json")])
     # the single process's job (m1, JOIN_STEPS), with the pool's keys: the
     # switch (about 45 MB over this mesh's ~10 MB/s links, and the pause)
     # must pay for itself within the steps left, as a 60-step job here does
     # not
-    jp = job(name, out, micro_batch=2, steps=JOIN_STEPS, snapshot_every=20, replan_min_steps=2)
+    jp = job(name, out, micro_batch=2, steps=JOIN_STEPS, snapshot_every=20, replan_min_steps=5)
     sub, jid, c0 = submit(t, jp, prev)
     check([s_[0] for s_ in c0["stages"]] == ["a"], "%s: the first plan is %s (want a alone)"
           % (name, c0["stages"]))
@@ -388,7 +395,7 @@ def join(t, job, m1, rng, wd, prev, then_leave):
     t.wait("a at step %d" % at, lambda: (job_metrics(t, "a", jid) or [{"step": 0}])[-1]["step"]
            >= at, 600)
     up_at = job_metrics(t, "a", jid)[-1]["step"]
-    t.start("d", ["up", "--state", t.state("d"), "--threads", "1"])
+    t.start("d", ["up", "--state", t.state("d"), "--threads", "2"])
     log("%s: plan a 0-7; d up after step %d" % (name, up_at))
     status_j = lambda: (t.status("e") or {}).get("job") or {}  # noqa: E731
 
@@ -402,12 +409,40 @@ def join(t, job, m1, rng, wd, prev, then_leave):
           % (name, sw1["e"], c1))
     check(sw1["from"] >= up_at, "%s: handed over after step %d, before d came up (%d)"
           % (name, sw1["from"], up_at))
-    segs = [(sw1["from"], {"a"}), (JOIN_STEPS, {s_[0] for s_ in c1["stages"]})]
+    # d is capped to one thread (`shardnode set`): its stage computes slower
+    # than it did when it started, d re-profiles from what it measured, and
+    # the pool switches ("slowed") to a plan that gives d fewer layers (its
+    # profile scales with the threads at once; its pace corrects that later,
+    # which may move layers again: any later switch must be "slowed" too)
+    layers = lambda c_, n_: sum(s_[2] - s_[1] for s_ in c_["stages"] if s_[0] == n_)  # noqa
+    at = sw1["from"] + rng.randint(3, 6)
+    t.wait("d at step %d" % at, lambda: (job_metrics(t, "d", jid) or [{"step": 0}])[-1]
+           ["step"] >= at, 300)
+    capped = job_metrics(t, "d", jid)[-1]["step"]
+    ps = t.sn_in("d", ["set", "--state", t.state("d"), "--threads", "1"])
+    log("%s: d capped to 1 thread after step %d: %s" % (name, capped, ps.stdout.strip()))
+
+    def slowed():
+        j = status_j()
+        sw = ((j.get("members") or {}).get("e") or {}).get("swr") or {}
+        return (sw, j["committed"]) if sw.get("why") == "slowed" and "ms" in sw else None
+    sw2, c2 = t.wait("the switch after d slowed down", slowed, 300)
+    check(c2["e"] == sw2["e"] and c2.get("ho") and layers(c2, "d") < layers(c1, "d"),
+          "%s: the epoch %d switched to when d slowed is %s (want a handover giving d fewer "
+          "than %d layers)" % (name, sw2["e"], c2, layers(c1, "d")))
+    check(sw2["from"] >= capped, "%s: switched after step %d, before d was capped (%d)"
+          % (name, sw2["from"], capped))
+    dm = [m for m in job_metrics(t, "d", jid) if "step" in m]
+    check(any(m.get("threads") == 1 and m["step"] > capped for m in dm), "%s: d's stage did "
+          "not compute with 1 thread after step %d" % (name, capped))
     pl = None
     if then_leave:
-        at = sw1["from"] + rng.randint(5, 15)
+        at = sw2["from"] + rng.randint(5, 10)
         t.wait("d at step %d" % at, lambda: (job_metrics(t, "d", jid) or [{"step": 0}])[-1]
                ["step"] >= at, 300)
+        cn = status_j()["committed"]
+        check("d" in [s_[0] for s_ in cn["stages"]], "%s: the plan of epoch %d, %s, leaves d "
+              "out: nothing for d to hand over when it leaves" % (name, cn["e"], cn["stages"]))
         asked = job_metrics(t, "d", jid)[-1]["step"]
         log("%s: d leaves after step %d" % (name, asked))
         t0 = time.time()
@@ -430,16 +465,28 @@ def join(t, job, m1, rng, wd, prev, then_leave):
     me = st["members"]["e"]
     sw = me.get("swr") or {}
     check(not me.get("rec"), "%s: e records a recovery: %s" % (name, me.get("rec")))
+    # every plan committed and every switch, as train --wait printed them
+    plans = {int(m_.group(1)): {x.split()[0] for x in m_.group(2).split(";") if x.strip()}
+             for m_ in re.finditer(r"train: plan committed \(epoch (\d+)\): (.*)", o)}
+    sws = [(int(m_.group(1)), m_.group(2), int(m_.group(3))) for m_ in
+           re.finditer(r"train: switched after step (\d+) \((\w+)\) to epoch (\d+)", o)]
+    whys = [w_ for _, w_, _ in sws]
+    check(len(whys) >= 2 and whys[0] == "joined" and whys[1] == "slowed" and
+          all(w_ == "slowed" for w_ in whys[1:len(whys) - (1 if then_leave else 0)]) and
+          (not then_leave or whys[-1] == "left"), "%s: train --wait printed the switches %s "
+          "(want joined, slowed ...%s)" % (name, sws, ", left" if then_leave else ""))
+    check(sw.get("e") == c["e"] and sw.get("n") == len(sws), "%s: e's record of the last "
+          "switch: %s (want the %d train --wait printed)" % (name, sw, len(sws)))
     if then_leave:
-        check(c["e"] > c1["e"] and c.get("ho") and [s_[0] for s_ in c["stages"]] == ["a"],
+        check(c.get("ho") and [s_[0] for s_ in c["stages"]] == ["a"],
               "%s: the last epoch %d is %s (want a handover to a alone)" % (name, c["e"], c))
-        check(sw.get("e") == c["e"] and sw.get("why") == "left" and sw.get("n") == 2,
-              "%s: e's record of the last switch: %s (want the second, 'left')" % (name, sw))
         check(sw["from"] >= asked, "%s: handed over after step %d, before d asked to leave "
               "(%d)" % (name, sw["from"], asked))
-        segs = [segs[0], (sw["from"], segs[1][1]), (JOIN_STEPS, {"a"})]
-    else:
-        check(c == c1, "%s: the pool switched again: %s" % (name, c))
+    segs, cur = [], plans.get(c0["e"], {"a"})
+    for at_, _, e_ in sws:
+        segs.append((at_, cur))
+        cur = plans.get(e_, set())
+    segs.append((JOIN_STEPS, cur))
     want = {m["step"]: m["loss"] for m in metrics(m1)}
     seen = {}
     for n in "abcd":
@@ -460,20 +507,23 @@ def join(t, job, m1, rng, wd, prev, then_leave):
         lo = hi
     wdiff = check_gathered(out, os.path.join(wd, "single-join"), 0.0)
     p = t.sn_in("e", ["status", "--state", t.state("e")], ok=False)
-    why = "left" if then_leave else "joined"
+    why = "left" if then_leave else "slowed"
     check("switched:" in p.stdout and "(%s)" % why in p.stdout, "%s: status does not show the "
           "switch:\n%s" % (name, p.stdout))
-    check("train: switched after step %d (joined)" % sw1["from"] in o, "%s: train --wait did "
-          "not say it switched:\n%s" % (name, o))
-    if then_leave:
-        check("train: switched after step %d (left)" % sw["from"] in o, "%s: train --wait did "
-              "not say it switched when d left:\n%s" % (name, o))
+    check(sws[0][0] == sw1["from"] and sws[1][0] == sw2["from"], "%s: train --wait's switches "
+          "%s are not after steps %d and %d" % (name, sws, sw1["from"], sw2["from"]))
     check("fail" not in o.lower(), "%s: train --wait reported a failure:\n%s" % (name, o))
     log("ok   %s: d up after step %d; switched after step %d to epoch %d %s (%.1f MB moved, "
         "predicted step %.1f ms, %.1f ms measured before); first step %.1f s after the commit"
         % (name, up_at, sw1["from"], c1["e"],
            ", ".join("%s %d-%d" % (s_[0], s_[1], s_[2] - 1) for s_ in c1["stages"]),
            sw1["mb"], sw1["pred"], sw1["old"], sw1["ms"] / 1e3))
+    log("ok   slow: d capped to 1 thread after step %d; switched after step %d to epoch %d %s "
+        "(%.1f MB moved, predicted step %.1f ms, %.1f ms measured before); first step %.1f s "
+        "after the commit" % (capped, sw2["from"], c2["e"],
+                              ", ".join("%s %d-%d" % (s_[0], s_[1], s_[2] - 1)
+                                        for s_ in c2["stages"]),
+                              sw2["mb"], sw2["pred"], sw2["old"], sw2["ms"] / 1e3))
     if then_leave:
         log("ok   leave: d asked to leave after step %d; handed over after step %d to epoch %d "
             "(a alone, %.1f MB moved); shardnode leave returned after %.1f s; first step %.1f s "

@@ -153,6 +153,8 @@ static struct {
     int64_t handed_ms, resumed_ms; /* ... when, and when the step after it was done */
     int64_t redone;              /* steps a pipeline did that some earlier one had done */
     bool switches;               /* the cores vote planned switches (pool_core_config) */
+    bool own_hosts;              /* each member a machine of 4 cores of its own (false: all
+                                    on one of 2) */
     double replan_gain;          /* the job's */
     int64_t replan_min_steps;
     int crash_on_handover;       /* this member crashes when the first HANDOVER comes (-1:
@@ -194,8 +196,11 @@ static void world_free(void)
 
 static void new_core(sim_member *m)
 {
+    char host[17];
+    snprintf(host, sizeof host, "%016x", S.own_hosts ? (unsigned)(m - S.m) + 1 : 0xaau);
     pool_core_config cfg = {.name = m->name, .no_compute = m->no_compute,
-                            .host = "00000000000000aa", .cores = 2, .threads = 2,
+                            .host = host, .cores = S.own_hosts ? 4 : 2,
+                            .threads = S.own_hosts ? 4 : 2,
                             .switches = S.switches};
     m->core = pool_core_create(&cfg);
     m->prof_at = m->probe_at = m->gather_at = m->pull_at = 0;

@@ -15,7 +15,7 @@
  * a recovery and finishes); a holder that leaves on purpose (it stays up
  * until its layers are handed over, then goes: nothing redone, no
  * recovery); a holder that slows down (its pace re-profiles it, the pool
- * gives it fewer layers). POOL_SIM_VERBOSE=1 prints every log line. */
+ * gives it fewer layers); a holder capped to one thread (`shardnode set`). POOL_SIM_VERBOSE=1 prints every log line. */
 #include "pool_sim.h"
 
 #define STEPS 400
@@ -255,6 +255,57 @@ static void scenario_slow(uint64_t seed)
     S.m[victim].pace = 0;
 }
 
+/* `shardnode set --threads 1` on a holder computing with 4 on a machine of
+ * its own: its profile takes 4 times as long at once, the pool switches ("slowed") to a plan that gives it
+ * fewer layers; its stage then computes 4 times as long, which is what
+ * the profile says: no further re-profile, no second switch. */
+static void scenario_capped(uint64_t seed)
+{
+    S.replan_min_steps = 20;
+    S.own_hosts = true; /* its freed core goes to nobody else */
+    start(seed);
+    run_to(30 + (int64_t)(rnd() % 40));
+    const pool_plan *c = plan_of(4);
+    /* the holder of the most layers */
+    int big = 0;
+    for (int k = 1; c && k < c->nstages; k++)
+        if (c->stage[k].layer_end - c->stage[k].layer_begin >
+            c->stage[big].layer_end - c->stage[big].layer_begin)
+            big = k;
+    int victim = c ? member_of(c->stage[big].holder[0].name) : -1;
+    CHECK(victim >= 0, "capped: no holder to cap");
+    if (victim < 0) return;
+    int before = c->stage[big].layer_end - c->stage[big].layer_begin;
+    int64_t fwd = pool_core_doc(S.m[victim].core)->prof.prof.fwd_ns[COST_LAYER];
+    pool_core_set_threads(S.m[victim].core, 1, &S.acts);
+    execute(victim);
+    const pool_doc *vd = pool_core_doc(S.m[victim].core);
+    CHECK(vd->threads == 1 && vd->prof.prof.fwd_ns[COST_LAYER] == 4 * fwd, "capped: %s says %lld "
+          "threads and a layer's forward of %lld ns (was 4 and %lld)", S.m[victim].name,
+          (long long)vd->threads, (long long)vd->prof.prof.fwd_ns[COST_LAYER], (long long)fwd);
+    int64_t capped_at = S.reached;
+    S.m[victim].pace = 4000;
+    CHECK(run_until(finished, 600000), "capped: the run did not finish");
+    c = plan_of(4);
+    int s = c ? pool_plan_stage_of(c, S.m[victim].name) : -1;
+    int after = s >= 0 ? c->stage[s].layer_end - c->stage[s].layer_begin : 0;
+    CHECK(c && c->handover && after < before && S.handovers == 1, "capped: the last epoch "
+          "(%lld) is %sa handover, gives %s %d layers (it held %d); %d handovers (want 1)",
+          c ? (long long)c->epoch : 0LL, c && c->handover ? "" : "not ", S.m[victim].name,
+          after, before, S.handovers);
+    CHECK(S.redone == 0 && no_recovery(), "capped: %lld steps redone, %s recovery",
+          (long long)S.redone, no_recovery() ? "no" : "a");
+    const pool_doc *d = pool_core_doc(S.m[4].core);
+    CHECK((d->has & POOL_HAS_SWR) && d->swr.why == POOL_SW_SLOWED, "capped: the submitter's "
+          "record of the switch says %s", (d->has & POOL_HAS_SWR)
+                                              ? pool_switch_why_name(d->swr.why) : "nothing");
+    printf("capped: %s to 1 thread after step %lld; handed over after step %lld; it holds %d "
+           "layers (was %d)\n", S.m[victim].name, (long long)capped_at, (long long)S.handed_at,
+           after, before);
+    S.m[victim].pace = 0;
+    S.own_hosts = false;
+}
+
 int main(void)
 {
     S.verbose = getenv("POOL_SIM_VERBOSE") != NULL;
@@ -269,6 +320,7 @@ int main(void)
     scenario_lost(34 + o);
     scenario_leave(35 + o);
     scenario_slow(36 + o);
+    scenario_capped(37 + o);
     sim_done();
     printf("%s\n", failures ? "FAILED" : "test_pool_switch: ok");
     return failures != 0;
