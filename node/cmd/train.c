@@ -502,8 +502,14 @@ static int run_mesh(const char *state, const char *job, bool stop, bool wait, bo
     json_decref(reply);
     if (!wait) return 0;
     /* --wait: the plan, then progress, until the run ends */
-    char last[512] = "", last_rec[512] = "", last_sw[512] = "";
+    char last[512] = "", last_rec[512] = "", last_sw[768] = "";
     int64_t plan_said = 0;   /* the last epoch whose plan was printed */
+    /* the committed plan and the one before it, briefly ("a 0-2, d 3-7"):
+     * a switch's line shows both */
+    char cur_plan[192] = "", prev_plan[192] = "";
+    int64_t cur_epoch = 0;
+    char plans[400] = "";    /* ... as said for the switch to sw_epoch */
+    int64_t sw_epoch = 0;
     int noplan = 0, failing = 0;
     for (;;) {
         sleep(2);
@@ -549,6 +555,16 @@ static int run_mesh(const char *state, const char *job, bool stop, bool wait, bo
                          d->lacks.l[k].why);
         }
         named = c ? c->nstages : 0;
+        if (c && c->epoch != cur_epoch) {
+            memcpy(prev_plan, cur_plan, sizeof prev_plan);
+            cur_epoch = c->epoch;
+            int off = 0;
+            cur_plan[0] = 0;
+            for (int i = 0; i < c->nstages && off < (int)sizeof cur_plan - 48; i++)
+                off += snprintf(cur_plan + off, sizeof cur_plan - (size_t)off, "%s%s %d-%d",
+                                i ? ", " : "", c->stage[i].holder[0].name,
+                                c->stage[i].layer_begin, c->stage[i].layer_end - 1);
+        }
         if (!c) {
             snprintf(line, sizeof line, "train: waiting for a plan%s%.400s", problem[0] ? ": " : "", problem);
         } else if (!best || !best->has_step || c->epoch != plan_said) {
@@ -593,11 +609,16 @@ static int run_mesh(const char *state, const char *job, bool stop, bool wait, bo
          * when the new plan starts and when its first step is done */
         if (own && (own->has & POOL_HAS_SWR)) {
             const pool_switch_rec *sw = &own->swr;
-            char sl[512];
+            char sl[768];
+            if (sw->epoch == cur_epoch && prev_plan[0] && sw_epoch != sw->epoch) {
+                snprintf(plans, sizeof plans, " (%s; was %s)", cur_plan, prev_plan);
+                sw_epoch = sw->epoch;
+            }
+            if (sw_epoch != sw->epoch) plans[0] = 0;
             int k = snprintf(sl, sizeof sl, "train: %s after step %lld (%s) to epoch "
-                             "%lld: %.1f MB moved, predicted step %.1f ms",
+                             "%lld%s: %.1f MB moved, predicted step %.1f ms",
                              sw->ms >= 0 ? "switched" : "switching", (long long)sw->from,
-                             pool_switch_why_name(sw->why), (long long)sw->epoch, sw->mb,
+                             pool_switch_why_name(sw->why), (long long)sw->epoch, plans, sw->mb,
                              sw->pred_ms);
             if (sw->old_ms > 0 && k > 0 && k < (int)sizeof sl)
                 k += snprintf(sl + k, sizeof sl - (size_t)k, " (was %.1f ms)", sw->old_ms);

@@ -1,5 +1,5 @@
 /* fuzz_control.c — libFuzzer target for the control socket's protocol
- * (node/daemon/daemon_tcp.c, control_readable): what `shardnode status`, `leave`,
+ * (node/daemon/daemon_tcp.c, control_readable): what `shardnode status`, `leave`, `set`,
  * `invite` and `train --state` send a running node, one line of JSON on
  * STATE/control.sock (mode 0600, but any process of the node's user reaches
  * it).

@@ -376,13 +376,16 @@ def join(t, job, m1, rng, wd, prev, then_leave):
     for n in "bc":
         t.start(n, ["up", "--state", t.state(n), "--no-compute"])
     t.wait("a, b, c, e alive and d gone everywhere", lambda: t.all_alive("abce", 4), 120)
-    # d has trained this model before (its profile is cached, as a member
-    # that comes back has it): measured now, with nothing else running,
-    # rather than while a trains on the same cores
-    t.sn_in("d", ["profile", "--model", os.path.join(wd, "config.json"), "--iters", "5",
-                  "--micro-batch", "2", "--seq", "64", "--threads", "2", "--cache",
-                  os.path.join(t.state("d"), "profiles"), "--out",
-                  os.path.join(wd, "join-d-profile.json")])
+    # a and d have trained this model before (their profiles are cached, as
+    # a member that comes back has them): measured again now, one after the
+    # other with nothing else running, rather than while a trains on the
+    # same cores (a's from an earlier scenario, or its start beside the
+    # others', varied by 30%, and with it whether the join pays)
+    for n, th in (("a", "1"), ("d", "2")):
+        t.sn_in(n, ["profile", "--model", os.path.join(wd, "config.json"), "--iters", "5",
+                    "--micro-batch", "2", "--seq", "64", "--threads", th, "--fresh", "--cache",
+                    os.path.join(t.state(n), "profiles"), "--out",
+                    os.path.join(wd, "join-%s-profile.json" % n)])
     # the single process's job (m1, JOIN_STEPS), with the pool's keys: the
     # switch (about 45 MB over this mesh's ~10 MB/s links, and the pause)
     # must pay for itself within the steps left, as a 60-step job here does
@@ -468,8 +471,11 @@ def join(t, job, m1, rng, wd, prev, then_leave):
     # every plan committed and every switch, as train --wait printed them
     plans = {int(m_.group(1)): {x.split()[0] for x in m_.group(2).split(";") if x.strip()}
              for m_ in re.finditer(r"train: plan committed \(epoch (\d+)\): (.*)", o)}
-    sws = [(int(m_.group(1)), m_.group(2), int(m_.group(3))) for m_ in
-           re.finditer(r"train: switched after step (\d+) \((\w+)\) to epoch (\d+)", o)]
+    sws = []
+    for m_ in re.finditer(r"train: switched after step (\d+) \((\w+)\) to epoch (\d+)", o):
+        x_ = (int(m_.group(1)), m_.group(2), int(m_.group(3)))
+        if x_ not in sws:
+            sws.append(x_)
     whys = [w_ for _, w_, _ in sws]
     check(len(whys) >= 2 and whys[0] == "joined" and whys[1] == "slowed" and
           all(w_ == "slowed" for w_ in whys[1:len(whys) - (1 if then_leave else 0)]) and
