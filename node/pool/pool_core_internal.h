@@ -146,6 +146,8 @@ bool core_covered(const pool_core *c, const pool_member *m, const int *in, int k
 /* Sees a loss of the committed plan's stage holder (or a broken pipeline)
  * and starts the recovery: the stage stops, a new epoch is voted. */
 void core_watch(pool_core *c, const pool_member *m, int n, int64_t now, pool_actions *out);
+/* Some member says the job's model was gathered (its run's "gathered"). */
+bool core_gathered(const pool_core *c, const pool_member *m, int n);
 /* Another live member carries a later commit of the job than this one. */
 bool core_behind(const pool_core *c, const pool_member *m, int n);
 /* After an election during recovery: a later epoch committed. */

@@ -46,6 +46,15 @@ static bool all_done(const pool_core *c, const pool_plan *pl, const pool_member 
     return true;
 }
 
+bool core_gathered(const pool_core *c, const pool_member *m, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const pool_doc *d = core_doc_of(c, &m[i]);
+        if (d && (d->has & POOL_HAS_RUN) && d->run.gathered == 1) return true;
+    }
+    return false;
+}
+
 bool core_behind(const pool_core *c, const pool_member *m, int n)
 {
     const pool_plan *pl = pool_core_committed(c);
@@ -101,8 +110,11 @@ void core_watch(pool_core *c, const pool_member *m, int n, int64_t now, pool_act
     char lost[MESH_NAME_MAX];
     /* a member that restarted behind the others takes their later commit
      * (core_elect) rather than recovering from the epoch it missed */
+    /* nor after the model was gathered: a holder that goes then takes
+     * nothing the job still needs */
     if (!pl || c->recovering || c->layers_lost || core_behind(c, m, n) ||
-        all_done(c, pl, m, n) || !lost_stage(c, pl, m, n, lost, sizeof lost))
+        all_done(c, pl, m, n) || core_gathered(c, m, n) ||
+        !lost_stage(c, pl, m, n, lost, sizeof lost))
         return;
     if (c->futile >= POOL_FUTILE_MAX) {
         if (!(c->doc.has & POOL_HAS_RUN) || c->doc.run.state != POOL_RUN_FAILED ||

@@ -351,6 +351,14 @@ void core_handover(pool_core *c, const pool_member *m, int n, int64_t now, pool_
     core_recover(c, pl, lost, at, now, out);
 }
 
+/* This member's stage of the committed plan finished the job, and the
+ * model is not gathered yet: its stage file is still needed. */
+static bool ungathered(const pool_core *c, const pool_plan *pl, const pool_member *m, int n)
+{
+    return pl && pool_plan_stage_of(pl, c->name) >= 0 && (c->doc.has & POOL_HAS_RUN) &&
+           c->doc.run.state == POOL_RUN_DONE && !c->doc.stop && !core_gathered(c, m, n);
+}
+
 bool pool_core_depart(pool_core *c, const pool_member *m, int n)
 {
     c->no_compute = true;
@@ -359,13 +367,15 @@ bool pool_core_depart(pool_core *c, const pool_member *m, int n)
         c->dirty = c->urgent = true;
     }
     const pool_plan *pl = pool_core_committed(c);
-    return pl && c->run_pending && pool_plan_stage_of(pl, c->name) >= 0 &&
-           pool_core_run_active(c, m, n);
+    return pl && ((c->run_pending && pool_plan_stage_of(pl, c->name) >= 0 &&
+                   pool_core_run_active(c, m, n)) ||
+                  ungathered(c, pl, m, n));
 }
 
 bool pool_core_departed(const pool_core *c, const pool_member *m, int n)
 {
     const pool_plan *pl = pool_core_committed(c);
+    if (ungathered(c, pl, m, n)) return false;
     if (!pl || !pool_core_run_active(c, m, n)) return true;
     if (c->run_pending || pool_plan_stage_of(pl, c->name) >= 0 ||
         (pl->handover && c->handed_epoch != pl->epoch))

@@ -15,7 +15,9 @@
  * a recovery and finishes); a holder that leaves on purpose (it stays up
  * until its layers are handed over, then goes: nothing redone, no
  * recovery); a holder that slows down (its pace re-profiles it, the pool
- * gives it fewer layers); a holder capped to one thread (`shardnode set`). POOL_SIM_VERBOSE=1 prints every log line. */
+ * gives it fewer layers); a holder capped to one thread (`shardnode set`);
+ * holders that go after the job's last step (no recovery of a finished
+ * job; one leaving before the gathering waits for it). POOL_SIM_VERBOSE=1 prints every log line. */
 #include "pool_sim.h"
 
 #define STEPS 400
@@ -306,6 +308,57 @@ static void scenario_capped(uint64_t seed)
     S.own_hosts = false;
 }
 
+/* Every stage of the committed plan says "done". */
+static bool stages_done(int i)
+{
+    (void)i;
+    const pool_plan *c = plan_of(4);
+    for (int s = 0; c && s < c->nstages; s++) {
+        int h = member_of(c->stage[s].holder[0].name);
+        if (h < 0 || pool_core_doc(S.m[h].core)->run.state != POOL_RUN_DONE) return false;
+    }
+    return c != NULL;
+}
+
+/* The job's last step done: a holder that leaves before the model is
+ * gathered stays until it is (its stage file is fetched), and one that
+ * goes after that (or crashes) starts no recovery of the finished job. */
+static void scenario_after_end(uint64_t seed)
+{
+    S.replan_min_steps = 20;
+    start(seed);
+    CHECK(run_until(stages_done, 600000), "after end: the stages did not finish");
+    const pool_plan *c = plan_of(4);
+    int leaver = c ? member_of(c->stage[c->nstages / 2].holder[0].name) : -1,
+        other = c ? member_of(c->stage[0].holder[0].name) : -1;
+    CHECK(leaver >= 0 && other >= 0 && leaver != other, "after end: no two holders");
+    if (leaver < 0 || other < 0 || leaver == other) return;
+    bool gathered = pool_core_doc(S.m[4].core)->run.gathered == 1;
+    view_of(leaver);
+    bool waits = pool_core_depart(S.m[leaver].core, S.view, S.n);
+    CHECK(waits || gathered, "after end: %s leaves before the model is gathered and is not "
+          "told to wait", S.m[leaver].name);
+    int64_t t0 = S.now;
+    bool gone = !waits;
+    while (S.now - t0 < POOL_DEPART_MS && !gone) {
+        step();
+        view_of(leaver);
+        gone = pool_core_departed(S.m[leaver].core, S.view, S.n);
+    }
+    CHECK(gone && pool_core_doc(S.m[4].core)->run.gathered == 1, "after end: %s %s; the model "
+          "is %sgathered", S.m[leaver].name, gone ? "went" : "never free to go",
+          pool_core_doc(S.m[4].core)->run.gathered == 1 ? "" : "not ");
+    int64_t went_ms = S.now - t0;
+    crash(leaver);
+    crash(other);
+    for (int t = 0; t < (DETECT_MS + 10000) / TICK; t++) step();
+    CHECK(no_recovery(), "after end: a member recovers the finished job after %s and %s went",
+          S.m[leaver].name, S.m[other].name);
+    printf("after end: %s left %s the model was gathered (%.1f s after it asked), %s crashed "
+           "after; no recovery\n", S.m[leaver].name, waits ? "once" : "after",
+           (double)went_ms / 1000, S.m[other].name);
+}
+
 int main(void)
 {
     S.verbose = getenv("POOL_SIM_VERBOSE") != NULL;
@@ -321,6 +374,7 @@ int main(void)
     scenario_leave(35 + o);
     scenario_slow(36 + o);
     scenario_capped(37 + o);
+    scenario_after_end(38 + o);
     sim_done();
     printf("%s\n", failures ? "FAILED" : "test_pool_switch: ok");
     return failures != 0;
