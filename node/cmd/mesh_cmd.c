@@ -387,6 +387,23 @@ int cmd_status(int argc, char **argv)
     return 0;
 }
 
+/* The node's reply to req (taken) on STATE/control.sock; NULL, said on
+ * stderr as `shardnode CMD: ...`, when it cannot be asked or refuses. */
+static json_t *ask_node(const char *cmd, const char *state, json_t *req)
+{
+    char err[1024];
+    json_t *r = req ? node_control_call(state, req, err, sizeof err) : NULL;
+    if (!r) fprintf(stderr, "shardnode %s: %s\n", cmd, req ? err : "out of memory");
+    json_decref(req);
+    const char *e = r ? node_json_str(r, "error") : NULL;
+    if (e) {
+        fprintf(stderr, "shardnode %s: the node refused: %s\n", cmd, e);
+        json_decref(r);
+        r = NULL;
+    }
+    return r;
+}
+
 int cmd_leave(int argc, char **argv)
 {
     const char *state = NULL;
@@ -400,19 +417,8 @@ int cmd_leave(int argc, char **argv)
                 err);
         return 2;
     }
-    json_t *req = json_pack("{s:s,s:b}", "cmd", "leave", "now", now);
-    json_t *r = req ? node_control_call(state, req, err, sizeof err) : NULL;
-    json_decref(req);
-    if (!r) {
-        fprintf(stderr, "shardnode leave: %s\n", req ? err : "out of memory");
-        return 1;
-    }
-    const char *e = node_json_str(r, "error");
-    if (e) {
-        fprintf(stderr, "shardnode leave: the node refused: %s\n", e);
-        json_decref(r);
-        return 1;
-    }
+    json_t *r = ask_node("leave", state, json_pack("{s:s,s:b}", "cmd", "leave", "now", now));
+    if (!r) return 1;
     bool handover = json_is_true(json_object_get(r, "handover"));
     json_decref(r);
     /* a member holding a stage hands its layers over first (at most
@@ -457,19 +463,8 @@ int cmd_set(int argc, char **argv)
         fprintf(stderr, "shardnode set: %s\nusage: shardnode set --state DIR --threads N\n", err);
         return 2;
     }
-    json_t *req = json_pack("{s:s,s:i}", "cmd", "set", "threads", (int)n);
-    json_t *r = req ? node_control_call(state, req, err, sizeof err) : NULL;
-    json_decref(req);
-    if (!r) {
-        fprintf(stderr, "shardnode set: %s\n", req ? err : "out of memory");
-        return 1;
-    }
-    const char *e = node_json_str(r, "error");
-    if (e) {
-        fprintf(stderr, "shardnode set: the node refused: %s\n", e);
-        json_decref(r);
-        return 1;
-    }
+    json_t *r = ask_node("set", state, json_pack("{s:s,s:i}", "cmd", "set", "threads", (int)n));
+    if (!r) return 1;
     long long got = json_integer_value(json_object_get(r, "threads")),
               st = json_integer_value(json_object_get(r, "stage_threads"));
     if (json_is_true(json_object_get(r, "stage")))
