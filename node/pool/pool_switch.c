@@ -53,7 +53,9 @@ static bool same_layout(const pool_plan *a, const pool_plan *b)
 
 /* Why the plan over the view differs from the running one: a holder no
  * longer computes with the job (it leaves), or the new plan names a member
- * the running one does not, or else the profiles changed. */
+ * that was not in the view the running plan was voted in (it joined since;
+ * a member that was there and held nothing is taken in because the
+ * profiles changed), or else the profiles changed. */
 static pool_switch_why why_switch(const pool_core *c, const pool_plan *pl, const pool_member *m,
                                   int n)
 {
@@ -62,8 +64,13 @@ static pool_switch_why why_switch(const pool_core *c, const pool_plan *pl, const
         const pool_doc *d = q && q->live ? core_doc_of(c, q) : NULL;
         if (!d || !d->compute || !d->any || !(d->has & POOL_HAS_PROF)) return POOL_SW_LEFT;
     }
-    for (int s = 0; s < c->layout.nstages; s++)
-        if (pool_plan_stage_of(pl, c->layout.stage[s].holder[0].name) < 0) return POOL_SW_JOINED;
+    for (int s = 0; s < c->layout.nstages; s++) {
+        const char *h = c->layout.stage[s].holder[0].name;
+        /* the running plan's view unknown here (a restart): any new holder */
+        if (pool_plan_stage_of(pl, h) < 0 &&
+            (pl->members.n == 0 || !pool_names_has(&pl->members, h)))
+            return POOL_SW_JOINED;
+    }
     return POOL_SW_SLOWED;
 }
 
@@ -476,6 +483,7 @@ void core_pace(pool_core *c, pool_actions *out)
     core_log(out, "pool: this stage computed %.0f%% %s than its profile said over the last %d "
              "steps (median %.1f against %.1f ms a step): its profile now says so (layer "
              "forward %.2f ms, backward %.2f ms)", 100 * (f > 1 ? f - 1 : 1 - f),
-             f > 1 ? "slower" : "faster", POOL_PACE_STEPS, c->pace_now, was, (double)p->fwd_ns[COST_LAYER] * 1e-6,
+             f > 1 ? "slower" : "faster", POOL_PACE_STEPS, c->pace_now, was,
+             (double)p->fwd_ns[COST_LAYER] * 1e-6,
              (double)p->bwd_ns[COST_LAYER] * 1e-6);
 }

@@ -90,6 +90,10 @@ static void scenario_join(uint64_t seed)
     CHECK(S.handed_at > joined, "join: handed over after step %lld, before the join at %lld",
           (long long)S.handed_at, (long long)joined);
     CHECK(S.resumed_ms > S.handed_ms, "join: no step after the handover's");
+    const pool_doc *sd = pool_core_doc(S.m[4].core);
+    CHECK((sd->has & POOL_HAS_SWR) && sd->swr.why == POOL_SW_JOINED, "join: the submitter's "
+          "record of the switch says %s", (sd->has & POOL_HAS_SWR)
+                                              ? pool_switch_why_name(sd->swr.why) : "nothing");
     printf("join: m03 up at step %lld; the stages handed over after step %lld, %.1f s later; "
            "step %lld done %.1f s after the stop; epoch %lld runs %d stages with m03; no step "
            "redone\n", (long long)joined, (long long)S.handed_at,
