@@ -54,7 +54,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from nslib import (Pool, check, check_gathered, log, metrics, pool_job_files,  # noqa: E402
-                   requirements, run, run_test)
+                   requirements, run_test)
 
 STEPS = 60
 JOIN_STEPS = 100   # the join's job: a switch pays for itself in the steps left
@@ -618,28 +618,35 @@ def body(t, seed, scenarios):
     j1 = job("single", single_out, micro_batch=2)
     m1 = os.path.join(wd, "single.jsonl")
     t0 = time.time()
-    # the join's reference (a longer job) beside it: one thread each, on
-    # this machine's two cores
+    # the references train while the mesh comes up (one thread each): the
+    # join's (a longer job) beside the others'
     mj = os.path.join(wd, "single-join.jsonl")
-    pj = None
+    refs = [("single process", subprocess.Popen(
+        [t.sn, "train", "--job", j1, "--metrics", m1, "--threads", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))]
     if "join" in scenarios:
         jj = job("single-join", os.path.join(wd, "single-join"), micro_batch=2,
                  steps=JOIN_STEPS)
-        pj = subprocess.Popen([t.sn, "train", "--job", jj, "--metrics", mj, "--threads", "1"],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    run([t.sn, "train", "--job", j1, "--metrics", m1, "--threads", "1"])
-    if pj:
-        o = pj.communicate()[0]
-        check(pj.returncode == 0, "single process (join's job) exited %d:\n%s"
-              % (pj.returncode, o))
+        refs.append(("single process (join's job)", subprocess.Popen(
+            [t.sn, "train", "--job", jj, "--metrics", mj, "--threads", "1"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+    try:
+        ip = {n: "10.204.0.%d" % (11 + i) for i, n in enumerate(NAMES)}
+        t.net.build(ip, {})
+        opts = {n: ["--threads", "1"] for n in "abcd"}
+        opts["e"] = ["--no-compute"]
+        t.grow(ip, "10.79.0.0/16", opts, 30)
+        t.wait("all five alive everywhere", lambda: t.all_alive(NAMES, 5), 90)
+        log("mesh: 5 members alive (%.1f s)" % (time.time() - t0))
+    except BaseException:
+        for _, p in refs:
+            p.kill()
+            p.communicate()
+        raise
+    for what, p in refs:
+        o = p.communicate(timeout=600)[0]
+        check(p.returncode == 0, "%s exited %d:\n%s" % (what, p.returncode, o))
     log("single process: %d steps in %.1f s" % (STEPS, time.time() - t0))
-    ip = {n: "10.204.0.%d" % (11 + i) for i, n in enumerate(NAMES)}
-    t.net.build(ip, {})
-    opts = {n: ["--threads", "1"] for n in "abcd"}
-    opts["e"] = ["--no-compute"]
-    t.grow(ip, "10.79.0.0/16", opts, 30)
-    t.wait("all five alive everywhere", lambda: t.all_alive(NAMES, 5), 90)
-    log("mesh: 5 members alive")
     prev = None
     for name, which in (("middle", "middle"), ("last", "last")):
         if name not in scenarios:

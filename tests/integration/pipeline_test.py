@@ -14,12 +14,15 @@
    (the middle, then the last) stops all three after one same step; resumed
    with --resume from their checkpoints they finish with the losses and
    weights of a run never stopped, bit for bit; --resume without a
-   checkpoint is refused naming the file.
+   checkpoint is refused naming the file. A queued SIGUSR2 carrying a
+   thread count changes a running stage's threads from its next step (at
+   most those it started with), the losses unchanged.
 3. A connection claiming a stage's name from another address is dropped and
    its closing does not end the run.
 """
 
 import argparse
+import ctypes
 import json
 import os
 import shutil
@@ -316,6 +319,77 @@ def check_stop_resume(sn, wd, corpus, tok, signalled):
           % (name, signalled, s, steps))
 
 
+def sigqueue(pid, sig, value):
+    """sigqueue(3): sig with value (as `shardnode set --threads` has the
+    node ask its stage)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.sigqueue.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    if libc.sigqueue(pid, sig, ctypes.c_void_p(value)) != 0:
+        raise OSError(ctypes.get_errno(), "sigqueue")
+
+
+def check_threads(sn, wd, corpus, tok):
+    """A running stage computes with the threads a queued SIGUSR2 carries
+    (docs/ARCHITECTURE.md, "Planned switches": `shardnode set --threads`),
+    from its next step, at most the threads it started with; a SIGUSR2
+    without a count changes nothing. The losses stay those of the same job
+    run with one thread each, bit for bit (docs/ARCHITECTURE.md,
+    "Determinism"). Needs check_stop_resume(1)'s run never stopped."""
+    name = "threads"
+    steps = 30
+    config = os.path.join(wd, name + "-config.json")
+    write_config(config, True)
+    js = write_job(wd, name, corpus, tok, config, 2, os.path.join(wd, name + "-out"),
+                   steps=steps)
+    cluster = write_cluster(wd, name, free_ports(3))
+    procs, ms = [], []
+    for i in range(3):
+        ms.append(os.path.join(wd, "%s-n%d.jsonl" % (name, i)))
+        cmd = [sn, "train", "--job", js, "--cluster", cluster, "--node", "n%d" % i,
+               "--metrics", ms[i], "--threads", "2" if i == 1 else "1"]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+
+    def at(step):
+        t_end = time.time() + 120
+        while time.time() < t_end:
+            check(all(p.poll() is None for p in procs), "%s: a node ended early" % name)
+            if os.path.exists(ms[1]) and len(metrics(ms[1])) >= step:
+                return len(metrics(ms[1]))
+            time.sleep(0.02)
+        check(False, "%s: n1 did not reach step %d" % (name, step))
+
+    asked = [(at(4), 1)]
+    sigqueue(procs[1].pid, signal.SIGUSR2, 1)
+    at(asked[-1][0] + 3)
+    procs[1].send_signal(signal.SIGUSR2)   # no count: nothing changes
+    asked.append((at(asked[-1][0] + 6), 3))
+    sigqueue(procs[1].pid, signal.SIGUSR2, 3)   # more than it started with: 2
+    outs = [p.communicate(timeout=600) for p in procs]
+    for i, (p, (o, e)) in enumerate(zip(procs, outs)):
+        check(p.returncode == 0, "%s: node n%d exited %d:\n%s%s" % (name, i, p.returncode, o, e))
+    said = [ln for ln in outs[1][0].splitlines() if " computes with " in ln]
+    check(len(said) == 2 and "with 1 thread from step" in said[0] and
+          "with 2 threads from step" in said[1] and "scratch holds no more" in said[1],
+          "%s: n1 said %s (want 1 thread, then 2 of the 3 asked)" % (name, said))
+    from_ = [int(ln.split(" from step ")[1].split()[0]) for ln in said]
+    got = metrics(ms[1])
+    th = [g["threads"] for g in got]
+    want_th = [2 if s_ < from_[0] or s_ >= from_[1] else 1 for s_ in range(1, steps + 1)]
+    check(th == want_th and asked[0][0] < from_[0] and asked[1][0] < from_[1],
+          "%s: n1 computed steps 1-%d with threads %s, asked for 1 after step %d and 3 after "
+          "step %d (said: %s)" % (name, steps, th, asked[0][0], asked[1][0], said))
+    for i in range(3):
+        got = metrics(ms[i])
+        want = metrics(os.path.join(wd, "stop-n1-whole-n%d.jsonl" % i))
+        check([g["loss"] for g in got] == [w["loss"] for w in want],
+              "%s: node n%d's losses differ from the run with one thread each" % (name, i))
+    print("ok   %-28s n1 (2 threads) asked for 1 after step %d: 1 from step %d; for 3 after "
+          "step %d: 2 from step %d; a SIGUSR2 without a count ignored; every loss equal the "
+          "run with one thread each, bit for bit"
+          % (name, asked[0][0], from_[0], asked[1][0], from_[1]))
+
+
 def check_snapshots_resplit(sn, wd, corpus, tok):
     """Recovery's ground (docs/ARCHITECTURE.md, "Recovery"): every stage
     snapshots its state every ceil(snapshot_every / 2) steps (the newest two
@@ -439,6 +513,7 @@ def main():
         check_kill(sn, wd, corpus, tok)
         check_stop_resume(sn, wd, corpus, tok, 1)
         check_stop_resume(sn, wd, corpus, tok, 2)
+        check_threads(sn, wd, corpus, tok)
         check_resume_refused(sn, wd, corpus, tok)
         check_snapshots_resplit(sn, wd, corpus, tok)
         check_impostor(sn, wd, corpus, tok)
