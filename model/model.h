@@ -128,6 +128,9 @@ int safetensors_count(const safetensors_file *f);
 const safetensors_tensor *safetensors_at(const safetensors_file *f, int i);
 const safetensors_tensor *safetensors_find(const safetensors_file *f, const char *name);
 const char *safetensors_path(const safetensors_file *f);
+/* Where a tensor's bytes start in the file (8 + the header + its data
+ * offset): what a ranged read of another machine's file asks for. */
+uint64_t safetensors_offset(const safetensors_file *f, const safetensors_tensor *t);
 /* Copies tensor `name` into dst as fp32 (from F32, F16 or BF16), checking
  * it exists and has exactly the expected shape. On error dst may be partly
  * written. */
@@ -474,6 +477,13 @@ typedef enum { STAGE_WEIGHTS = 0, STAGE_MOMENT1 = 1, STAGE_MOMENT2 = 2 } stage_b
  * the final norm, the head). With adapters, the stage's tensors are the
  * adapters alone (the frozen base is not moved: every holder loads it). */
 int stage_tensor_layer(const char *name);
+/* Whether a stage of decoder layers [begin, end) of a model of `layers`
+ * layers holds tensor `name` of a checkpoint (weights, or a moment:
+ * optim.exp_avg.NAME, optim.exp_avg_sq.NAME): a decoder layer's when it is
+ * in the range; the embedding's (any name with "embed_tokens") when the
+ * stage is the first, or the last and `tied` (its head is the embedding);
+ * the final norm's and the head's when it is the last. */
+bool stage_tensor_needed(const char *name, int begin, int end, int layers, bool tied);
 /* Copies the n floats of tensor `name` of buffer b out of the stage, or
  * into it. -1 (err names the tensor) when the stage does not hold it or n
  * is not its size. */

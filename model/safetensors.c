@@ -495,6 +495,11 @@ const safetensors_tensor *safetensors_find(const safetensors_file *f, const char
 
 const char *safetensors_path(const safetensors_file *f) { return f->path; }
 
+uint64_t safetensors_offset(const safetensors_file *f, const safetensors_tensor *t)
+{
+    return (uint64_t)((const unsigned char *)t->data - (const unsigned char *)f->map);
+}
+
 const char *safetensors_metadata(const safetensors_file *f, const char *key)
 {
     return f->meta ? json_string_value(json_object_get(f->meta, key)) : NULL;

@@ -30,6 +30,20 @@ int stage_tensor_layer(const char *name)
 
 /* The stage's entry for name: its own tensor, else the head's copy of a
  * tied embedding (what a last stage without the embedding holds of it). */
+bool stage_tensor_needed(const char *name, int begin, int end, int layers, bool tied)
+{
+    for (int k = 1; k < 3; k++)
+        if (strncmp(name, moment_prefix[k], strlen(moment_prefix[k])) == 0) {
+            name += strlen(moment_prefix[k]);
+            break;
+        }
+    int l = stage_tensor_layer(name);
+    if (l >= 0) return l >= begin && l < end;
+    bool last = end >= layers;
+    if (strstr(name, "embed_tokens")) return begin == 0 || (last && tied);
+    return last;
+}
+
 static const stage_param *param_of(stage *s, const char *name)
 {
     const stage_param *copy = NULL;

@@ -248,20 +248,26 @@ int cmd_probe_links(int argc, char **argv)
 }
 
 /* ---- shardnode fetch --out FILE --mesh HEX --from NAME [--bind OVERLAY]
- *      [--rate BYTES_PER_S] --path PATH NAME=ADDR:PORT ...: the file PATH from
- *      the first member that serves it (run by the daemon for a job's blob and
- *      for a buddy's copy of a snapshot, which is paced) ---- */
+ *      [--rate BYTES_PER_S | --layers BEGIN-END] --path PATH NAME=ADDR:PORT ...:
+ *      the file PATH from the first member that serves it (run by the daemon
+ *      for a job's blob and for a buddy's copy of a snapshot, which is paced),
+ *      or with --layers the snapshot of layers [BEGIN, END) out of the
+ *      snapshot PATH (stage-resume, for a planned switch's new stage) ---- */
 
 static int fetch_file(const char *addr, int port, const uint8_t mesh_id[GOSSIP_MESH_ID_LEN],
                       const char *from, const char *bind_addr, const char *path,
                       const char *dest, fetch_pace *pace, char *err, size_t errlen);
+static int fetch_layers(const char *addr, int port, const uint8_t mesh_id[GOSSIP_MESH_ID_LEN],
+                        const char *from, const char *bind_addr, const char *path,
+                        const char *dest, int begin, int end, uint64_t *got, uint64_t *total,
+                        char *err, size_t errlen);
 
 int cmd_fetch(int argc, char **argv)
 {
     const char *out = NULL, *mesh = NULL, *from = NULL, *bind_addr = NULL, *path = NULL,
-               *rate = NULL;
+               *rate = NULL, *layers = NULL;
     uint8_t mesh_id[GOSSIP_MESH_ID_LEN];
-    int first = 2;
+    int first = 2, lb = 0, le = 0, n = 0;
     for (; first + 1 < argc && strncmp(argv[first], "--", 2) == 0; first += 2) {
         if (strcmp(argv[first], "--out") == 0) out = argv[first + 1];
         else if (strcmp(argv[first], "--mesh") == 0) mesh = argv[first + 1];
@@ -269,12 +275,20 @@ int cmd_fetch(int argc, char **argv)
         else if (strcmp(argv[first], "--bind") == 0) bind_addr = argv[first + 1];
         else if (strcmp(argv[first], "--path") == 0) path = argv[first + 1];
         else if (strcmp(argv[first], "--rate") == 0) rate = argv[first + 1];
+        else if (strcmp(argv[first], "--layers") == 0) layers = argv[first + 1];
         else break;
+    }
+    if (layers && (sscanf(layers, "%d-%d%n", &lb, &le, &n) != 2 || (size_t)n != strlen(layers) ||
+                   lb < 0 || le <= lb || rate)) {
+        fprintf(stderr, "shardnode fetch: --layers %s is not BEGIN-END (0 <= BEGIN < END), or "
+                        "comes with --rate\n", layers);
+        return 2;
     }
     if (!out || !mesh || !from || !path || first >= argc ||
         node_hex_decode(mesh, mesh_id, sizeof mesh_id) != 0) {
         fprintf(stderr, "usage: shardnode fetch --out FILE --mesh HEX --from NAME "
-                        "[--bind OVERLAY] [--rate BYTES_PER_S] --path PATH NAME=ADDR:PORT ...\n");
+                        "[--bind OVERLAY] [--rate BYTES_PER_S | --layers BEGIN-END] --path PATH "
+                        "NAME=ADDR:PORT ...\n");
         return 2;
     }
     fetch_pace pace = {0, 0, 0, 0};
@@ -305,7 +319,15 @@ int cmd_fetch(int argc, char **argv)
         snprintf(addr, sizeof addr, "%.*s", (int)(colon - eq - 1), eq + 1);
         pace.t0 = 0;
         pace.got = 0;
-        if (fetch_file(addr, atoi(colon + 1), mesh_id, from, bind_addr, path, out, &pace, err,
+        if (layers) {
+            uint64_t got = 0, total = 0;
+            if (fetch_layers(addr, atoi(colon + 1), mesh_id, from, bind_addr, path, out, lb, le,
+                             &got, &total, err, sizeof err) == 0) {
+                printf("fetch: layers %d-%d of %s from %s: %.1f of its %.1f MB\n", lb, le, path,
+                       name, (double)got / 1e6, (double)total / 1e6);
+                return 0;
+            }
+        } else if (fetch_file(addr, atoi(colon + 1), mesh_id, from, bind_addr, path, out, &pace, err,
                        sizeof err) == 0) {
             printf("fetch: %s from %s\n", path, name);
             return 0;
@@ -313,6 +335,112 @@ int cmd_fetch(int argc, char **argv)
         fprintf(stderr, "shardnode fetch: %s from %s (%s): %s\n", path, name, addr, err);
     }
     return 1;
+}
+
+/* ---- a snapshot's layers alone (a planned switch; docs/PROTOCOL.md,
+ * "Planned switches") ---- */
+
+/* Bytes of path from `off` on, into fd at their own offsets, until `end`
+ * is covered (FETCH has no length: each reply brings up to a chunk, all of
+ * which is kept); *reach: where they end; *got: bytes received in all;
+ * *total: the file's size (UINT64_MAX: not known yet). */
+static int fetch_range(const char *addr, int port, const uint8_t mesh_id[GOSSIP_MESH_ID_LEN],
+                       const char *from, const char *bind_addr, const char *path, uint64_t off,
+                       uint64_t end, int fd, uint64_t *reach, uint64_t *got, uint64_t *total,
+                       char *err, size_t errlen)
+{
+    uint64_t t = *total;
+    while (off < end && off < t) {
+        gossip_msg r;
+        if (fetch_once(addr, port, mesh_id, from, bind_addr, path, off, NULL, &r, err, errlen))
+            return -1;
+        bool bad = r.offset != off || (r.data_len == 0 && off < r.total) ||
+                   (t != UINT64_MAX && r.total != t);
+        t = r.total;
+        for (size_t w = 0; !bad && w < r.data_len;) {
+            ssize_t k = pwrite(fd, r.data + w, r.data_len - w, (off_t)(off + w));
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) bad = true;
+            else w += (size_t)k;
+        }
+        off += r.data_len;
+        *got += r.data_len;
+        gossip_msg_free(&r);
+        if (bad)
+            return node_errf(err, errlen, "%s from %s: a chunk at offset %llu is wrong, or the "
+                             "file changed size, or it cannot be written", path, addr,
+                             (unsigned long long)off);
+    }
+    *total = t;
+    *reach = off;
+    if (end != UINT64_MAX && end > t)
+        return node_errf(err, errlen, "%s from %s: %llu bytes, not the %llu its header says",
+                         path, addr, (unsigned long long)t, (unsigned long long)end);
+    return 0;
+}
+
+/* dest: the snapshot of layers [begin, end) that checkpoint `path` of a
+ * member holds (checkpoint_layer_ranges: its header first, then only the
+ * byte ranges of the tensors those layers need, into a sparse file, then
+ * checkpoint_copy_layers). *got: the bytes fetched; *total: the file's. */
+static int fetch_layers(const char *addr, int port, const uint8_t mesh_id[GOSSIP_MESH_ID_LEN],
+                        const char *from, const char *bind_addr, const char *path,
+                        const char *dest, int begin, int end, uint64_t *got, uint64_t *total,
+                        char *err, size_t errlen)
+{
+    char tmp[DAEMON_PATH_MAX + 320];
+    snprintf(tmp, sizeof tmp, "%s.ranged", dest);
+    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return node_errf(err, errlen, "%s: %s", tmp, strerror(errno));
+    uint64_t *ranges = NULL, hlen = 0, reach = 0;
+    uint8_t pre[8];
+    int rc = -1, nr;
+    int64_t want;
+    *got = 0;
+    *total = UINT64_MAX;
+    /* the first reply (a chunk), then the rest of the header if longer */
+    if (fetch_range(addr, port, mesh_id, from, bind_addr, path, 0, 8, fd, &reach, got, total,
+                    err, errlen))
+        goto out;
+    if (pread(fd, pre, 8, 0) != 8) {
+        node_errf(err, errlen, "%s from %s: shorter than a safetensors header", path, addr);
+        goto out;
+    }
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | pre[i];
+    if (hlen > *total - 8) {
+        node_errf(err, errlen, "%s from %s: header length %llu is larger than the file (%llu "
+                  "bytes)", path, addr, (unsigned long long)hlen, (unsigned long long)*total);
+        goto out;
+    }
+    if (fetch_range(addr, port, mesh_id, from, bind_addr, path, reach, 8 + hlen, fd, &reach,
+                    got, total, err, errlen))
+        goto out;
+    if (ftruncate(fd, (off_t)*total) != 0) {
+        node_errf(err, errlen, "%s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    nr = checkpoint_layer_ranges(tmp, begin, end, &ranges, &want, err, errlen);
+    if (nr < 0) goto out;
+    /* ascending: what one range's last chunk brought of the next is kept */
+    for (int i = 0; i < nr; i++) {
+        if (ranges[2 * i + 1] <= reach) continue;
+        uint64_t b = ranges[2 * i] > reach ? ranges[2 * i] : reach;
+        if (fetch_range(addr, port, mesh_id, from, bind_addr, path, b, ranges[2 * i + 1], fd,
+                        &reach, got, total, err, errlen))
+            goto out;
+    }
+    if (close(fd) != 0) {
+        fd = -1;
+        node_errf(err, errlen, "%s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    fd = -1;
+    rc = checkpoint_copy_layers(tmp, dest, begin, end, err, errlen);
+out:
+    if (fd >= 0) close(fd);
+    free(ranges);
+    unlink(tmp);
+    return rc;
 }
 
 /* ---- FETCH's files: no symbolic link is followed ---- */

@@ -7,9 +7,14 @@
  * folder of their own and becomes `shardnode train ... --resume-from` it.
  *
  *   shardnode stage-resume --mesh HEX --from NAME [--bind OVERLAY] --job-id ID
- *       --snap-dir DIR --into DIR --piece FILE=NAME=ADDR:PORT ... -- TRAIN-ARGS...
+ *       --snap-dir DIR --into DIR [--need BEGIN-END] --piece FILE=NAME=ADDR:PORT ...
+ *       -- TRAIN-ARGS...
  *
- * A piece whose NAME is --from's is this node's own. With --checkpoint STEP
+ * A piece whose NAME is --from's is this node's own. With --need (the
+ * layers [BEGIN, END) of the stage it starts), a piece of another member
+ * that holds layers outside them is fetched in part: the snapshot of the
+ * layers it shares with the stage (`shardnode fetch --layers`, named
+ * L<b>-<e>-s<step> for those, kept in the snapshot folder too). With --checkpoint STEP
  * instead of `-- TRAIN-ARGS` it writes a pool checkpoint instead (the job's
  * submitter, docs/FORMATS.md "Pool checkpoints"): the pieces copied into
  * DIR, then DIR/manifest.json with the SHA-256 of each, written last. */
@@ -220,7 +225,7 @@ int pool_checkpoint_place(const char *ckpt, const char *snap_dir, long long *ste
 int cmd_stage_resume(int argc, char **argv)
 {
     const char *mesh = NULL, *from = NULL, *bind_addr = NULL, *snap = NULL, *into = NULL,
-               *id = NULL, *ckpt = NULL;
+               *id = NULL, *ckpt = NULL, *need = NULL;
     char *files[64];
     uint8_t mesh_id[GOSSIP_MESH_ID_LEN];
     int i = 2, npieces = 0;
@@ -233,6 +238,7 @@ int cmd_stage_resume(int argc, char **argv)
         else if (strcmp(argv[i], "--into") == 0) into = argv[i + 1];
         else if (strcmp(argv[i], "--job-id") == 0) id = argv[i + 1];
         else if (strcmp(argv[i], "--checkpoint") == 0) ckpt = argv[i + 1];
+        else if (strcmp(argv[i], "--need") == 0) need = argv[i + 1];
         else if (strcmp(argv[i], "--piece") == 0 && npieces < 64) pieces[npieces++] = argv[i + 1];
         else {
             fprintf(stderr, "shardnode stage-resume: unknown option %s\n", argv[i]);
@@ -240,11 +246,19 @@ int cmd_stage_resume(int argc, char **argv)
         }
     }
     bool train = !ckpt && i < argc && strcmp(argv[i], "--") == 0 && i + 1 < argc;
+    int nb = 0, ne = 0, nn = 0;
+    if (need && (sscanf(need, "%d-%d%n", &nb, &ne, &nn) != 2 || (size_t)nn != strlen(need) ||
+                 nb < 0 || ne <= nb || ckpt)) {
+        fprintf(stderr, "shardnode stage-resume: --need %s is not BEGIN-END (0 <= BEGIN < END), "
+                        "or comes with --checkpoint\n", need);
+        return 2;
+    }
     if (!mesh || !from || !snap || !into || !id || npieces == 0 || (!train && !ckpt) ||
         node_hex_decode(mesh, mesh_id, sizeof mesh_id) != 0 || strlen(id) != POOL_JOB_ID_LEN ||
         strspn(id, "0123456789abcdef") != POOL_JOB_ID_LEN) {
         fprintf(stderr, "usage: shardnode stage-resume --mesh HEX --from NAME [--bind OVERLAY] "
-                        "--job-id ID --snap-dir DIR --into DIR --piece FILE=NAME=ADDR:PORT ... "
+                        "--job-id ID --snap-dir DIR --into DIR [--need BEGIN-END] "
+                        "--piece FILE=NAME=ADDR:PORT ... "
                         "(-- TRAIN-ARGS... | --checkpoint STEP)\n");
         return 2;
     }
@@ -269,9 +283,20 @@ int cmd_stage_resume(int argc, char **argv)
             return 2;
         }
         snprintf(name, sizeof name, "%.*s", (int)(eq2 - target), target);
-        char have[DAEMON_PATH_MAX + 200], link_to[DAEMON_PATH_MAX + 200];
+        char have[DAEMON_PATH_MAX + 200], link_to[DAEMON_PATH_MAX + 200], part[128] = "";
+        int pb, pe;
+        long long ps;
+        sscanf(file, "L%d-%d-s%lld", &pb, &pe, &ps);   /* snap_name said so */
         snprintf(have, sizeof have, "%s/%s", snap, file);
-        snprintf(link_to, sizeof link_to, "%s/%s", into, file);
+        /* only the layers the stage takes of another member's piece (its
+         * own is here already, whole) */
+        int kb = pb > nb ? pb : nb, ke = pe < ne ? pe : ne;
+        if (need && strcmp(name, from) != 0 && access(have, R_OK) != 0 && kb < ke &&
+            (kb > pb || ke < pe)) {
+            snprintf(part, sizeof part, "L%d-%d-s%lld.safetensors", kb, ke, ps);
+            snprintf(have, sizeof have, "%s/%s", snap, part);
+        }
+        snprintf(link_to, sizeof link_to, "%s/%s", into, part[0] ? part : file);
         if (access(have, R_OK) != 0) {
             if (strcmp(name, from) == 0) {
                 fprintf(stderr, "shardnode stage-resume: this node's own %s is gone\n", have);
@@ -280,12 +305,17 @@ int cmd_stage_resume(int argc, char **argv)
             char rel[POOL_JOB_ID_LEN + 200];
             snprintf(rel, sizeof rel, "jobs/%s/snap/%s", id, file);
             /* the copy goes into the snapshot folder: this node holds it too */
-            char *fa[16];
+            char *fa[20], range[32];
             int na = 0;
             const char *fixed[] = {"shardnode", "fetch", "--out", have, "--mesh", mesh,
                                    "--from", from, "--path", rel};
             for (size_t x = 0; x < sizeof fixed / sizeof fixed[0]; x++)
                 fa[na++] = (char *)fixed[x];
+            if (part[0]) {
+                snprintf(range, sizeof range, "%d-%d", kb, ke);
+                fa[na++] = "--layers";
+                fa[na++] = range;
+            }
             if (bind_addr) {
                 fa[na++] = "--bind";
                 fa[na++] = (char *)bind_addr;
@@ -301,11 +331,11 @@ int cmd_stage_resume(int argc, char **argv)
             struct stat sb;
             double s = (daemon_now_ms() - t0) / 1e3;
             if (stat(have, &sb) == 0)
-                printf("stage-resume: %s (%.1f MB) from %s in %.2f s (%.1f MB/s)\n", file,
-                       (double)sb.st_size / 1e6, name, s,
+                printf("stage-resume: %s (%.1f MB) from %s in %.2f s (%.1f MB/s)\n",
+                       part[0] ? part : file, (double)sb.st_size / 1e6, name, s,
                        s > 0 ? (double)sb.st_size / 1e6 / s : 0.0);
         } else {
-            printf("stage-resume: %s from this node's own copies\n", file);
+            printf("stage-resume: %s from this node's own copies\n", part[0] ? part : file);
         }
         files[k] = (char *)pieces[k];   /* argv's own bytes */
         files[k][eq - pieces[k]] = 0;   /* the file's name, for the manifest */

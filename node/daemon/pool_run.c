@@ -174,7 +174,7 @@ void pool_start_run(daemon_t *d, const pool_action *a)
                      d->name, "--metrics", metrics, "--append-metrics", "--snapshots", snap,
                      "--wait-copies", d->threads ? "--threads" : NULL, thr, NULL};
     int ntrain = d->threads ? 16 : 14;
-    char **args = calloc((size_t)(24 + 2 * a->ntargets + ntrain), sizeof *args);
+    char **args = calloc((size_t)(26 + 2 * a->ntargets + ntrain), sizeof *args);
     piece_text *pieces = calloc((size_t)a->ntargets + 1, sizeof *pieces);
     char mesh_hex[2 * GOSSIP_MESH_ID_LEN + 1];
     if (!args || !pieces) {
@@ -183,10 +183,17 @@ void pool_start_run(daemon_t *d, const pool_action *a)
         pool_core_run_ended(p->core, false, "out of memory", &p->acts);
         return;
     }
-    int k = 0;
+    int k = 0, s = pool_plan_stage_of(c, d->name);
+    char need[32];
     if (a->step > 0) {
         snprintf(into, sizeof into, "%s/resume-e%lld", p->dir, (long long)c->epoch);
         k = stage_resume_args(d, a, args, k, pieces, mesh_hex, snap, into);
+        /* only the layers this stage takes of the others' snapshots */
+        if (s >= 0) {
+            snprintf(need, sizeof need, "%d-%d", c->stage[s].layer_begin, c->stage[s].layer_end);
+            args[k++] = "--need";
+            args[k++] = need;
+        }
         args[k++] = "--";
     }
     for (int i = 0; i < ntrain; i++) args[k++] = train[i];

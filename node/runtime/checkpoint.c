@@ -223,3 +223,151 @@ int checkpoint_export(const char *path, chain *c, char *err, size_t errlen)
     free(e);
     return rc;
 }
+
+/* ---- a stage's part of another stage's checkpoint (a planned switch) ---- */
+
+/* An integer field of a checkpoint's "config" metadata ("key=value,..."). */
+static bool config_field(const char *cfg, const char *key, long *out)
+{
+    size_t n = strlen(key);
+    for (const char *p = cfg; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (strncmp(p, key, n) == 0 && p[n] == '=') {
+            char *end;
+            *out = strtol(p + n + 1, &end, 10);
+            return end != p + n + 1 && (*end == ',' || *end == 0);
+        }
+    return false;
+}
+
+/* Opens checkpoint path and marks the tensors a stage of layers [begin,
+ * end) needs (keep[i] for safetensors_at(*f, i)). */
+static int layers_open(const char *path, int begin, int end, safetensors_file **f, bool **keep,
+                       char *err, size_t errlen)
+{
+    *keep = NULL;
+    if (safetensors_open(f, path, err, errlen)) return -1;
+    const char *format = safetensors_metadata(*f, "shardnode");
+    const char *cfg = safetensors_metadata(*f, "config");
+    long layers = 0, tied = 0;
+    if (!format || strcmp(format, CKPT_FORMAT) != 0 || !cfg ||
+        !config_field(cfg, "num_hidden_layers", &layers) ||
+        !config_field(cfg, "tie_word_embeddings", &tied) || layers < 1) {
+        node_errf(err, errlen, "%s: not a shardnode checkpoint (no \"shardnode\": \"%s\" and "
+                  "\"config\" metadata with num_hidden_layers and tie_word_embeddings)", path,
+                  CKPT_FORMAT);
+        goto fail;
+    }
+    if (begin < 0 || end <= begin || end > layers) {
+        node_errf(err, errlen, "%s: layers %d-%d are not a range of the model's %ld", path, begin,
+                  end, layers);
+        goto fail;
+    }
+    int n = safetensors_count(*f);
+    *keep = calloc((size_t)(n > 0 ? n : 1), sizeof **keep);
+    if (!*keep) {
+        node_errf(err, errlen, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < n; i++)
+        (*keep)[i] = stage_tensor_needed(safetensors_at(*f, i)->name, begin, end, (int)layers,
+                                         tied != 0);
+    return 0;
+fail:
+    safetensors_close(*f);
+    *f = NULL;
+    return -1;
+}
+
+int checkpoint_layer_ranges(const char *path, int begin, int end, uint64_t **ranges,
+                            int64_t *bytes, char *err, size_t errlen)
+{
+    safetensors_file *f;
+    bool *keep;
+    *ranges = NULL;
+    *bytes = 0;
+    if (layers_open(path, begin, end, &f, &keep, err, errlen)) return -1;
+    int n = safetensors_count(f), nr = 0;
+    uint64_t *r = calloc((size_t)(2 * (n > 0 ? n : 1)), sizeof *r);
+    if (!r) {
+        node_errf(err, errlen, "out of memory");
+        nr = -1;
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        const safetensors_tensor *t = safetensors_at(f, i);
+        if (!keep[i] || !t->nbytes) continue;
+        r[2 * nr] = safetensors_offset(f, t);
+        r[2 * nr + 1] = r[2 * nr] + t->nbytes;
+        *bytes += (int64_t)t->nbytes;
+        nr++;
+    }
+    /* ascending, adjacent ranges merged (the tensors tile the data) */
+    for (int i = 1; i < nr; i++)
+        for (int j = i; j > 0 && r[2 * (j - 1)] > r[2 * j]; j--) {
+            uint64_t b = r[2 * j], e = r[2 * j + 1];
+            r[2 * j] = r[2 * (j - 1)];
+            r[2 * j + 1] = r[2 * (j - 1) + 1];
+            r[2 * (j - 1)] = b;
+            r[2 * (j - 1) + 1] = e;
+        }
+    int m = 0;
+    for (int i = 0; i < nr; i++) {
+        if (m && r[2 * (m - 1) + 1] == r[2 * i]) {
+            r[2 * (m - 1) + 1] = r[2 * i + 1];
+            continue;
+        }
+        r[2 * m] = r[2 * i];
+        r[2 * m + 1] = r[2 * i + 1];
+        m++;
+    }
+    nr = m;
+    *ranges = r;
+    r = NULL;
+out:
+    free(r);
+    free(keep);
+    safetensors_close(f);
+    return nr;
+}
+
+int checkpoint_copy_layers(const char *src, const char *dst, int begin, int end, char *err,
+                           size_t errlen)
+{
+    safetensors_file *f;
+    bool *keep;
+    if (layers_open(src, begin, end, &f, &keep, err, errlen)) return -1;
+    int n = safetensors_count(f), k = 0, rc = -1;
+    safetensors_entry *e = calloc((size_t)(n > 0 ? n : 1), sizeof *e);
+    if (!e) {
+        node_errf(err, errlen, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        const safetensors_tensor *t = safetensors_at(f, i);
+        if (!keep[i]) continue;
+        if (t->dtype != SAFETENSORS_F32) {
+            node_errf(err, errlen, "%s: tensor %s is not F32, as a checkpoint's are", src,
+                      t->name);
+            goto out;
+        }
+        e[k] = (safetensors_entry){t->name, t->dtype, t->ndim, {0}, t->data};
+        memcpy(e[k].shape, t->shape, sizeof e[k].shape);
+        k++;
+    }
+    const char *keys[] = {"shardnode", "step", "config", "job"};
+    const char *meta[2 * 4 + 1];
+    int m = 0;
+    for (int i = 0; i < 4; i++) {
+        const char *v = safetensors_metadata(f, keys[i]);
+        if (!v) continue;
+        meta[m++] = keys[i];
+        meta[m++] = v;
+    }
+    meta[m] = NULL;
+    rc = safetensors_write_meta(dst, e, k, meta, err, errlen);
+out:
+    free(e);
+    free(keep);
+    safetensors_close(f);
+    return rc;
+}

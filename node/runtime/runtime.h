@@ -163,6 +163,19 @@ int checkpoint_load(const char *path, chain *c, const job_spec *job, long *step,
  * first file that holds it; one missing from all of them is named. */
 int checkpoint_load_files(const char *const *paths, int n, chain *c, const job_spec *job,
                           long *step, char *err, size_t errlen);
+/* What a stage of layers [begin, end) needs of checkpoint `path` (another
+ * stage's snapshot, docs/ARCHITECTURE.md "Planned switches"; the tensors
+ * stage_tensor_needed names, the model's layers and tied head from the
+ * file's "config"): the byte ranges of their data in the file (pairs of
+ * begin, end offsets in *ranges, malloc'd, ascending, adjacent ones merged;
+ * *bytes in all). Only the header is read: the rest of the file may be a
+ * hole still (a ranged fetch). Returns the number of ranges, -1 on error. */
+int checkpoint_layer_ranges(const char *path, int begin, int end, uint64_t **ranges,
+                            int64_t *bytes, char *err, size_t errlen);
+/* Writes dst (atomic_file): those tensors of src, with its metadata: the
+ * snapshot of layers [begin, end) that src's stage would have written. */
+int checkpoint_copy_layers(const char *src, const char *dst, int begin, int end, char *err,
+                           size_t errlen);
 /* Writes the weights alone under their HF names (model.safetensors). */
 int checkpoint_export(const char *path, chain *c, char *err, size_t errlen);
 void checkpoint_config_string(const llama_config *c, char *buf, size_t len);
