@@ -429,7 +429,9 @@ def joins(t, args, rng, job, ref, prev, opts):
                       flush=True)
                 continue
             fetched = []
-            for n in [s_[0] for s_ in c["stages"]] + (["d"] if what == "join" else []):
+            # each member once (d is among the join's stages too: counted
+            # twice until 2026-12-07, which doubled the MB fetched)
+            for n in sorted({s_[0] for s_ in c["stages"]} | ({"d"} if what == "join" else set())):
                 fetched += [(n,) + f for f in fetches(t, n, jid, 0)[0]]
             # the fetches of this switch: those into its new stages (a fetches again at the
             # leave; d only at the join)

@@ -30,6 +30,9 @@
 #define FETCH_PACE_WINDOW (64 * 1024)
 #define FETCH_PACE_WINDOW_MAX (4 * 1024 * 1024)
 #define FETCH_PACE_MS 10
+/* the most header a ranged fetch takes of a snapshot (a checkpoint's
+ * header is a few kB a layer) */
+#define FETCH_HEADER_MAX (16 << 20)
 
 static int64_t mono_ns(void)
 {
@@ -407,9 +410,10 @@ static int fetch_layers(const char *addr, int port, const uint8_t mesh_id[GOSSIP
         goto out;
     }
     for (int i = 7; i >= 0; i--) hlen = hlen << 8 | pre[i];
-    if (hlen > *total - 8) {
+    if (hlen > *total - 8 || hlen > FETCH_HEADER_MAX) {
         node_errf(err, errlen, "%s from %s: header length %llu is larger than the file (%llu "
-                  "bytes)", path, addr, (unsigned long long)hlen, (unsigned long long)*total);
+                  "bytes) or than a snapshot's header may be (%d)", path, addr,
+                  (unsigned long long)hlen, (unsigned long long)*total, FETCH_HEADER_MAX);
         goto out;
     }
     if (fetch_range(addr, port, mesh_id, from, bind_addr, path, reach, 8 + hlen, fd, &reach,
