@@ -17,24 +17,7 @@
 #include <unistd.h>
 
 #include "check.h"
-
-static llama_config test_config(bool tied)
-{
-    llama_config c = {0};
-    c.hidden_size = 24;
-    c.intermediate_size = 37;
-    c.num_hidden_layers = 4;
-    c.num_attention_heads = 6;
-    c.num_key_value_heads = 2;
-    c.vocab_size = 29;
-    c.max_position_embeddings = 64;
-    c.rms_norm_eps = 1e-5f;
-    c.rope_theta = 10000.0f;
-    c.tie_word_embeddings = tied;
-    char err[256];
-    if (llama_config_validate(&c, "test", err, sizeof err)) printf("config: %s\n", err);
-    return c;
-}
+#include "config_fixture.h"
 
 /* Seeded values in every buffer of every stage (weights and both moments). */
 static void fill(chain *c, uint64_t seed)
@@ -128,7 +111,7 @@ static void sparse_copy(const char *src, const char *dst, const uint64_t *r, int
 
 static void test_parts(bool tied, const char *dir)
 {
-    llama_config cfg = test_config(tied);
+    llama_config cfg = fixture_config(tied);
     char err[512], all[600], p0[600], p1[600], sp[600], q1[600];
     split_plan old, neu;
     chain a, b;

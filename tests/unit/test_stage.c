@@ -10,24 +10,7 @@
 #include <string.h>
 
 #include "check.h"
-
-static llama_config test_config(bool tied)
-{
-    llama_config c = {0};
-    c.hidden_size = 24;
-    c.intermediate_size = 37;
-    c.num_hidden_layers = 4;
-    c.num_attention_heads = 6;
-    c.num_key_value_heads = 2;
-    c.vocab_size = 29;
-    c.max_position_embeddings = 64;
-    c.rms_norm_eps = 1e-5f;
-    c.rope_theta = 10000.0f;
-    c.tie_word_embeddings = tied;
-    char err[256];
-    if (llama_config_validate(&c, "test", err, sizeof err)) printf("config: %s\n", err);
-    return c;
-}
+#include "config_fixture.h"
 
 static void make_batch(int32_t *ids, int32_t *labels, int B, int T, int V, uint32_t seed)
 {
@@ -68,7 +51,7 @@ static double max_rel_diff(const float *a, const float *b, size_t n)
  * then every parameter of the whole model by name. */
 static void compare_chains(bool tied, const char *cuts)
 {
-    llama_config cfg = test_config(tied);
+    llama_config cfg = fixture_config(tied);
     int B = 2, T = 9;
     char err[256];
     split_plan one, many;
@@ -131,7 +114,7 @@ static void compare_chains(bool tied, const char *cuts)
 
 static void test_init_independent_of_split(void)
 {
-    llama_config cfg = test_config(false);
+    llama_config cfg = fixture_config(false);
     char err[256];
     stage *whole, *part;
     stage_create(&whole, &cfg, 0, 4, true, true, 1, 4, 1, err, sizeof err);
@@ -167,7 +150,7 @@ static void test_init_independent_of_split(void)
 
 static void test_errors(void)
 {
-    llama_config cfg = test_config(false);
+    llama_config cfg = fixture_config(false);
     char err[256] = "";
     stage *s = NULL;
     CHECK(stage_create(&s, &cfg, 1, 3, true, false, 1, 4, 1, err, sizeof err) != 0 && !s,
@@ -201,7 +184,7 @@ static void test_errors(void)
  * used forward-backward, forward-backward. */
 static void test_slots_interleaved(void)
 {
-    llama_config cfg = test_config(true);
+    llama_config cfg = fixture_config(true);
     char err[256] = "";
     stage *one = NULL, *two = NULL;
     int B = 2, T = 5;

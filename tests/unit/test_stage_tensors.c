@@ -14,24 +14,7 @@
 #include <unistd.h>
 
 #include "check.h"
-
-static llama_config test_config(bool tied)
-{
-    llama_config c = {0};
-    c.hidden_size = 24;
-    c.intermediate_size = 37;
-    c.num_hidden_layers = 4;
-    c.num_attention_heads = 6;
-    c.num_key_value_heads = 2;
-    c.vocab_size = 29;
-    c.max_position_embeddings = 64;
-    c.rms_norm_eps = 1e-5f;
-    c.rope_theta = 10000.0f;
-    c.tie_word_embeddings = tied;
-    char err[256];
-    if (llama_config_validate(&c, "test", err, sizeof err)) printf("config: %s\n", err);
-    return c;
-}
+#include "config_fixture.h"
 
 /* Seeded values in both moments (the weights come from stage_init_weights). */
 static void fill_moments(stage *s, uint64_t seed)
@@ -92,7 +75,7 @@ static void same_bits(stage *new_stage, stage *old_a, stage *old_b, int cut)
 
 static void test_move(bool tied, const char *dir)
 {
-    llama_config cfg = test_config(tied);
+    llama_config cfg = fixture_config(tied);
     char err[512], f1[1024] = "", f2[1024] = "", f0[1024] = "";
     stage *a = NULL, *b = NULL, *a2 = NULL, *b2 = NULL;
     CHECK(stage_create(&a, &cfg, 0, 2, true, false, 1, 4, 1, err, sizeof err) == 0 &&
