@@ -490,6 +490,13 @@ static void tick(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+static void on_child(evutil_socket_t sig, short what, void *arg)
+{
+    (void)sig;
+    (void)what;
+    pool_wake(arg);   /* reaped at the next tick (waitpid per child) */
+}
+
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     (void)what;
@@ -622,6 +629,7 @@ void daemon_free(daemon_t *d)
     if (d->timer) event_free(d->timer);
     if (d->sigint) event_free(d->sigint);
     if (d->sigterm) event_free(d->sigterm);
+    if (d->sigchld) event_free(d->sigchld);
     if (d->tcp) evconnlistener_free(d->tcp);
     if (d->ctl) evconnlistener_free(d->ctl);
     dash_close(d);
@@ -671,8 +679,10 @@ static int run_loop(daemon_t *d, char *err, size_t errlen)
     d->timer = event_new(d->base, -1, EV_PERSIST, tick, d);
     d->sigint = evsignal_new(d->base, SIGINT, on_signal, d);
     d->sigterm = evsignal_new(d->base, SIGTERM, on_signal, d);
-    if (!d->udp_ev || !d->timer || !d->sigint || !d->sigterm || event_add(d->udp_ev, NULL) ||
-        event_add(d->timer, &tv) || event_add(d->sigint, NULL) || event_add(d->sigterm, NULL))
+    d->sigchld = evsignal_new(d->base, SIGCHLD, on_child, d);
+    if (!d->udp_ev || !d->timer || !d->sigint || !d->sigterm || !d->sigchld ||
+        event_add(d->udp_ev, NULL) || event_add(d->timer, &tv) || event_add(d->sigint, NULL) ||
+        event_add(d->sigterm, NULL) || event_add(d->sigchld, NULL))
         return node_errf(err, errlen, "libevent: cannot add events");
     daemon_invites_refresh(d, true);
     dash_open(d, d->http);

@@ -105,7 +105,7 @@ typedef struct daemon_t {
     bool no_relay;                  /* --no-relay: never relays for others */
     struct event_base *base;
     int udp_fd;
-    struct event *udp_ev, *timer, *sigint, *sigterm;
+    struct event *udp_ev, *timer, *sigint, *sigterm, *sigchld;
     struct evconnlistener *tcp, *ctl;
     daemon_conn *conns; /* open TCP and control connections */
 
@@ -239,6 +239,10 @@ int pool_open(daemon_t *d);
 void pool_close(daemon_t *d);
 /* Steps the pool core when its interval has passed: true when it did. */
 bool pool_tick(daemon_t *d, int64_t now_ms);
+/* A child ended (SIGCHLD): the core steps at the next daemon tick
+ * (DAEMON_TICK_MS) rather than at its own (POOL_TICK_MS), so that a stage
+ * that handed its layers over is answered at once. */
+void pool_wake(daemon_t *d);
 /* This member leaves the job (pool_core_depart): true when it holds a
  * stage of the running plan and must wait for pool_departed. */
 bool pool_depart(daemon_t *d);

@@ -252,6 +252,7 @@ static int build_view(daemon_t *d)
                                      .mem_free = m->rec.mem_free,
                                      .live = m->state == GOSSIP_ALIVE ||
                                              m->state == GOSSIP_SUSPECT,
+                                     .suspect = m->state == GOSSIP_SUSPECT,
                                      .self = m->self,
                                      .doc = e->ok ? &e->doc : NULL,
                                      .serial = e->serial,
@@ -693,6 +694,11 @@ void pool_close(daemon_t *d)
     pool_actions_free(&p->acts);
     free(p);
     d->pool = NULL;
+}
+
+void pool_wake(daemon_t *d)
+{
+    if (d->pool) d->pool->next_ms = 0;
 }
 
 bool pool_tick(daemon_t *d, int64_t now)

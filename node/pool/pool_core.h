@@ -36,9 +36,16 @@
 #define POOL_DEPART_MS 90000 /* a member that leaves waits at most this long for its
                                  layers' hand-over (POOL_HANDOVER_MS, then the fetches),
                                  then goes, and the pool recovers without it */
+#define POOL_SUSPECT_WAIT_MS 10000 /* no vote while gossip suspects a member that carries
+                                      the job, for at most this long: a vote over a view
+                                      that still lists a member about to be declared dead
+                                      splits the epoch from the votes cast after the verdict
+                                      (docs/PROTOCOL.md, "Votes") */
 #define POOL_SWITCH_PAUSE_MS 5000 /* what a switch costs besides moving the layers (the
                                      stages stop, the new ones start), in the rule that a
-                                     switch must pay for itself before the job ends */
+                                     switch must pay for itself before the job ends, until
+                                     the job's first switch is measured (swr) */
+#define POOL_SWITCH_MIN_S 1.0     /* ... and at least this much once it is */
 
 /* A member as the driver sees it this step. */
 typedef struct {
@@ -47,6 +54,8 @@ typedef struct {
     int port;                     /* its gossip port (FETCH: link probes) */
     uint64_t mem_free;            /* bytes, from its record */
     bool live;                    /* alive or suspect */
+    bool suspect;                 /* live, but gossip suspects it (SWIM's suspect state):
+                                     no vote is cast meanwhile (POOL_SUSPECT_WAIT_MS) */
     bool self;                    /* this member (its document as last published) */
     const pool_doc *doc;          /* its job document; NULL: none, or refused */
     uint64_t serial;              /* differs whenever doc does: the view is recomputed

@@ -527,6 +527,24 @@ static void refuse(pool_core *c, const char *who, uint64_t plan, const char *why
     core_log(out, "pool: %s gossips a commit this node does not take: %s", who, why);
 }
 
+/* Whether gossip suspects a member that carries the job (it is neither
+ * alive nor declared dead yet), for less than POOL_SUSPECT_WAIT_MS so far.
+ * A vote cast now would be over a view that lists it; the members that
+ * vote after the verdict vote over a view without it, and the epoch splits
+ * between the two (docs/PROTOCOL.md, "Votes"). */
+static bool suspecting(pool_core *c, const pool_member *m, int n, int64_t now)
+{
+    bool any = false;
+    for (int i = 0; i < n && !any; i++)
+        any = !m[i].self && m[i].live && m[i].suspect && core_doc_job(&m[i], c->doc.id);
+    if (!any) {
+        c->suspect_since_ms = 0;
+        return false;
+    }
+    if (!c->suspect_since_ms) c->suspect_since_ms = now;
+    return now - c->suspect_since_ms < POOL_SUSPECT_WAIT_MS;
+}
+
 void core_elect(pool_core *c, const pool_member *m, int n, int64_t now, pool_actions *out)
 {
     if (c->vote_pending) return;
@@ -634,7 +652,8 @@ void core_elect(pool_core *c, const pool_member *m, int n, int64_t now, pool_act
         epoch = later;
     }
     /* vote when the view has been quiet, unless it is the one that just failed */
-    if (!quiet_enough(c, now)) return;
+    bool suspected = suspecting(c, m, n, now);
+    if (!quiet_enough(c, now) || suspected) return;
     if (c->failed_view && c->failed_view == c->view && !c->plan) return;
     cast(c, epoch, out);
 }

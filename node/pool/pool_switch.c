@@ -93,6 +93,27 @@ static int64_t moved_bytes(const pool_core *c, const pool_plan *old, const pool_
     return bytes;
 }
 
+/* What a switch costs besides moving its layers, in seconds: measured at
+ * the pool's last switch that some live member recorded (its seconds from
+ * the commit to the first step after it, less its MB over the link's
+ * bandwidth bw now; the largest of the records of that switch), at least
+ * POOL_SWITCH_MIN_S; else POOL_SWITCH_PAUSE_MS, a guess, before the job's
+ * first switch. */
+static double switch_fixed_s(const pool_core *c, const pool_member *m, int n, int64_t bw)
+{
+    const pool_switch_rec *last = NULL;
+    for (int i = 0; i < n; i++) {
+        const pool_doc *d = m[i].live ? core_doc_of(c, &m[i]) : NULL;
+        if (!d || !(d->has & POOL_HAS_SWR) || d->swr.ms < 0) continue;
+        if (!last || d->swr.epoch > last->epoch ||
+            (d->swr.epoch == last->epoch && d->swr.ms > last->ms))
+            last = &d->swr;
+    }
+    if (!last) return POOL_SWITCH_PAUSE_MS / 1e3;
+    double s = (double)last->ms / 1e3 - last->mb * 1e6 / (double)(bw > 0 ? bw : POOL_DEFAULT_BW);
+    return s < POOL_SWITCH_MIN_S ? POOL_SWITCH_MIN_S : s;
+}
+
 /* The rule for a switch that no loss or leave forces (docs/ARCHITECTURE.md,
  * "Planned switches"); note says why, either way. */
 static bool worth_it(pool_core *c, const pool_member *m, int n, const pool_plan *pl, int64_t at,
@@ -122,8 +143,8 @@ static bool worth_it(pool_core *c, const pool_member *m, int n, const pool_plan 
         return false;
     }
     int64_t bytes = moved_bytes(c, pl, &c->layout);
-    double cost_s = (double)bytes / (double)(bw > 0 ? bw : POOL_DEFAULT_BW) +
-                    POOL_SWITCH_PAUSE_MS / 1e3;
+    double fixed_s = switch_fixed_s(c, m, n, bw);
+    double cost_s = (double)bytes / (double)(bw > 0 ? bw : POOL_DEFAULT_BW) + fixed_s;
     int64_t left = c->steps > at ? c->steps - at : 0;
     double save_s = (double)left * (double)(old_ns - new_ns) * 1e-9;
     if (save_s <= cost_s) {
@@ -138,6 +159,17 @@ static bool worth_it(pool_core *c, const pool_member *m, int n, const pool_plan 
              100 * gain, (double)new_ns * 1e-6, (double)old_ns * 1e-6, save_s, (long long)left,
              (double)bytes / 1e6, cost_s);
     return true;
+}
+
+/* A reason without its figures (digits, dots, signs): the same reason with
+ * other figures is not logged again. Before, the key was the reason's first
+ * 20 characters, the same for every reason that gives figures. */
+static void stay_key(const char *note, char *key, size_t len)
+{
+    size_t k = 0;
+    for (const char *p = note; *p && k + 1 < len; p++)
+        if (!(*p >= '0' && *p <= '9') && *p != '.' && *p != '-' && *p != '+') key[k++] = *p;
+    key[k] = 0;
 }
 
 void core_switch_watch(pool_core *c, const pool_member *m, int n, int64_t now,
@@ -178,8 +210,8 @@ void core_switch_watch(pool_core *c, const pool_member *m, int n, int64_t now,
     }
     if (!go) {
         /* logged once per reason (the figures move with every step) */
-        char key[32];
-        snprintf(key, sizeof key, "%.20s", note);
+        char key[sizeof c->stay];
+        stay_key(note, key, sizeof key);
         if (strcmp(key, c->stay) != 0) {
             snprintf(c->stay, sizeof c->stay, "%s", key);
             core_log(out, "pool: the plan of epoch %lld stays: %s", (long long)pl->epoch, note);
@@ -203,6 +235,8 @@ static int handed(pool_core *c, const pool_member *m, int n, const pool_plan *pl
                   char *lost, size_t len)
 {
     const pool_plan *pv = &c->prev;
+    /* the plan handed over from, when this member knows it */
+    int np = pv->epoch > 0 && pv->epoch < pl->epoch ? pv->nstages : 0;
     int64_t t = -1;
     bool wait = false;
     /* a member that learnt the step says it in its record of the switch:
@@ -211,7 +245,7 @@ static int handed(pool_core *c, const pool_member *m, int n, const pool_plan *pl
         const pool_doc *d = m[i].live ? core_doc_of(c, &m[i]) : NULL;
         if (d && (d->has & POOL_HAS_SWR) && d->swr.epoch == pl->epoch) t = d->swr.from;
     }
-    for (int s = 0; t < 0 && s < pv->nstages; s++)
+    for (int s = 0; t < 0 && s < np; s++)
         for (int k = 0; k < pv->stage[s].nholders; k++) {
             const char *h = pv->stage[s].holder[k].name;
             const pool_member *q = core_named(m, n, h);
@@ -332,10 +366,13 @@ void core_handover(pool_core *c, const pool_member *m, int n, int64_t now, pool_
             c->handover_asked = true;
             c->handover_ask_ms = now;
         }
-        st = handed(c, m, n, pl, &step, lost, sizeof lost);
     }
-    /* else: the plan handed over from is unknown here (this member
-     * restarted): it waits for the others, or for the bound */
+    /* The plan handed over from may be unknown here (this member restarted
+     * during the handover): then only another member's record of the switch
+     * says the step (handed() reads those first), which it waits for, or
+     * for the bound. Before, such a member waited out the bound whatever
+     * the others had recorded, and the pool fell back to a recovery. */
+    st = handed(c, m, n, pl, &step, lost, sizeof lost);
     if (st == 0) {
         c->handed_epoch = pl->epoch;
         c->handed_step = c->epoch_from = step;

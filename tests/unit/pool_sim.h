@@ -9,7 +9,9 @@
  * the publisher is down, and then through any member it hears that has a
  * newer version (gossip relays signed records); a job's blob is fetched from the first member
  * that is reachable and holds it. Liveness is what a failure detector says:
- * a member crashed or cut off is live for DETECT_MS more, then dead.
+ * a member crashed or cut off is live for DETECT_MS more (suspect from
+ * SUSPECT_MS), then dead; no member votes while it suspects one that
+ * carries the job.
  * Profiles and link probes finish after seeded times with synthetic
  * figures. The stages of a committed plan run as one simulated pipeline:
  * a step every SIM_STEP_MS while every holder of that epoch runs it and
@@ -45,7 +47,8 @@
 
 #define MAXM 256
 #define TICK POOL_TICK_MS
-#define DETECT_MS 4000
+#define SUSPECT_MS 1000   /* a member cut off is suspect from then ... */
+#define DETECT_MS 4000    /* ... and dead from then */
 #define T0 ((int64_t)1000000)
 #define WALL0 ((int64_t)1760000000)
 
@@ -667,6 +670,13 @@ static void execute(int i)
                 free(m->disk);
                 m->disk = json_dumps(j, JSON_COMPACT);
                 json_decref(j);
+                /* no vote while this member suspects one that carries the job
+                 * (S.view is its view: execute follows its step) */
+                for (int q = 0; q < S.n; q++)
+                    CHECK(!(S.view[q].suspect && S.view[q].doc &&
+                            strcmp(S.view[q].doc->id, pool_core_doc(m->core)->id) == 0),
+                          "%s votes in epoch %lld while it suspects %s", m->name,
+                          (long long)a.epoch, S.view[q].name);
                 /* a saved vote is cast: the member may gossip no other in its epoch */
                 pool_doc saved;
                 pool_doc_init(&saved);
@@ -831,7 +841,8 @@ static void disseminate(void)
     }
 }
 
-/* Member o's view: every member, live unless cut off for DETECT_MS. */
+/* Member o's view: every member, live unless cut off for DETECT_MS,
+ * suspect from SUSPECT_MS. */
 static int view_of(int o)
 {
     for (int i = 0; i < S.n; i++) {
@@ -842,6 +853,9 @@ static int view_of(int o)
                                   .mem_free = (uint64_t)8 << 30,
                                   .live = i == o || !S.cut_ms[o][i] ||
                                           S.now - S.cut_ms[o][i] < DETECT_MS,
+                                  .suspect = i != o && S.cut_ms[o][i] &&
+                                             S.now - S.cut_ms[o][i] >= SUSPECT_MS &&
+                                             S.now - S.cut_ms[o][i] < DETECT_MS,
                                   .self = i == o,
                                   .doc = v && v->ok ? &v->doc : NULL,
                                   .serial = v ? v->serial : 0,
