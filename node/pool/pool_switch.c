@@ -378,9 +378,14 @@ void core_handover(pool_core *c, const pool_member *m, int n, int64_t now, pool_
         c->handed_step = c->epoch_from = step;
         record(c, m, n, pl, step);
         c->dirty = c->urgent = true;
-        core_log(out, "pool: the stages of epoch %lld handed over after step %lld; epoch %lld "
-                 "starts there", (long long)c->prev.epoch, (long long)step,
-                 (long long)pl->epoch);
+        if (c->prev.epoch > 0 && c->prev.epoch < pl->epoch)
+            core_log(out, "pool: the stages of epoch %lld handed over after step %lld; epoch "
+                     "%lld starts there", (long long)c->prev.epoch, (long long)step,
+                     (long long)pl->epoch);
+        else
+            core_log(out, "pool: the stages of the plan epoch %lld replaces handed over after "
+                     "step %lld (the others' record of the switch); it starts there",
+                     (long long)pl->epoch, (long long)step);
         return;
     }
     if (st > 0 && now - c->handover_ms < POOL_HANDOVER_MS) return;

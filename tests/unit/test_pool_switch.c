@@ -17,7 +17,10 @@
  * recovery); a holder that slows down (its pace re-profiles it, the pool
  * gives it fewer layers); a holder capped to one thread (`shardnode set`);
  * holders that go after the job's last step (no recovery of a finished
- * job; one leaving before the gathering waits for it). POOL_SIM_VERBOSE=1 prints every log line. */
+ * job; one leaving before the gathering waits for it); the newcomer
+ * restarted during a handover (it learns the step from the others' records:
+ * no recovery); a second switch weighed at the first one's measured cost.
+ * POOL_SIM_VERBOSE=1 prints every log line. */
 #include "pool_sim.h"
 
 #define STEPS 400
@@ -290,7 +293,7 @@ static void scenario_capped(uint64_t seed)
           "threads and a layer's forward of %lld ns (was 4 and %lld)", S.m[victim].name,
           (long long)vd->threads, (long long)vd->prof.prof.fwd_ns[COST_LAYER], (long long)fwd);
     int64_t capped_at = S.reached;
-    S.m[victim].pace = 4000;
+    S.m[victim].pace = 8000;
     CHECK(run_until(finished, 600000), "capped: the run did not finish");
     c = plan_of(4);
     int s = c ? pool_plan_stage_of(c, S.m[victim].name) : -1;
@@ -310,6 +313,134 @@ static void scenario_capped(uint64_t seed)
            after, before);
     S.m[victim].pace = 0;
     S.own_hosts = false;
+}
+
+static bool handing(int i) { return plan_of(i) && plan_of(i)->handover; }
+
+/* Member i's state file holds the commit of epoch e. */
+static bool saved_commit(int i, int64_t e)
+{
+    json_t *j = S.m[i].disk ? json_loads(S.m[i].disk, 0, NULL) : NULL;
+    pool_saved sv;
+    char err[POOL_TEXT_MAX];
+    bool ok = j && pool_saved_from_json(j, &sv, err, sizeof err) == 0;
+    json_decref(j);
+    if (!ok) return false;
+    bool has = sv.has_committed && sv.committed.epoch == e;
+    pool_saved_free(&sv);
+    return has;
+}
+
+/* A member restarts while the pool hands over (m03, which the new plan
+ * names): its new core knows the handover plan from its saved state, not
+ * the plan it replaces, and takes the step from the others' records of
+ * the switch. Before, it waited out POOL_HANDOVER_MS and recovered, and
+ * the run redid the steps since the handover. */
+static void scenario_restart(uint64_t seed)
+{
+    /* The window (the commit saved, the step not learnt yet) depends on
+     * the seeded timing: the first of a few seeds that gives it is run. */
+    int64_t epoch = 0;
+    bool window = false;
+    for (int k = 0; k < 8 && !window; k++) {
+        S.replan_min_steps = 20;
+        start(seed + 100 * (uint64_t)k);
+        run_to(40 + (int64_t)(rnd() % 20));
+        restart(3);
+        /* every member commits the handover (a member restarted before
+         * that hides its vote until it takes the job up again, and the
+         * others' commit waits for it) */
+        int64_t end = S.now + 300000;
+        while (S.now < end && !run_until(handing, TICK)) {}
+        CHECK(handing(3), "restart: no handover committed");
+        /* its daemon restarts once its state file holds the commit (saved
+         * with its next publication) and before it learns the step (then
+         * its new stage starts, and a restart loses it) */
+        epoch = plan_of(3) ? plan_of(3)->epoch : 0;
+        for (int t = 0; t < 4 && !saved_commit(3, epoch); t++) step();
+        const pool_doc *d3 = pool_core_doc(S.m[3].core);
+        window = saved_commit(3, epoch) && !((d3->has & POOL_HAS_SWR) && d3->swr.epoch == epoch);
+    }
+    CHECK(window, "restart: no seed of 8 restarts m03 between its commit and the step");
+    int64_t at = S.reached;
+    crash(3);
+    restart(3);
+    CHECK(run_until(finished, 600000), "restart: the run did not finish");
+    CHECK(S.reached == STEPS, "restart: the run reached step %lld of %d", (long long)S.reached,
+          STEPS);
+    CHECK(S.handovers == 1 && S.redone == 0 && no_recovery(), "restart: %d handovers, %lld "
+          "steps redone, %s recovery", S.handovers, (long long)S.redone,
+          no_recovery() ? "no" : "a");
+    const pool_plan *c = plan_of(4);
+    CHECK(c && c->handover && pool_plan_stage_of(c, "m03") >= 0, "restart: the last plan does "
+          "not name m03");
+    printf("restart: m03 restarted at step %lld, as the pool handed over (after step %lld); "
+           "no step redone, no recovery\n", (long long)at, (long long)S.handed_at);
+}
+
+/* The largest time to the first step of the newest switch that any
+ * member records (seconds, 0: none yet). */
+static double switch_took(void)
+{
+    int64_t e = 0, ms = 0;
+    for (int i = 0; i < S.n; i++) {
+        const pool_doc *d = pool_core_doc(S.m[i].core);
+        if (!S.m[i].up || !(d->has & POOL_HAS_SWR) || d->swr.ms < 0) continue;
+        if (d->swr.epoch > e || (d->swr.epoch == e && d->swr.ms > ms)) {
+            e = d->swr.epoch;
+            ms = d->swr.ms;
+        }
+    }
+    return (double)ms / 1e3;
+}
+
+/* A switch's fixed cost is measured: after a join, a second switch (a
+ * holder slows down) is weighed with what the first one took (its swr.ms;
+ * the layers move at about 1 GB/s here, so nearly all of it is the fixed
+ * part), not with POOL_SWITCH_PAUSE_MS. */
+static void scenario_measured(uint64_t seed)
+{
+    S.replan_min_steps = 20;
+    start(seed);
+    run_to(40 + (int64_t)(rnd() % 20));
+    restart(3);
+    int64_t end = S.now + 300000;
+    while (S.now < end && !(S.handovers && switch_took() > 0)) step();
+    /* past the new stages' base steps (their pace is judged against them) */
+    while (S.now < end && S.reached < S.handed_at + POOL_PACE_SKIP + POOL_PACE_BASE + 5) step();
+    double took = switch_took();
+    CHECK(took > 0, "measured: no switch measured");
+    /* the holder of the most layers, 8 times slower */
+    const pool_plan *c = plan_of(4);
+    int big = 0;
+    for (int k = 1; c && k < c->nstages; k++)
+        if (c->stage[k].layer_end - c->stage[k].layer_begin >
+            c->stage[big].layer_end - c->stage[big].layer_begin)
+            big = k;
+    int victim = c ? member_of(c->stage[big].holder[0].name) : -1;
+    CHECK(victim >= 0, "measured: no holder to slow down");
+    if (victim < 0) return;
+    S.m[victim].pace = 8000;
+    char was[POOL_DOC_TEXT_MAX], note[POOL_DOC_TEXT_MAX] = "";
+    snprintf(was, sizeof was, "%s", pool_core_doc(S.m[4].core)->why);
+    double cost = -1;
+    while (cost < 0 && !finished(4) && S.now < end + 600000) {
+        step();
+        const char *w = pool_core_doc(S.m[4].core)->why, *p;
+        if (strcmp(w, was) == 0) continue;
+        if ((p = strstr(w, "costs about ")) != NULL) sscanf(p + 12, "%lf", &cost);
+        else if ((p = strstr(w, "less than the ")) != NULL) sscanf(p + 14, "%lf", &cost);
+        snprintf(note, sizeof note, "%s", w);
+        took = switch_took();
+    }
+    S.m[victim].pace = 0;
+    double want = took < POOL_SWITCH_MIN_S ? POOL_SWITCH_MIN_S : took;
+    CHECK(cost >= POOL_SWITCH_MIN_S - 0.05 && cost <= want + 0.15, "measured: the second "
+          "switch was weighed at %.2f s (the first took %.2f s; POOL_SWITCH_PAUSE_MS %.1f s): "
+          "\"%s\"", cost, took, POOL_SWITCH_PAUSE_MS / 1e3, note);
+    printf("measured: the first switch took %.1f s to its first step; the second was weighed "
+           "at %.1f s (the guess before a switch: %.0f s)\n", took, cost,
+           POOL_SWITCH_PAUSE_MS / 1e3);
 }
 
 /* Every stage of the committed plan says "done". */
@@ -379,6 +510,8 @@ int main(void)
     scenario_slow(36 + o);
     scenario_capped(37 + o);
     scenario_after_end(38 + o);
+    scenario_restart(39 + o);
+    scenario_measured(40 + o);
     sim_done();
     printf("%s\n", failures ? "FAILED" : "test_pool_switch: ok");
     return failures != 0;
