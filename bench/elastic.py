@@ -37,8 +37,11 @@ of 128 tokens in micro-batches of 4, snapshots as the pool chooses them
    and hands its layers back before it stops. Per switch: the step after
    which the stages handed over, the MB moved and the MB/s each fetch
    achieved against the link's bandwidth as its two ends measured it, the
-   seconds from the commit to the first step after the handover (the pause,
-   one step included), and the step time of the new plan measured (the
+   pause (how much longer than a step of the new plan the first step after
+   the handover came after the old plan's last step, from the metrics'
+   "time"), the seconds from the commit to the first step after the
+   handover (swr.ms: the old stages' last step and one new step included),
+   and the step time of the new plan measured (the
    median of its first stage's step_ms after 3 steps) against the one
    predicted; whether every loss equals the uninterrupted run's.
 
@@ -377,6 +380,14 @@ def fetches(t, n, jid, since):
     return out, k
 
 
+def step_end(t, jid, step):
+    """When step `step` of a run was done: the latest end (metrics "time")
+    that any member's stage wrote for it (None: no line has a time)."""
+    ts = [m["time"] for n in NAMES for m in job_metrics(t, n, jid)
+          if m["step"] == step and "time" in m]
+    return max(ts) if ts else None
+
+
 def link_mbps(j, x, y):
     """The bandwidth (MB/s) between x and y as their documents measured it:
     the larger of the two ends' figures (each end measures its own probes)."""
@@ -457,20 +468,27 @@ def joins(t, args, rng, job, ref, prev, opts):
             secs = sum(r[2] for r in rows)
             bw = [link_mbps(jj, r[0], r[4]) for r in rows]
             bw = [b for b in bw if b]
+            # the pause: how much longer than a step of the new plan the step
+            # after the handover came after the last step of the old one
+            t0, t1 = step_end(t, jid, sw["from"]), step_end(t, jid, sw["from"] + 1)
+            gap = t1 - t0 if t0 is not None and t1 is not None else float("nan")
             r = dict(k=k, what=what, after=sw["from"], mb=sw.get("mb"), fetched_mb=mb,
+                     gap=gap, paused=gap - meas / 1e3,
                      mbps=mb / secs if secs > 0 else None,
                      link_mbps=min(bw) if bw else None, pause=sw.get("ms", -1) / 1e3,
                      pred=sw.get("pred"), meas=meas, equal=equal, redone=redone,
                      term_s=gone_s if what == "leave" else None)
             out.append(r)
             print("join %d, %-5s: handed over after step %d; %.1f MB moved (fetched %.1f MB at "
-                  "%s MB/s, link %s MB/s: %s); first step %.1f s after the commit; step %.1f ms "
-                  "measured, %.1f ms predicted (%+.0f%%)%s"
+                  "%s MB/s, link %s MB/s: %s); paused %.2f s (steps %d and %d %.2f s apart); "
+                  "first step %.1f s after the commit; step %.1f ms measured, %.1f ms predicted "
+                  "(%+.0f%%)%s"
                   % (k, what, r["after"], r["mb"] or 0, mb,
                      "%.1f" % r["mbps"] if r["mbps"] else "?",
                      "%.1f" % r["link_mbps"] if r["link_mbps"] else "?",
                      "%.0f%%" % (100 * r["mbps"] / r["link_mbps"]) if r["mbps"] and
-                     r["link_mbps"] else "?", r["pause"], meas, r["pred"] or 0,
+                     r["link_mbps"] else "?", r["paused"], r["after"], r["after"] + 1, r["gap"],
+                     r["pause"], meas, r["pred"] or 0,
                      100 * (meas / r["pred"] - 1) if r["pred"] else 0,
                      "; SIGTERM to exit %.1f s" % gone_s if what == "leave" else ""),
                   flush=True)

@@ -266,7 +266,10 @@ static int run(trainer *t, long stop, bool resume, const char *metrics_path, cha
                     "\"step_ms\": %.1f, \"tokens_per_s\": %.1f", done, loss, lr, tokens, ms,
                     (double)j->batch * j->seq_len / ms * 1e3);
             if (!isnan(val)) fprintf(t->metrics, ", \"val_loss\": %.17g", val);
-            fprintf(t->metrics, "}\n");
+            struct timespec wall;   /* the step's end, as a pipeline stage's lines say */
+            clock_gettime(CLOCK_REALTIME, &wall);
+            fprintf(t->metrics, ", \"time\": %.3f}\n",
+                    (double)wall.tv_sec + 1e-9 * (double)wall.tv_nsec);
             fflush(t->metrics);
         }
         char eta[32];

@@ -864,11 +864,16 @@ int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
         tlast = now_s();
         double ms = 1e3 * (tlast - ts);
         if (metrics) {
+            /* "time": the wall clock at the step's end, so that the steps of
+             * two stages, or of two plans around a switch, can be lined up */
+            struct timespec wall;
+            clock_gettime(CLOCK_REALTIME, &wall);
             fprintf(metrics, "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.6g, \"tokens\": %ld, "
                     "\"step_ms\": %.1f, \"compute_ms\": %.1f, \"threads\": %d, "
-                    "\"tokens_per_s\": %.1f}\n", done, loss, lr,
+                    "\"tokens_per_s\": %.1f, \"time\": %.3f}\n", done, loss, lr,
                     done * (long)job->batch * job->seq_len, ms, 1e3 * e->compute_s, threads,
-                    (double)job->batch * job->seq_len / ms * 1e3);
+                    (double)job->batch * job->seq_len / ms * 1e3,
+                    (double)wall.tv_sec + 1e-9 * (double)wall.tv_nsec);
             fflush(metrics);
         }
         if (done % job->log_interval == 0 || done == stop) {
