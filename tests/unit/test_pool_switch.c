@@ -264,6 +264,18 @@ static void scenario_slow(uint64_t seed)
     S.m[victim].pace = 0;
 }
 
+/* The stage of plan c with the most layers (the first of them; 0 when c
+ * is NULL). */
+static int biggest_stage(const pool_plan *c)
+{
+    int big = 0;
+    for (int k = 1; c && k < c->nstages; k++)
+        if (c->stage[k].layer_end - c->stage[k].layer_begin >
+            c->stage[big].layer_end - c->stage[big].layer_begin)
+            big = k;
+    return big;
+}
+
 /* `shardnode set --threads 1` on a holder computing with 4 on a machine of
  * its own: its profile takes 4 times as long at once, the pool switches ("slowed") to a plan that gives it
  * fewer layers; its stage then computes 4 times as long, which is what
@@ -275,12 +287,7 @@ static void scenario_capped(uint64_t seed)
     start(seed);
     run_to(30 + (int64_t)(rnd() % 40));
     const pool_plan *c = plan_of(4);
-    /* the holder of the most layers */
-    int big = 0;
-    for (int k = 1; c && k < c->nstages; k++)
-        if (c->stage[k].layer_end - c->stage[k].layer_begin >
-            c->stage[big].layer_end - c->stage[big].layer_begin)
-            big = k;
+    int big = biggest_stage(c);   /* the holder of the most layers */
     int victim = c ? member_of(c->stage[big].holder[0].name) : -1;
     CHECK(victim >= 0, "capped: no holder to cap");
     if (victim < 0) return;
@@ -412,12 +419,7 @@ static void scenario_measured(uint64_t seed)
     CHECK(took > 0, "measured: no switch measured");
     /* the holder of the most layers, 8 times slower */
     const pool_plan *c = plan_of(4);
-    int big = 0;
-    for (int k = 1; c && k < c->nstages; k++)
-        if (c->stage[k].layer_end - c->stage[k].layer_begin >
-            c->stage[big].layer_end - c->stage[big].layer_begin)
-            big = k;
-    int victim = c ? member_of(c->stage[big].holder[0].name) : -1;
+    int victim = c ? member_of(c->stage[biggest_stage(c)].holder[0].name) : -1;
     CHECK(victim >= 0, "measured: no holder to slow down");
     if (victim < 0) return;
     S.m[victim].pace = 8000;
