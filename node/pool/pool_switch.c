@@ -227,6 +227,13 @@ void core_switch_watch(pool_core *c, const pool_member *m, int n, int64_t now,
     c->stay[0] = 0;
 }
 
+/* Whether this member knows the plan that handover plan pl replaces
+ * (c->prev): not after a restart during the handover. */
+static bool prev_known(const pool_core *c, const pool_plan *pl)
+{
+    return c->prev.epoch > 0 && c->prev.epoch < pl->epoch;
+}
+
 /* Whether the stages of c->prev have all handed over, for the handover
  * plan pl: 0 with the step (every one stopped after it, and its snapshots
  * cover the model among the live members); 1 while waiting; -1 when it
@@ -236,7 +243,7 @@ static int handed(pool_core *c, const pool_member *m, int n, const pool_plan *pl
 {
     const pool_plan *pv = &c->prev;
     /* the plan handed over from, when this member knows it */
-    int np = pv->epoch > 0 && pv->epoch < pl->epoch ? pv->nstages : 0;
+    int np = prev_known(c, pl) ? pv->nstages : 0;
     int64_t t = -1;
     bool wait = false;
     /* a member that learnt the step says it in its record of the switch:
@@ -350,7 +357,7 @@ void core_handover(pool_core *c, const pool_member *m, int n, int64_t now, pool_
     int64_t step = -1;
     char lost[MESH_NAME_MAX] = "";
     int st = 1;
-    if (c->prev.epoch > 0 && c->prev.epoch < pl->epoch) {
+    if (prev_known(c, pl)) {
         /* this member's stage of the plan handed over stops at the next
          * step boundary, with every other (one stage's wish stops them all) */
         if (c->run_pending && c->run_epoch == c->prev.epoch &&
@@ -378,7 +385,7 @@ void core_handover(pool_core *c, const pool_member *m, int n, int64_t now, pool_
         c->handed_step = c->epoch_from = step;
         record(c, m, n, pl, step);
         c->dirty = c->urgent = true;
-        if (c->prev.epoch > 0 && c->prev.epoch < pl->epoch)
+        if (prev_known(c, pl))
             core_log(out, "pool: the stages of epoch %lld handed over after step %lld; epoch "
                      "%lld starts there", (long long)c->prev.epoch, (long long)step,
                      (long long)pl->epoch);
