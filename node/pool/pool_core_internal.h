@@ -41,8 +41,9 @@ struct pool_core {
     pool_plan vote_layout;        /* the plan my vote is for: what I commit when it wins,
                                      whatever my view has become since */
     int64_t unsaved_epoch;        /* the last epoch whose vote could not be saved (logged) */
-    int64_t suspect_since_ms;     /* the election has waited on a suspected member since
-                                     (0: none suspected) */
+    int64_t suspect_since_ms;     /* the election has waited on suspected members since,
+                                     in view suspect_view (0: not yet) */
+    uint64_t suspect_view;
     char refused[160];            /* the last gossiped commit refused (logged once) */
     char job_refused[160];        /* the last gossiped job refused (logged once) */
 

@@ -534,13 +534,17 @@ static void refuse(pool_core *c, const char *who, uint64_t plan, const char *why
  * between the two (docs/PROTOCOL.md, "Votes"). */
 static bool suspecting(pool_core *c, const pool_member *m, int n, int64_t now)
 {
+    /* the wait is bounded per view, from its first suspicion: a member that
+     * keeps raising SUSPECT claims (each refuted) cannot hold votes off
+     * longer than that; a verdict changes the view */
+    if (c->suspect_view != c->view) {
+        c->suspect_view = c->view;
+        c->suspect_since_ms = 0;
+    }
     bool any = false;
     for (int i = 0; i < n && !any; i++)
         any = !m[i].self && m[i].live && m[i].suspect && core_doc_job(&m[i], c->doc.id);
-    if (!any) {
-        c->suspect_since_ms = 0;
-        return false;
-    }
+    if (!any) return false;
     if (!c->suspect_since_ms) c->suspect_since_ms = now;
     return now - c->suspect_since_ms < POOL_SUSPECT_WAIT_MS;
 }
