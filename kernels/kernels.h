@@ -19,6 +19,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define KERNELS_IGNORE_INDEX (-100)
 
 /* ---- matmul: out[N,OC] (=|+=) inp[N,IC] @ weight[OC,IC]^T --------------- */
@@ -172,5 +176,109 @@ void nf4_matmul_forward_ld(float *out, int ldo, const float *inp, const nf4_matr
                            int accumulate, float *scratch, int nscratch);
 void nf4_matmul_backward_ld(float *dinp, const float *dout, int ldd, const nf4_matrix *w,
                             int N, float *scratch, int nscratch);
+
+/* ---- devices: where a stage computes (kernels/device.c) -------------------
+ * A device is opened by name: "cpu", "cuda:N" or "hip:N". The CPU backend
+ * is linked in; the GPU ones are shared objects built from kernels/gpu/
+ * (libshardnode-cuda.so, libshardnode-hip.so) that kdev_open loads with
+ * dlopen, found beside the executable (or in its parent folder, for the
+ * test binaries of a build tree), or only in $SHARDNODE_BACKEND_DIR when
+ * that is set, so one binary runs
+ * on machines with and without a GPU stack. Pointers passed to kdev_*
+ * operations are the device's memory (kdev_alloc; host memory on "cpu").
+ * GPU operations are queued: errors come back from kdev_sync as values. */
+typedef struct kdev kdev;
+typedef struct kdev_info {
+    char vendor[16];  /* "cpu", "cuda", "hip" */
+    char name[128];   /* the CPU's model name, the GPU's product name */
+    char arch[32];    /* "sm_90", "gfx1100", "x86_64" */
+    char driver[32];  /* GPU driver / runtime version; "" on the CPU */
+    int64_t mem_total, mem_free; /* bytes */
+    int units;        /* cores, or the GPU's multiprocessors / compute units */
+    int warp;         /* warp / wavefront width; 0 on the CPU */
+} kdev_info;
+enum {
+    KDEV_OK = 0,
+    KDEV_EBADNAME = -1,   /* not "cpu", "cuda:N" or "hip:N" */
+    KDEV_ENOTBUILT = -2,  /* this build has no such backend (no .so found) */
+    KDEV_ENORUNTIME = -3, /* the backend is built but its vendor runtime (or
+                           * driver) is missing on this machine */
+    KDEV_ENODEV = -4,     /* the runtime is there, the device index is not */
+    KDEV_EFAIL = -5       /* the device is there and failed to open */
+};
+/* KDEV_OK with *out set, or one of the errors above with err saying what
+ * and where (the name, the file looked for, the runtime's own message). */
+int kdev_open(const char *name, kdev **out, char *err, size_t errlen);
+void kdev_close(kdev *d);
+const char *kdev_name(const kdev *d);          /* as opened: "cuda:0" */
+const kdev_info *kdev_get_info(const kdev *d);
+int kdev_is_host(const kdev *d);               /* memory is host memory */
+
+/* One line per backend for `shardnode devices`: every device it sees, or
+ * why it has none. entry i: name ("cpu", "cuda:0") or "cuda"/"hip" with
+ * status < 0 and why filled. Returns the number written (at most max). */
+typedef struct kdev_entry {
+    char name[16];
+    int status;       /* KDEV_OK, or why this backend offers nothing */
+    kdev_info info;   /* when status is KDEV_OK */
+    char why[256];
+} kdev_entry;
+int kdev_list(kdev_entry *out, int max);
+
+void *kdev_alloc(kdev *d, size_t bytes);       /* NULL when out of memory */
+void kdev_free(kdev *d, void *p);
+void *kdev_host_alloc(kdev *d, size_t bytes);  /* pinned on a GPU */
+void kdev_host_free(kdev *d, void *p);
+int kdev_to_device(kdev *d, void *dst, const void *src, size_t bytes);
+int kdev_to_host(kdev *d, void *dst, const void *src, size_t bytes);
+int kdev_copy(kdev *d, void *dst, const void *src, size_t bytes);
+/* Waits for the queued work: KDEV_OK, or KDEV_EFAIL with the first
+ * asynchronous error in err. */
+int kdev_sync(kdev *d, char *err, size_t errlen);
+/* "blas" or "own" (the project's tiled GEMM): 0, or -1 if not offered. */
+int kdev_set_gemm(kdev *d, const char *which);
+const char *kdev_gemm_name(kdev *d);
+
+/* The operations above, on device d (same arguments; attention_backward's
+ * scratch is kdev_attention_scratch_floats floats of d's memory). */
+void kdev_matmul_forward(kdev *d, float *out, const float *inp, const float *weight,
+                         int N, int IC, int OC, int accumulate);
+void kdev_matmul_backward(kdev *d, float *dinp, float *dweight, const float *dout,
+                          const float *inp, const float *weight, int N, int IC, int OC);
+void kdev_embedding_forward(kdev *d, float *out, const int32_t *ids, const float *wte,
+                            int N, int C);
+void kdev_embedding_backward(kdev *d, float *dwte, const float *dout, const int32_t *ids,
+                             int N, int C);
+void kdev_rmsnorm_forward(kdev *d, float *out, float *rstd, const float *inp,
+                          const float *weight, int N, int C, float eps);
+void kdev_rmsnorm_backward(kdev *d, float *dinp, float *dweight, const float *dout,
+                           const float *inp, const float *weight, const float *rstd, int N,
+                           int C);
+void kdev_rope_forward(kdev *d, float *x, const float *cos_tab, const float *sin_tab, int N,
+                       int T, int nheads, int HD, int ld);
+void kdev_rope_backward(kdev *d, float *dx, const float *cos_tab, const float *sin_tab, int N,
+                        int T, int nheads, int HD, int ld);
+size_t kdev_attention_scratch_floats(kdev *d, int B, int T, int NH, int HD);
+void kdev_attention_forward(kdev *d, float *out, float *att, const float *qkv, int B, int T,
+                            int NH, int NKV, int HD);
+void kdev_attention_backward(kdev *d, float *dqkv, const float *dout, const float *qkv,
+                             const float *att, float *scratch, int B, int T, int NH, int NKV,
+                             int HD);
+void kdev_swiglu_forward(kdev *d, float *h, const float *gu, int N, int F);
+void kdev_swiglu_backward(kdev *d, float *dgu, const float *dh, const float *gu, int N, int F);
+double kdev_crossentropy_forward(kdev *d, float *probs_inplace, float *losses,
+                                 const int32_t *labels, int N, int V, int *kept);
+void kdev_crossentropy_backward(kdev *d, float *dlogits, const float *probs,
+                                const int32_t *labels, int N, int V, float scale);
+double kdev_grad_sumsq(kdev *d, const float *g, size_t n);
+void kdev_adamw_update(kdev *d, float *p, const float *g, float *m, float *v, size_t n,
+                       float lr, float beta1, float beta2, float eps, float weight_decay, int t,
+                       float grad_scale);
+void kdev_zero(kdev *d, float *x, size_t n);
+void kdev_add(kdev *d, float *y, const float *x, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

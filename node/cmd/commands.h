@@ -30,6 +30,7 @@ int cmd_status(int argc, char **argv);      /* mesh_cmd.c */
 int cmd_leave(int argc, char **argv);       /* mesh_cmd.c */
 int cmd_set(int argc, char **argv);         /* mesh_cmd.c */
 int cmd_demo(int argc, char **argv);        /* demo_cmd.c */
+int cmd_devices(int argc, char **argv);     /* devices_cmd.c */
 
 /* ---- args.c: "--name value" and "--flag" options ---------------------- */
 typedef struct {

@@ -55,6 +55,9 @@ static void usage(FILE *out)
             "      the logits after each of the token ids 1,2,3,... into FILE (safetensors)\n"
             "  profile --model CONFIG.json [--micro-batch B --seq T] [--json]\n"
             "      time the real forward, backward and AdamW per layer on this machine\n"
+            "  devices [--json]\n"
+            "      what this binary computes on here: the CPU, and each GPU backend's\n"
+            "      devices or why it offers none (not built, no runtime, no device)\n"
             "  plan --fleet FLEET.json --model CONFIG.json [--micro-batch B --seq T --batch N]\n"
             "       [--exhaustive] [--json] [--svg FILE]\n"
             "      plan which node holds which layers; compare with a uniform split\n"
@@ -133,6 +136,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "stage-resume") == 0) return cmd_stage_resume(argc, argv);
     if (strcmp(argv[1], "plan") == 0) return cmd_plan(argc, argv);
     if (strcmp(argv[1], "profile") == 0) return cmd_profile(argc, argv);
+    if (strcmp(argv[1], "devices") == 0) return cmd_devices(argc, argv);
     if (strcmp(argv[1], "link") == 0) return cmd_link(argc, argv);
     if (strcmp(argv[1], "init") == 0) return cmd_init(argc, argv);
     if (strcmp(argv[1], "invite") == 0) return cmd_invite(argc, argv);

@@ -4,6 +4,8 @@
  * comes from `shardnode profile`, not from here. */
 #include "runtime.h"
 
+#include "kernels.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
@@ -74,12 +76,24 @@ void devices_detect(devices_info *out)
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     out->cpu_cores = n > 0 ? (int)n : 1;
     out->memory_bytes = memory_total();
-    /* GPUs: a build with CUDA enumerates them here with cudaGetDeviceCount,
-     * cudaGetDeviceProperties (name, totalGlobalMem, major.minor as arch),
-     * one with HIP with hipGetDeviceProperties (name, totalGlobalMem,
-     * gcnArchName such as "gfx90a"). This build has neither backend, so it
-     * reports none: listing a GPU it cannot use would mislead the planner. */
+    /* GPUs: every device a GPU backend of this build opens (kernels.h,
+     * kdev_list: libshardnode-cuda.so / -hip.so with their runtime and a
+     * driver present). A machine without them lists none. */
+    kdev_entry e[1 + DEVICES_MAX_GPUS];
+    int n_e = kdev_list(e, (int)(sizeof e / sizeof e[0]));
     out->ngpus = 0;
+    for (int i = 0; i < n_e && out->ngpus < DEVICES_MAX_GPUS; i++) {
+        if (e[i].status != KDEV_OK || strcmp(e[i].info.vendor, "cpu") == 0) continue;
+        devices_gpu *g = &out->gpus[out->ngpus++];
+        snprintf(g->device, sizeof g->device, "%s", e[i].name);
+        snprintf(g->vendor, sizeof g->vendor, "%s",
+                 strcmp(e[i].info.vendor, "cuda") == 0 ? "nvidia" : "amd");
+        snprintf(g->name, sizeof g->name, "%s", e[i].info.name);
+        snprintf(g->arch, sizeof g->arch, "%s", e[i].info.arch);
+        snprintf(g->driver, sizeof g->driver, "%s", e[i].info.driver);
+        g->memory_bytes = e[i].info.mem_total;
+        g->memory_free_bytes = e[i].info.mem_free;
+    }
 }
 
 struct json_t *devices_to_json(const devices_info *d)
@@ -87,10 +101,12 @@ struct json_t *devices_to_json(const devices_info *d)
     json_t *gpus = json_array();
     for (int i = 0; gpus && i < d->ngpus; i++) {
         const devices_gpu *g = &d->gpus[i];
-        if (json_array_append_new(gpus, json_pack("{s:s, s:s, s:I, s:s}", "vendor", g->vendor,
-                                                  "name", g->name, "memory_bytes",
-                                                  (json_int_t)g->memory_bytes, "arch",
-                                                  g->arch)) != 0) {
+        if (json_array_append_new(
+                gpus, json_pack("{s:s, s:s, s:s, s:I, s:I, s:s, s:s}", "device", g->device,
+                                "vendor", g->vendor, "name", g->name, "memory_bytes",
+                                (json_int_t)g->memory_bytes, "memory_free_bytes",
+                                (json_int_t)g->memory_free_bytes, "arch", g->arch, "driver",
+                                g->driver)) != 0) {
             json_decref(gpus);
             return NULL;
         }

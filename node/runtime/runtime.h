@@ -19,13 +19,16 @@
 struct json_t;
 
 /* ---- devices.c: what this build can compute on (node.json "devices") ----
- * The CPU always; GPUs only in a build with CUDA or HIP (none yet). */
+ * The CPU always; the GPUs a GPU backend of this build can open (kernels.h,
+ * kdev_list). */
 #define DEVICES_MAX_GPUS 16
 typedef struct {
+    char device[16];           /* its name for --device: "cuda:0", "hip:1" */
     char vendor[16];           /* "nvidia", "amd" */
     char name[128];
-    int64_t memory_bytes;
-    char arch[32];             /* compute capability "9.0" or gfx arch "gfx90a" */
+    int64_t memory_bytes, memory_free_bytes;
+    char arch[32];             /* compute capability "sm_90" or gfx arch "gfx90a" */
+    char driver[32];           /* the driver's version, "13.0" */
 } devices_gpu;
 
 typedef struct {
