@@ -258,7 +258,7 @@ int kdev_list(kdev_entry *out, int max)
             snprintf(out[n].why, sizeof out[n].why, "%s", g->why);
         } else if (count < 0) {
             out[n].status = KDEV_ENORUNTIME;
-            snprintf(out[n].why, sizeof out[n].why, "the %s runtime finds no usable driver: %s",
+            snprintf(out[n].why, sizeof out[n].why, "the %s runtime finds no usable driver: %.200s",
                      g->label, why);
         } else {
             out[n].status = KDEV_ENODEV;
