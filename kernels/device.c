@@ -210,9 +210,26 @@ int kdev_open(const char *name, kdev **out, char *err, size_t errlen)
     return KDEV_OK;
 }
 
+static kdev cpu_device;
+static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
+static void cpu_device_init(void)
+{
+    char why[256];
+    cpu_device.be = kdev_cpu_backend();
+    snprintf(cpu_device.name, sizeof cpu_device.name, "cpu");
+    cpu_device.be->info(0, &cpu_device.info, why, sizeof why); /* cannot fail for 0 */
+    cpu_device.be->open(0, &cpu_device.ctx, why, sizeof why);
+}
+
+kdev *kdev_cpu(void)
+{
+    pthread_once(&cpu_once, cpu_device_init);
+    return &cpu_device;
+}
+
 void kdev_close(kdev *d)
 {
-    if (!d) return;
+    if (!d || d == &cpu_device) return;
     d->be->close(d->ctx);
     free(d);
 }

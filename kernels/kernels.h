@@ -103,6 +103,9 @@ void kernels_add(float *y, const float *x, size_t n); /* y += x */
  * OpenMP build, so the two never spin against each other). */
 void kernels_set_threads(int n);
 int kernels_threads(void);
+/* Per-thread scratch slots to size for: the larger of the thread cap and
+ * the cores (the cap can change between sizing and use). */
+int kernels_thread_slots(void);
 /* OpenBLAS 0.3.21 (Debian bookworm) picks its kernels from the CPU model
  * and falls back to a generic SSE3 core ("Prescott") on CPUs newer than it
  * knows, running sgemm 4-6x below peak. The choice is made when the library
@@ -210,6 +213,9 @@ enum {
  * and where (the name, the file looked for, the runtime's own message). */
 int kdev_open(const char *name, kdev **out, char *err, size_t errlen);
 void kdev_close(kdev *d);
+/* The process's CPU device: always there, never closed (kdev_close on it
+ * does nothing). */
+kdev *kdev_cpu(void);
 const char *kdev_name(const kdev *d);          /* as opened: "cuda:0" */
 const kdev_info *kdev_get_info(const kdev *d);
 int kdev_is_host(const kdev *d);               /* memory is host memory */

@@ -412,6 +412,21 @@ int stage_lora_check(const stage_lora *l, char *err, size_t errlen);
 int stage_create_lora(stage **out, const llama_config *cfg, int layer_begin, int layer_end,
                       bool first, bool last, int B, int T, int slots, const stage_lora *lora,
                       char *err, size_t errlen);
+/* The same on a device (kernels.h: kdev_open "cpu", "cuda:N", "hip:N";
+ * NULL is the CPU). On a device that is not the CPU the stage's buffers
+ * live in its memory and the accessors below return host copies: a slot's
+ * output and token losses after its forward, the input gradient after a
+ * backward, and params / grads / moments after stage_pull (writes to them
+ * reach the device with stage_push). stage_forward then also returns the
+ * device's errors. A LoRA stage is refused on a device (CPU only for now). */
+struct kdev;
+int stage_create_on(stage **out, const llama_config *cfg, int layer_begin, int layer_end,
+                    bool first, bool last, int B, int T, int slots, const stage_lora *lora,
+                    struct kdev *dev, char *err, size_t errlen);
+struct kdev *stage_device(const stage *s);
+/* Both no-ops on the CPU; 0, or -1 with the device's error. */
+int stage_pull(stage *s, char *err, size_t errlen);
+int stage_push(stage *s, char *err, size_t errlen);
 /* stage_memory_bytes of a stage with adapters (lora NULL: the same figure):
  * the frozen base (fp32, or NF4 matrices at nf4_bytes), the adapters with
  * gradients and both moments, activations and the adapters' scratch. */

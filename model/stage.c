@@ -12,7 +12,6 @@
 #include "kernels.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,7 +143,9 @@ static size_t stage_layout(stage *s, float *base, double *total)
         CARVE(s->datty, N * C);
         CARVE(s->dgu, N * 2 * F);
         CARVE(s->dh, N * F);
-        CARVE(s->att_scratch, (size_t)s->nscratch * attention_scratch_floats(s->T));
+            CARVE(s->att_scratch, kdev_attention_scratch_floats(s->dev, s->B, s->T,
+                                                            c->num_attention_heads,
+                                                            c->head_dim));
     }
     CARVE(s->rope_cos, (size_t)s->T * c->head_dim / 2);
     CARVE(s->rope_sin, (size_t)s->T * c->head_dim / 2);
@@ -161,10 +162,17 @@ float *stage_alloc_floats(size_t n)
     return p;
 }
 
-int stage_threads(void)
+int stage_threads(void) { return kernels_thread_slots(); }
+
+/* n floats of the stage's device, zeroed, 64-byte aligned as
+ * stage_alloc_floats (the CPU device's allocation is the same). */
+static float *dev_floats(stage *s, size_t n)
 {
-    return omp_get_max_threads() > omp_get_num_procs() ? omp_get_max_threads()
-                                                       : omp_get_num_procs();
+    size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
+    if (!bytes) bytes = 64;
+    float *p = kdev_alloc(s->dev, bytes);
+    if (p) kdev_zero(s->dev, p, bytes / sizeof(float));
+    return p;
 }
 
 double stage_act_bytes(const llama_config *cfg, int layer_begin, int layer_end, bool first,
@@ -189,6 +197,7 @@ double stage_act_bytes(const llama_config *cfg, int layer_begin, int layer_end, 
     probe.QKV = (cfg->num_attention_heads + 2 * cfg->num_key_value_heads) * cfg->head_dim;
     probe.nslots = slots;
     probe.nscratch = stage_threads();
+    probe.dev = kdev_cpu(); /* estimated with the CPU's attention scratch */
     double acts;
     stage_layout(&probe, NULL, &acts);
     if (N > 1e9) acts *= N / 1e9;
@@ -243,7 +252,20 @@ int stage_create_lora(stage **out, const llama_config *cfg, int layer_begin, int
                       bool first, bool last, int B, int T, int slots, const stage_lora *lora,
                       char *err, size_t errlen)
 {
+    return stage_create_on(out, cfg, layer_begin, layer_end, first, last, B, T, slots, lora,
+                           NULL, err, errlen);
+}
+
+int stage_create_on(stage **out, const llama_config *cfg, int layer_begin, int layer_end,
+                    bool first, bool last, int B, int T, int slots, const stage_lora *lora,
+                    kdev *dev, char *err, size_t errlen)
+{
     *out = NULL;
+    if (!dev) dev = kdev_cpu();
+    if (lora && !kdev_is_host(dev))
+        return model_errf(err, errlen,
+                          "a LoRA stage computes on the CPU only in this version, not on %s",
+                          kdev_name(dev));
     int L = cfg->num_hidden_layers;
     if (layer_begin < 0 || layer_end > L || layer_begin > layer_end)
         return model_errf(err, errlen, "stage layers [%d, %d) are not inside the model's %d layers",
@@ -268,7 +290,7 @@ int stage_create_lora(stage **out, const llama_config *cfg, int layer_begin, int
     if (lora && stage_lora_check(lora, err, errlen)) return -1;
     double need = stage_lora_memory_bytes(cfg, layer_begin, layer_end, first, last, B, T,
                                           slots, lora);
-    double have = machine_memory();
+    double have = kdev_is_host(dev) ? machine_memory() : (double)kdev_get_info(dev)->mem_free;
     if ((have > 0 && need > have) || need > 0x1p62) {
         char needs[32], has[32];
         bytes_text(need, needs, sizeof needs);
@@ -276,13 +298,17 @@ int stage_create_lora(stage **out, const llama_config *cfg, int layer_begin, int
         return model_errf(err, errlen,
                           "a stage of layers [%d, %d) at micro-batch [%d, %d] needs %s "
                           "(weights, gradients, AdamW moments and activations), more than "
-                          "this machine's %s of memory",
-                          layer_begin, layer_end, B, T, needs, has);
+                          "%s's %s of %smemory",
+                          layer_begin, layer_end, B, T, needs,
+                          kdev_is_host(dev) ? "this machine" : kdev_name(dev), has,
+                          kdev_is_host(dev) ? "" : "free ");
     }
 
     stage *s = calloc(1, sizeof *s);
     if (!s) return model_errf(err, errlen, "out of memory for the stage");
     s->cfg = *cfg;
+    s->dev = dev;
+    s->host = kdev_is_host(dev);
     s->l0 = layer_begin;
     s->l1 = layer_end;
     s->nl = layer_end - layer_begin;
@@ -300,11 +326,15 @@ int stage_create_lora(stage **out, const llama_config *cfg, int layer_begin, int
     s->nslots = slots;
     s->slots = calloc((size_t)slots, sizeof *s->slots);
     if (!s->table || !s->w || !s->dw || !s->slots) goto oom;
+    s->h_out = calloc((size_t)slots, sizeof *s->h_out);
+    s->h_losses = calloc((size_t)slots, sizeof *s->h_losses);
+    if (!s->h_out || !s->h_losses) goto oom;
     for (int k = 0; k < slots; k++) {
         slot_acts *sl = &s->slots[k];
         sl->acts = calloc((size_t)s->nl + 1, sizeof *sl->acts);
-        sl->ids = calloc((size_t)s->N, sizeof *sl->ids);
-        sl->labels = calloc((size_t)s->N, sizeof *sl->labels);
+        /* int32 ids and labels in the device's memory (zero bits are 0) */
+        sl->ids = (int32_t *)dev_floats(s, (size_t)s->N);
+        sl->labels = (int32_t *)dev_floats(s, (size_t)s->N);
         if (!sl->acts || !sl->ids || !sl->labels) goto oom;
     }
     stage_build_table(s);
@@ -312,24 +342,58 @@ int stage_create_lora(stage **out, const llama_config *cfg, int layer_begin, int
         stage_free(s);
         return -1;
     }
-    s->params = stage_alloc_floats(s->nparams);
-    s->grads = stage_alloc_floats(s->nparams);
-    s->m = stage_alloc_floats(s->nparams);
-    s->v = stage_alloc_floats(s->nparams);
-    s->arena = stage_alloc_floats(stage_layout(s, NULL, NULL));
+    s->params = dev_floats(s, s->nparams);
+    s->grads = dev_floats(s, s->nparams);
+    s->m = dev_floats(s, s->nparams);
+    s->v = dev_floats(s, s->nparams);
+    s->arena = dev_floats(s, stage_layout(s, NULL, NULL));
     if (!s->params || !s->grads || !s->m || !s->v || !s->arena) goto oom;
     stage_layout(s, s->arena, NULL);
+    if (s->host) {
+        s->h_params = s->params, s->h_grads = s->grads, s->h_m = s->m, s->h_v = s->v;
+        s->h_dres = s->dres;
+        for (int k = 0; k < slots; k++) {
+            s->h_out[k] = s->slots[k].out;
+            s->h_losses[k] = s->slots[k].losses;
+        }
+    } else {
+        s->h_params = stage_alloc_floats(s->nparams);
+        s->h_grads = stage_alloc_floats(s->nparams);
+        s->h_m = stage_alloc_floats(s->nparams);
+        s->h_v = stage_alloc_floats(s->nparams);
+        s->h_dres = kdev_host_alloc(dev, (size_t)s->N * cfg->hidden_size * sizeof(float));
+        if (!s->h_params || !s->h_grads || !s->h_m || !s->h_v || !s->h_dres) goto oom;
+        for (int k = 0; k < slots; k++) {
+            s->h_out[k] = kdev_host_alloc(dev, (size_t)s->N * cfg->hidden_size * sizeof(float));
+            if (!s->h_out[k]) goto oom;
+            if (last) {
+                s->h_losses[k] = kdev_host_alloc(dev, (size_t)s->N * sizeof(float));
+                if (!s->h_losses[k]) goto oom;
+            }
+        }
+    }
     if (lora) stage_lora_bind(s);
     if (!lora) {
         bind_views(s, s->params, s->w, &s->wte, &s->lnf, &s->head);
         bind_views(s, s->grads, s->dw, &s->dwte, &s->dlnf, &s->dhead);
     }
     if (!lora && first && last && cfg->tie_word_embeddings) {
-        s->dhead_apart = stage_alloc_floats((size_t)cfg->vocab_size * cfg->hidden_size);
+        s->dhead_apart = dev_floats(s, (size_t)cfg->vocab_size * cfg->hidden_size);
         if (!s->dhead_apart) goto oom;
         s->dhead = s->dhead_apart;
     }
-    if (llama_rope_tables(cfg, s->rope_cos, s->rope_sin, T)) goto oom;
+    if (s->host) {
+        if (llama_rope_tables(cfg, s->rope_cos, s->rope_sin, T)) goto oom;
+    } else {
+        size_t nt = (size_t)T * cfg->head_dim / 2;
+        float *tab = stage_alloc_floats(2 * nt);
+        int bad = !tab || llama_rope_tables(cfg, tab, tab + nt, T) ||
+                  kdev_to_device(dev, s->rope_cos, tab, nt * sizeof(float)) ||
+                  kdev_to_device(dev, s->rope_sin, tab + nt, nt * sizeof(float)) ||
+                  kdev_sync(dev, err, errlen);
+        free(tab);
+        if (bad) goto oom;
+    }
     *out = s;
     return 0;
 oom:
@@ -346,16 +410,27 @@ void stage_free(stage *s)
     free(s->dw);
     for (int k = 0; s->slots && k < s->nslots; k++) {
         free(s->slots[k].acts);
-        free(s->slots[k].ids);
-        free(s->slots[k].labels);
+        kdev_free(s->dev, s->slots[k].ids);
+        kdev_free(s->dev, s->slots[k].labels);
+        if (!s->host && s->h_out) kdev_host_free(s->dev, s->h_out[k]);
+        if (!s->host && s->h_losses) kdev_host_free(s->dev, s->h_losses[k]);
     }
+    if (!s->host) {
+        free(s->h_params);
+        free(s->h_grads);
+        free(s->h_m);
+        free(s->h_v);
+        kdev_host_free(s->dev, s->h_dres);
+    }
+    free(s->h_out);
+    free(s->h_losses);
     free(s->slots);
-    free(s->params);
-    free(s->grads);
-    free(s->m);
-    free(s->v);
-    free(s->arena);
-    free(s->dhead_apart);
+    kdev_free(s->dev, s->params);
+    kdev_free(s->dev, s->grads);
+    kdev_free(s->dev, s->m);
+    kdev_free(s->dev, s->v);
+    kdev_free(s->dev, s->arena);
+    kdev_free(s->dev, s->dhead_apart);
     stage_lora_free(s);
     free(s);
 }
@@ -364,37 +439,57 @@ bool stage_is_first(const stage *s) { return s->first; }
 bool stage_is_last(const stage *s) { return s->last; }
 int stage_param_count(const stage *s) { return s->ntable; }
 const stage_param *stage_param_at(const stage *s, int i) { return &s->table[i]; }
-float *stage_params(stage *s) { return s->params; }
-float *stage_grads(stage *s) { return s->grads; }
-float *stage_moment1(stage *s) { return s->m; }
-float *stage_moment2(stage *s) { return s->v; }
+float *stage_params(stage *s) { return s->h_params; }
+float *stage_grads(stage *s) { return s->h_grads; }
+float *stage_moment1(stage *s) { return s->h_m; }
+float *stage_moment2(stage *s) { return s->h_v; }
 size_t stage_num_params(const stage *s) { return s->nparams; }
-const float *stage_output(const stage *s, int slot) { return s->slots[slot].out; }
+const float *stage_output(const stage *s, int slot) { return s->h_out[slot]; }
 int stage_slots(const stage *s) { return s->nslots; }
-const float *stage_input_grad(const stage *s) { return s->dres; }
+const float *stage_input_grad(const stage *s) { return s->h_dres; }
 float *stage_param_data(stage *s, const char *name)
 {
     for (int i = 0; i < s->ntable; i++)
-        if (strcmp(s->table[i].name, name) == 0) return s->params + s->table[i].offset;
+        if (strcmp(s->table[i].name, name) == 0) return s->h_params + s->table[i].offset;
     return NULL;
 }
 
-const float *stage_token_losses(const stage *s, int slot) { return s->slots[slot].losses; }
+const float *stage_token_losses(const stage *s, int slot) { return s->h_losses[slot]; }
+
+kdev *stage_device(const stage *s) { return s->dev; }
+
+/* The four parameter-sized buffers between the device and their host
+ * copies: to_host 1 pulls, 0 pushes. */
+static int stage_move(stage *s, int to_host, char *err, size_t errlen)
+{
+    if (s->host) return 0;
+    float *d[4] = {s->params, s->grads, s->m, s->v};
+    float *h[4] = {s->h_params, s->h_grads, s->h_m, s->h_v};
+    size_t bytes = s->nparams * sizeof(float);
+    for (int i = 0; i < 4; i++)
+        if ((to_host ? kdev_to_host(s->dev, h[i], d[i], bytes)
+                     : kdev_to_device(s->dev, d[i], h[i], bytes)) != KDEV_OK)
+            break;
+    return kdev_sync(s->dev, err, errlen) == KDEV_OK ? 0 : -1;
+}
+
+int stage_pull(stage *s, char *err, size_t errlen) { return stage_move(s, 1, err, errlen); }
+int stage_push(stage *s, char *err, size_t errlen) { return stage_move(s, 0, err, errlen); }
 
 void stage_zero_grads(stage *s)
 {
-    kernels_zero(s->grads, s->nparams);
+    kdev_zero(s->dev, s->grads, s->nparams);
     if (s->lora) stage_lora_zero(s);
     if (s->dhead_apart)
-        kernels_zero(s->dhead_apart, (size_t)s->cfg.vocab_size * s->cfg.hidden_size);
+        kdev_zero(s->dev, s->dhead_apart, (size_t)s->cfg.vocab_size * s->cfg.hidden_size);
 }
 
 void stage_sum_tied_grads(stage *s)
 {
     if (!s->dhead_apart) return;
     size_t n = (size_t)s->cfg.vocab_size * s->cfg.hidden_size;
-    kernels_add(s->dwte, s->dhead_apart, n);
-    kernels_zero(s->dhead_apart, n);
+    kdev_add(s->dev, s->dwte, s->dhead_apart, n);
+    kdev_zero(s->dev, s->dhead_apart, n);
 }
 
 /* ---- initialisation and loading ------------------------------------------- */
@@ -438,8 +533,10 @@ void stage_init_weights(stage *s, uint64_t seed)
     }
     for (int i = 0; i < s->ntable; i++) {
         const stage_param *p = &s->table[i];
-        stage_fill_init(s->params + p->offset, p->numel, p->ndim, p->name, seed);
+        stage_fill_init(s->h_params + p->offset, p->numel, p->ndim, p->name, seed);
     }
+    if (!s->host) /* an error here comes back from the next sync */
+        kdev_to_device(s->dev, s->params, s->h_params, s->nparams * sizeof(float));
 }
 
 int stage_load_weights(stage *s, const safetensors_file *f, char *err, size_t errlen)
@@ -447,10 +544,14 @@ int stage_load_weights(stage *s, const safetensors_file *f, char *err, size_t er
     if (s->lora) return stage_lora_load(s, f, err, errlen);
     for (int i = 0; i < s->ntable; i++) {
         const stage_param *p = &s->table[i];
-        if (safetensors_read_f32(f, p->name, p->ndim, p->shape, s->params + p->offset, err,
+        if (safetensors_read_f32(f, p->name, p->ndim, p->shape, s->h_params + p->offset, err,
                                  errlen))
             return -1;
     }
+    if (!s->host &&
+        (kdev_to_device(s->dev, s->params, s->h_params, s->nparams * sizeof(float)) != KDEV_OK ||
+         kdev_sync(s->dev, err, errlen) != KDEV_OK))
+        return -1;
     return 0;
 }
 
@@ -464,7 +565,7 @@ static void proj_forward(stage *s, slot_acts *sl, int l, int g, float *out, cons
     if (s->lora)
         stage_lora_forward(s, (int)(sl - s->slots), l, g, out, inp, accumulate);
     else
-        matmul_forward(out, inp, w, s->N, IC, OC, accumulate);
+        kdev_matmul_forward(s->dev, out, inp, w, s->N, IC, OC, accumulate);
 }
 
 /* dinp += dout W, and W's gradient (or the adapters'). */
@@ -474,7 +575,7 @@ static void proj_backward(stage *s, slot_acts *sl, int l, int g, float *dinp, fl
     if (s->lora)
         stage_lora_backward(s, (int)(sl - s->slots), l, g, dinp, dout, inp);
     else
-        matmul_backward(dinp, dw, dout, inp, w, s->N, IC, OC);
+        kdev_matmul_backward(s->dev, dinp, dw, dout, inp, w, s->N, IC, OC);
 }
 
 static void layer_forward(stage *s, slot_acts *sl, int l)
@@ -486,17 +587,17 @@ static void layer_forward(stage *s, slot_acts *sl, int l)
     const layer_weights *w = &s->w[l];
     float *res_out = l + 1 < s->nl ? sl->acts[l + 1].res_in : sl->out;
 
-    rmsnorm_forward(a->ln1, a->rstd1, a->res_in, w->ln1, N, C, c->rms_norm_eps);
+    kdev_rmsnorm_forward(s->dev, a->ln1, a->rstd1, a->res_in, w->ln1, N, C, c->rms_norm_eps);
     proj_forward(s, sl, l, STAGE_G_QKV, a->qkv, a->ln1, w->wqkv, C, s->QKV, 0);
-    rope_forward(a->qkv, s->rope_cos, s->rope_sin, N, s->T, NH, HD, s->QKV);
-    rope_forward(a->qkv + NH * HD, s->rope_cos, s->rope_sin, N, s->T, NKV, HD, s->QKV);
-    attention_forward(a->atty, a->att, a->qkv, s->B, s->T, NH, NKV, HD);
-    memcpy(a->mid, a->res_in, (size_t)N * C * sizeof(float));
+    kdev_rope_forward(s->dev, a->qkv, s->rope_cos, s->rope_sin, N, s->T, NH, HD, s->QKV);
+    kdev_rope_forward(s->dev, a->qkv + NH * HD, s->rope_cos, s->rope_sin, N, s->T, NKV, HD, s->QKV);
+    kdev_attention_forward(s->dev, a->atty, a->att, a->qkv, s->B, s->T, NH, NKV, HD);
+    kdev_copy(s->dev, a->mid, a->res_in, (size_t)N * C * sizeof(float));
     proj_forward(s, sl, l, STAGE_G_O, a->mid, a->atty, w->wo, C, C, 1);
-    rmsnorm_forward(a->ln2, a->rstd2, a->mid, w->ln2, N, C, c->rms_norm_eps);
+    kdev_rmsnorm_forward(s->dev, a->ln2, a->rstd2, a->mid, w->ln2, N, C, c->rms_norm_eps);
     proj_forward(s, sl, l, STAGE_G_GU, a->gu, a->ln2, w->wgu, C, 2 * F, 0);
-    swiglu_forward(a->h, a->gu, N, F);
-    memcpy(res_out, a->mid, (size_t)N * C * sizeof(float));
+    kdev_swiglu_forward(s->dev, a->h, a->gu, N, F);
+    kdev_copy(s->dev, res_out, a->mid, (size_t)N * C * sizeof(float));
     proj_forward(s, sl, l, STAGE_G_DOWN, res_out, a->h, w->wdown, F, C, 1);
 }
 
@@ -524,24 +625,30 @@ int stage_forward(stage *s, int slot, const int32_t *ids, const float *in_act,
     float *x0 = s->nl > 0 ? sl->acts[0].res_in : sl->out;
     if (s->first) {
         if (check_tokens(ids, "input_ids", false, s->B, s->T, V, err, errlen)) return -1;
-        memcpy(sl->ids, ids, (size_t)N * sizeof *ids);
-        embedding_forward(x0, sl->ids, s->wte, N, C);
+        kdev_to_device(s->dev, sl->ids, ids, (size_t)N * sizeof *ids);
+        kdev_embedding_forward(s->dev, x0, sl->ids, s->wte, N, C);
     } else {
-        memcpy(x0, in_act, (size_t)N * C * sizeof(float));
+        kdev_to_device(s->dev, x0, in_act, (size_t)N * C * sizeof(float));
     }
     if (s->last && check_tokens(labels, "labels", true, s->B, s->T, V, err, errlen)) return -1;
 
     for (int l = 0; l < s->nl; l++) layer_forward(s, sl, l);
 
     if (s->last) {
-        memcpy(sl->labels, labels, (size_t)N * sizeof *labels);
-        rmsnorm_forward(sl->lnf_out, sl->rstdf, sl->out, s->lnf, N, C, s->cfg.rms_norm_eps);
-        matmul_forward(sl->logits, sl->lnf_out, s->head, N, C, V, 0);
+        kdev_to_device(s->dev, sl->labels, labels, (size_t)N * sizeof *labels);
+        kdev_rmsnorm_forward(s->dev, sl->lnf_out, sl->rstdf, sl->out, s->lnf, N, C,
+                             s->cfg.rms_norm_eps);
+        kdev_matmul_forward(s->dev, sl->logits, sl->lnf_out, s->head, N, C, V, 0);
         int k = 0;
-        double sum = crossentropy_forward(sl->logits, sl->losses, sl->labels, N, V, &k);
+        double sum = kdev_crossentropy_forward(s->dev, sl->logits, sl->losses, sl->labels, N, V,
+                                               &k);
         if (loss_sum) *loss_sum = sum;
         if (kept) *kept = k;
+        if (!s->host) kdev_to_host(s->dev, s->h_losses[slot], sl->losses, (size_t)N * sizeof(float));
+    } else if (!s->host) {
+        kdev_to_host(s->dev, s->h_out[slot], sl->out, (size_t)N * C * sizeof(float));
     }
+    if (!s->host && kdev_sync(s->dev, err, errlen) != KDEV_OK) return -1;
     return 0;
 }
 
@@ -559,25 +666,25 @@ static void layer_backward(stage *s, slot_acts *sl, int l)
     layer_weights *dw = &s->dw[l];
 
     /* MLP: res_out = mid + down(swiglu(gate_up(rmsnorm(mid)))) */
-    kernels_zero(s->dh, (size_t)N * F);
+    kdev_zero(s->dev, s->dh, (size_t)N * F);
     proj_backward(s, sl, l, STAGE_G_DOWN, s->dh, dw->wdown, s->dres, a->h, w->wdown, F, C);
-    kernels_zero(s->dgu, (size_t)N * 2 * F);
-    swiglu_backward(s->dgu, s->dh, a->gu, N, F);
+    kdev_zero(s->dev, s->dgu, (size_t)N * 2 * F);
+    kdev_swiglu_backward(s->dev, s->dgu, s->dh, a->gu, N, F);
     kernels_zero(s->dln, (size_t)N * C);
     proj_backward(s, sl, l, STAGE_G_GU, s->dln, dw->wgu, s->dgu, a->ln2, w->wgu, C, 2 * F);
-    rmsnorm_backward(s->dres, dw->ln2, s->dln, a->mid, w->ln2, a->rstd2, N, C);
+    kdev_rmsnorm_backward(s->dev, s->dres, dw->ln2, s->dln, a->mid, w->ln2, a->rstd2, N, C);
 
     /* attention: mid = res_in + o(attn(rope(qkv(rmsnorm(res_in))))) */
-    kernels_zero(s->datty, (size_t)N * C);
+    kdev_zero(s->dev, s->datty, (size_t)N * C);
     proj_backward(s, sl, l, STAGE_G_O, s->datty, dw->wo, s->dres, a->atty, w->wo, C, C);
-    kernels_zero(s->dqkv, (size_t)N * s->QKV);
-    attention_backward(s->dqkv, s->datty, a->qkv, a->att, s->att_scratch, s->nscratch, s->B,
-                       s->T, NH, NKV, HD);
-    rope_backward(s->dqkv, s->rope_cos, s->rope_sin, N, s->T, NH, HD, s->QKV);
-    rope_backward(s->dqkv + NH * HD, s->rope_cos, s->rope_sin, N, s->T, NKV, HD, s->QKV);
+    kdev_zero(s->dev, s->dqkv, (size_t)N * s->QKV);
+    kdev_attention_backward(s->dev, s->dqkv, s->datty, a->qkv, a->att, s->att_scratch, s->B,
+                            s->T, NH, NKV, HD);
+    kdev_rope_backward(s->dev, s->dqkv, s->rope_cos, s->rope_sin, N, s->T, NH, HD, s->QKV);
+    kdev_rope_backward(s->dev, s->dqkv + NH * HD, s->rope_cos, s->rope_sin, N, s->T, NKV, HD, s->QKV);
     kernels_zero(s->dln, (size_t)N * C);
     proj_backward(s, sl, l, STAGE_G_QKV, s->dln, dw->wqkv, s->dqkv, a->ln1, w->wqkv, C, s->QKV);
-    rmsnorm_backward(s->dres, dw->ln1, s->dln, a->res_in, w->ln1, a->rstd1, N, C);
+    kdev_rmsnorm_backward(s->dev, s->dres, dw->ln1, s->dln, a->res_in, w->ln1, a->rstd1, N, C);
 }
 
 void stage_backward(stage *s, int slot, const float *dout, float loss_scale)
@@ -585,16 +692,20 @@ void stage_backward(stage *s, int slot, const float *dout, float loss_scale)
     int N = s->N, C = s->cfg.hidden_size, V = s->cfg.vocab_size;
     slot_acts *sl = &s->slots[slot];
     if (s->last) {
-        crossentropy_backward(sl->logits, sl->logits, sl->labels, N, V, loss_scale);
-        kernels_zero(s->dln, (size_t)N * C);
-        matmul_backward(s->dln, s->dhead, sl->logits, sl->lnf_out, s->head, N, C, V);
-        kernels_zero(s->dres, (size_t)N * C);
-        rmsnorm_backward(s->dres, s->dlnf, s->dln, sl->out, s->lnf, sl->rstdf, N, C);
+        kdev_crossentropy_backward(s->dev, sl->logits, sl->logits, sl->labels, N, V, loss_scale);
+        kdev_zero(s->dev, s->dln, (size_t)N * C);
+        kdev_matmul_backward(s->dev, s->dln, s->dhead, sl->logits, sl->lnf_out, s->head, N, C, V);
+        kdev_zero(s->dev, s->dres, (size_t)N * C);
+        kdev_rmsnorm_backward(s->dev, s->dres, s->dlnf, s->dln, sl->out, s->lnf, sl->rstdf, N, C);
     } else {
-        memcpy(s->dres, dout, (size_t)N * C * sizeof(float));
+        kdev_to_device(s->dev, s->dres, dout, (size_t)N * C * sizeof(float));
     }
     for (int l = s->nl - 1; l >= 0; l--) layer_backward(s, sl, l);
-    if (s->first && s->dwte) embedding_backward(s->dwte, s->dres, sl->ids, N, C);
+    if (s->first && s->dwte) kdev_embedding_backward(s->dev, s->dwte, s->dres, sl->ids, N, C);
+    /* the input gradient for the stage before (a device error surfaces at
+     * the next sync: the next forward or stage_pull) */
+    if (!s->host && !s->first)
+        kdev_to_host(s->dev, s->h_dres, s->dres, (size_t)N * C * sizeof(float));
 }
 
 /* ---- optimizer ------------------------------------------------------------- */
@@ -604,7 +715,7 @@ double stage_grad_sumsq(const stage *s)
     double sum = 0.0;
     for (int i = 0; i < s->ntable; i++)
         if (!s->table[i].tied_copy)
-            sum += grad_sumsq(s->grads + s->table[i].offset, s->table[i].numel);
+            sum += kdev_grad_sumsq(s->dev, s->grads + s->table[i].offset, s->table[i].numel);
     return sum;
 }
 
@@ -612,7 +723,7 @@ void stage_adamw_step(stage *s, const stage_adamw *o, int t, float grad_scale)
 {
     for (int i = 0; i < s->ntable; i++) {
         const stage_param *p = &s->table[i];
-        adamw_update(s->params + p->offset, s->grads + p->offset, s->m + p->offset,
+        kdev_adamw_update(s->dev, s->params + p->offset, s->grads + p->offset, s->m + p->offset,
                      s->v + p->offset, p->numel, o->lr, o->beta1, o->beta2, o->eps,
                      p->decay ? o->weight_decay : 0.0f, t, grad_scale);
     }

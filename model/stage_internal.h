@@ -39,6 +39,15 @@ typedef struct {
 
 struct stage {
     llama_config cfg;
+    /* Where it computes: every buffer below is this device's memory (host
+     * memory on the CPU device). On another device, h_* are the host
+     * copies the accessors return: params/grads/moments after stage_pull,
+     * a slot's output and losses after its forward, the input gradient
+     * after a backward; on the CPU they alias the buffers themselves. */
+    struct kdev *dev;
+    bool host;
+    float *h_params, *h_grads, *h_m, *h_v, *h_dres;
+    float **h_out, **h_losses;         /* [nslots] */
     int l0, l1, nl, B, T, N, QKV;
     bool first, last;
 

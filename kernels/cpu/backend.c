@@ -15,11 +15,7 @@
 /* Attention's scratch: one T x T slot per thread that may run it. The
  * thread cap can change between sizing and use (`shardnode set
  * --threads`), so size for the larger of the cap and the cores. */
-static int cpu_slots(void)
-{
-    return omp_get_max_threads() > omp_get_num_procs() ? omp_get_max_threads()
-                                                       : omp_get_num_procs();
-}
+static int cpu_slots(void) { return kernels_thread_slots(); }
 
 static int cpu_count(char *err, size_t errlen)
 {

@@ -27,6 +27,12 @@ void kernels_set_threads(int n)
 
 int kernels_threads(void) { return omp_get_max_threads(); }
 
+int kernels_thread_slots(void)
+{
+    return omp_get_max_threads() > omp_get_num_procs() ? omp_get_max_threads()
+                                                       : omp_get_num_procs();
+}
+
 const char *kernels_blas_corename(void) { return openblas_get_corename(); }
 
 /* From figures (bench/coretypes.py, bench/README.md): on an AVX-512 CPU
