@@ -64,12 +64,13 @@ static int bench_sgemm(void)
 int cmd_bench(int argc, char **argv)
 {
     const char *config = NULL, *batch = "4", *seq = "256", *steps = "3", *threads = NULL,
-               *seed = "1";
+               *seed = "1", *device = "cpu";
     bool sgemm = false;
     const args_option opts[] = {
         {"--config", &config, NULL}, {"--batch", &batch, NULL}, {"--seq", &seq, NULL},
         {"--steps", &steps, NULL},   {"--threads", &threads, NULL},
         {"--seed", &seed, NULL},     {"--sgemm", NULL, &sgemm},
+        {"--device", &device, NULL},
     };
     int nopts = (int)(sizeof opts / sizeof opts[0]);
     char err[512];
@@ -77,6 +78,7 @@ int cmd_bench(int argc, char **argv)
     llama_config cfg;
     split_plan plan;
     chain c = {0};
+    kdev *dev = NULL;
     int32_t *ids = NULL, *labels = NULL;
     int rc = 1;
 
@@ -95,7 +97,8 @@ int cmd_bench(int argc, char **argv)
         args_int(seed, "--seed", 0, INT32_MAX, &sd, err, sizeof err) ||
         llama_config_load(&cfg, config, err, sizeof err) ||
         split_parse(&plan, NULL, cfg.num_hidden_layers, "--split", err, sizeof err) ||
-        chain_create(&c, &cfg, &plan, (int)B, (int)T, err, sizeof err))
+        kdev_open(device, &dev, err, sizeof err) != KDEV_OK ||
+        chain_create_on(&c, &cfg, &plan, (int)B, (int)T, NULL, dev, err, sizeof err))
         goto done;
     stage_init_weights(c.stages[0], (uint64_t)sd);
     ids = malloc((size_t)(B * T) * sizeof *ids);
@@ -121,6 +124,7 @@ int cmd_bench(int argc, char **argv)
             goto done;
         loss /= kept;
         chain_adamw_step(&c, &opt, (int)step + 1, 1.0f);
+        if (chain_sync(&c, err, sizeof err)) goto done; /* a GPU's step has ended */
         double ms = now_ms() - t0;
         if (step > 0) {
             printf("{\"step\": %ld, \"step_ms\": %.1f, \"tokens_per_s\": %.1f, \"loss\": %.6f}\n",
@@ -132,6 +136,7 @@ int cmd_bench(int argc, char **argv)
 done:
     if (rc) fprintf(stderr, "shardnode bench: %s\n", err);
     chain_free(&c);
+    kdev_close(dev);
     free(ids);
     free(labels);
     return rc;

@@ -13,7 +13,8 @@
  * adapters' (PEFT names), which --weights must hold beside the base (with
  * --random: the seeded init, B zero). --input-grads adds the gradient of
  * each stage's input but the first's, as input_grad.layer.L [B*T, C]
- * (L the stage's first layer). */
+ * (L the stage's first layer). --device cpu|cuda:N|hip:N: every stage on
+ * that device (kernels.h), the gradients copied back to write them. */
 #include "commands.h"
 #include "runtime.h"
 
@@ -171,7 +172,7 @@ static int random_batch(int32_t **ids, int32_t **labels, int B, int T, int V, ui
 int cmd_gradcheck(int argc, char **argv)
 {
     const char *config = NULL, *weights = NULL, *batch = NULL, *out = NULL, *split = NULL,
-               *threads = NULL, *random = NULL, *lora_arg = NULL;
+               *threads = NULL, *random = NULL, *lora_arg = NULL, *device = "cpu";
     bool nf4 = false, input_grads = false;
     const args_option opts[] = {
         {"--random", &random, NULL},
@@ -179,7 +180,7 @@ int cmd_gradcheck(int argc, char **argv)
         {"--batch", &batch, NULL},   {"--out", &out, NULL},
         {"--split", &split, NULL},   {"--threads", &threads, NULL},
         {"--lora", &lora_arg, NULL}, {"--nf4", NULL, &nf4},
-        {"--input-grads", NULL, &input_grads},
+        {"--input-grads", NULL, &input_grads}, {"--device", &device, NULL},
     };
     const char *where = "";
     const char *required[] = {"--config", "--out", NULL};
@@ -190,6 +191,7 @@ int cmd_gradcheck(int argc, char **argv)
     safetensors_file *wf = NULL, *bf = NULL;
     int32_t *ids = NULL, *labels = NULL;
     chain c = {0};
+    kdev *dev = NULL;
     int B = 0, T = 0, rc = 1;
     long nthreads = 0;
     double loss = 0;
@@ -227,7 +229,8 @@ int cmd_gradcheck(int argc, char **argv)
         goto done;
     }
     if (lora_arg && parse_lora(lora_arg, nf4, &lora, err, sizeof err)) goto done;
-    if (chain_create_lora(&c, &cfg, &plan, B, T, lora_arg ? &lora : NULL, err, sizeof err))
+    if (kdev_open(device, &dev, err, sizeof err) != KDEV_OK ||
+        chain_create_on(&c, &cfg, &plan, B, T, lora_arg ? &lora : NULL, dev, err, sizeof err))
         goto done;
     for (int i = 0; i < plan.nstages; i++) {
         if (random)
@@ -243,11 +246,13 @@ int cmd_gradcheck(int argc, char **argv)
         goto done;
     }
     chain_sum_tied_grads(&c);
+    if (chain_pull(&c, err, sizeof err)) goto done;
     if (write_grads(&c, out, (float)(loss / kept), input_grads, err, sizeof err)) goto done;
     rc = 0;
 done:
     if (rc) fprintf(stderr, "shardnode gradcheck: %s%s%s\n", where, *where ? ": " : "", err);
     chain_free(&c);
+    kdev_close(dev);
     free(ids);
     free(labels);
     safetensors_close(wf);

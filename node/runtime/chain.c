@@ -18,14 +18,20 @@ int chain_create(chain *c, const llama_config *cfg, const split_plan *plan, int 
 int chain_create_lora(chain *c, const llama_config *cfg, const split_plan *plan, int B, int T,
                       const stage_lora *lora, char *err, size_t errlen)
 {
+    return chain_create_on(c, cfg, plan, B, T, lora, NULL, err, errlen);
+}
+
+int chain_create_on(chain *c, const llama_config *cfg, const split_plan *plan, int B, int T,
+                    const stage_lora *lora, kdev *dev, char *err, size_t errlen)
+{
     memset(c, 0, sizeof *c);
     c->cfg = *cfg;
     c->plan = *plan;
     c->B = B;
     c->T = T;
     for (int i = 0; i < plan->nstages; i++)
-        if (stage_create_lora(&c->stages[i], cfg, plan->begin[i], plan->end[i], i == 0,
-                              i == plan->nstages - 1, B, T, 1, lora, err, errlen)) {
+        if (stage_create_on(&c->stages[i], cfg, plan->begin[i], plan->end[i], i == 0,
+                            i == plan->nstages - 1, B, T, 1, lora, dev, err, errlen)) {
             chain_free(c);
             return -1;
         }
@@ -84,9 +90,36 @@ void chain_sum_tied_grads(chain *c)
     int b = find_param(last, "model.embed_tokens.weight");
     if (a < 0 || b < 0) return;
     const stage_param *pa = stage_param_at(first, a), *pb = stage_param_at(last, b);
+    /* On a GPU through the host copies (a split chain on one device is for
+     * tests; pull and push move every buffer, so both stay consistent). */
+    char err[256];
+    if (stage_pull(first, err, sizeof err) || stage_pull(last, err, sizeof err)) return;
     float *ga = stage_grads(first) + pa->offset, *gb = stage_grads(last) + pb->offset;
     kernels_add(ga, gb, pa->numel);
     memcpy(gb, ga, pa->numel * sizeof(float));
+    stage_push(first, err, sizeof err);
+    stage_push(last, err, sizeof err);
+}
+
+int chain_pull(chain *c, char *err, size_t errlen)
+{
+    for (int i = 0; i < c->plan.nstages; i++)
+        if (stage_pull(c->stages[i], err, errlen)) return -1;
+    return 0;
+}
+
+int chain_push(chain *c, char *err, size_t errlen)
+{
+    for (int i = 0; i < c->plan.nstages; i++)
+        if (stage_push(c->stages[i], err, errlen)) return -1;
+    return 0;
+}
+
+int chain_sync(chain *c, char *err, size_t errlen)
+{
+    for (int i = 0; i < c->plan.nstages; i++)
+        if (kdev_sync(stage_device(c->stages[i]), err, errlen) != KDEV_OK) return -1;
+    return 0;
 }
 
 double chain_adamw_step(chain *c, const stage_adamw *opt, int t, double max_norm)

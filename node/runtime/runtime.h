@@ -81,7 +81,16 @@ int chain_create(chain *c, const llama_config *cfg, const split_plan *plan, int 
 /* The same with LoRA adapters on every stage (lora NULL: chain_create). */
 int chain_create_lora(chain *c, const llama_config *cfg, const split_plan *plan, int B, int T,
                       const stage_lora *lora, char *err, size_t errlen);
+/* The same on a device (NULL: the CPU): every stage on dev. */
+int chain_create_on(chain *c, const llama_config *cfg, const split_plan *plan, int B, int T,
+                    const stage_lora *lora, struct kdev *dev, char *err, size_t errlen);
 void chain_free(chain *c);
+/* Every stage's parameters, gradients and moments to their host copies
+ * (stage_pull) and back (stage_push); waits for the queued work (sync).
+ * No-ops on the CPU; 0, or -1 with the device's error. */
+int chain_pull(chain *c, char *err, size_t errlen);
+int chain_push(chain *c, char *err, size_t errlen);
+int chain_sync(chain *c, char *err, size_t errlen);
 /* One micro-batch forward and backward; gradients accumulate. loss_scale as
  * in stage_backward (1 / kept targets of the whole batch); 0 means 1 / kept
  * targets of this micro-batch, which then must have one. Fills the sum of
