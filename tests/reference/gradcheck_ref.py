@@ -3,6 +3,7 @@ PyTorch autograd in float64 (tests/reference/llama_ref.py).
 
     /usr/bin/python3 tests/reference/gradcheck_ref.py --shardnode build/shardnode \
         --workdir /tmp/gradcheck [--config CONFIG.json] [--seed S] [--quick]
+        [--device cpu|cuda:N|hip:N]
 
 Without --config it runs a fixed set of small, awkward configurations
 (grouped-query and multi-head attention, odd vocabularies, intermediate sizes
@@ -23,6 +24,9 @@ and asserts on G.safetensors: loss relative error <= 1e-5; for every
 parameter max|g - g_ref| / max|g_ref| <= 1e-4; the gradient names are exactly
 the parameter names (no lm_head.weight with tied embeddings), F32, HF shapes.
 Exits non-zero on any failure, naming the configuration and the tensor.
+--device runs every gradcheck on that device (the same tolerances: the GPU
+backends compute in fp32); a device that `shardnode devices --json` does
+not list as usable skips the test (exit 77) with its reason.
 """
 
 import argparse
@@ -44,6 +48,7 @@ GRAD_RTOL = 1e-4
 # the largest reference gradient of the model instead.
 ZERO_REF_FLOOR = 1e-6
 PROCESS_TIMEOUT_S = 300
+DEVICE = "cpu"
 
 # Fixed configurations. std: matrices; larger values make attention far from
 # uniform so the q/k gradients carry weight. splits: None = one stage.
@@ -81,6 +86,8 @@ def run_shardnode(shardnode, cfg_path, w_path, b_path, g_path, split):
            "--batch", b_path, "--out", g_path]
     if split is not None:
         cmd += ["--split", split]
+    if DEVICE != "cpu":
+        cmd += ["--device", DEVICE]
     if os.path.exists(g_path):
         os.remove(g_path)
     try:
@@ -249,11 +256,24 @@ def main():
     ap.add_argument("--config", help="check only this config.json (random weights and batch)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--quick", action="store_true", help="fewer splits per configuration")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda:N or hip:N")
     args = ap.parse_args()
 
     shardnode = os.path.abspath(args.shardnode)
     if not os.access(shardnode, os.X_OK):
         sys.exit("gradcheck_ref: %s is not an executable file" % shardnode)
+    global DEVICE
+    DEVICE = args.device
+    if DEVICE != "cpu":
+        listed = json.loads(subprocess.run([shardnode, "devices", "--json"], check=True,
+                                           stdout=subprocess.PIPE).stdout)
+        vendor = DEVICE.split(":")[0]
+        mine = [d for d in listed if d["device"] == DEVICE and d["status"] == "ok"]
+        if not mine:
+            why = "; ".join(d.get("why", d["status"]) for d in listed
+                            if d["device"].split(":")[0] == vendor)
+            print("skip: %s is not usable here (%s)" % (DEVICE, why or "not listed"))
+            sys.exit(77)
     os.makedirs(args.workdir, exist_ok=True)
     t0 = time.time()
     if args.config:
