@@ -28,6 +28,7 @@ typedef struct {
     tokenizer *tok;
     data_set *data;
     chain chain;
+    kdev *dev;                 /* --device: where the chain computes (NULL: the CPU) */
     int nmicro, rows;          /* micro-batches per step, rows B*T of one */
     int32_t *ids, *labels;     /* [nmicro][rows] */
     FILE *metrics;
@@ -97,8 +98,8 @@ static int trainer_open_data(trainer *t, bool with_model, char *err, size_t errl
     split_plan plan;
     split_parse(&plan, NULL, t->cfg.num_hidden_layers, "--split", err, errlen);
     if (with_model &&
-        chain_create_lora(&t->chain, &t->cfg, &plan, j->micro_batch, j->seq_len, job_lora(j), err,
-                          errlen))
+        chain_create_on(&t->chain, &t->cfg, &plan, j->micro_batch, j->seq_len, job_lora(j),
+                        t->dev, err, errlen))
         return -1;
     t->nmicro = j->batch / j->micro_batch;
     t->rows = j->micro_batch * j->seq_len;
@@ -116,6 +117,7 @@ static int trainer_open_data(trainer *t, bool with_model, char *err, size_t errl
 static void trainer_close(trainer *t)
 {
     chain_free(&t->chain);
+    kdev_close(t->dev);
     data_close(t->data);
     tokenizer_free(t->tok);
     free(t->ids);
@@ -138,8 +140,9 @@ static int trainer_start(trainer *t, bool resume, long *start, char *err, size_t
     if (!resume || t->job.has_lora)
         for (int i = 0; i < t->chain.plan.nstages; i++)
             if (job_init_stage(&t->job, &t->cfg, t->chain.stages[i], err, errlen)) return -1;
-    if (resume) return checkpoint_load(t->ckpt_path, &t->chain, &t->job, start, err, errlen);
-    return 0;
+    if (resume && checkpoint_load(t->ckpt_path, &t->chain, &t->job, start, err, errlen))
+        return -1;
+    return chain_push(&t->chain, err, errlen); /* what was written to the host copies */
 }
 
 /* Mean loss over the fixed validation windows (val_batches micro-batches). */
@@ -216,7 +219,8 @@ static int write_outputs(trainer *t, char *err, size_t errlen)
     /* with lora, the adapters alone under PEFT's names */
     out_path(t, t->job.has_lora ? "adapter_model.safetensors" : "model.safetensors", path,
              sizeof path);
-    if (checkpoint_export(path, &t->chain, err, errlen)) return -1;
+    if (chain_pull(&t->chain, err, errlen) || checkpoint_export(path, &t->chain, err, errlen))
+        return -1;
     out_path(t, "config.json", path, sizeof path);
     if (llama_config_save(&t->cfg, path, err, errlen)) return -1;
     out_path(t, "tokenizer.json", path, sizeof path);
@@ -259,7 +263,9 @@ static int run(trainer *t, long stop, bool resume, const char *metrics_path, cha
         if ((j->val_interval && done % j->val_interval == 0) || (last && done == j->steps))
             if (validate(t, &val, err, errlen)) return -1;
         if ((j->checkpoint_interval && done % j->checkpoint_interval == 0) || last)
-            if (checkpoint_save(t->ckpt_path, &t->chain, done, j->text, err, errlen)) return -1;
+            if (chain_pull(&t->chain, err, errlen) ||
+                checkpoint_save(t->ckpt_path, &t->chain, done, j->text, err, errlen))
+                return -1;
         double tps = (double)(done - first) * j->batch * j->seq_len / (now_s() - t_start);
         if (t->metrics) {
             fprintf(t->metrics, "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.6g, \"tokens\": %ld, "
@@ -678,7 +684,8 @@ static int run_mesh(const char *state, const char *job, bool stop, bool wait, bo
 int cmd_train(int argc, char **argv)
 {
     const char *job = NULL, *steps = NULL, *metrics = NULL, *threads = NULL, *cluster = NULL,
-               *node = NULL, *state = NULL, *snapshots = NULL, *resume_from = NULL;
+               *node = NULL, *state = NULL, *snapshots = NULL, *resume_from = NULL,
+               *device = NULL;
     bool resume = false, stop_job = false, wait = false, append = false, wait_copies = false;
     const args_option opts[] = {
         {"--job", &job, NULL},         {"--steps", &steps, NULL},
@@ -688,6 +695,7 @@ int cmd_train(int argc, char **argv)
         {"--stop", NULL, &stop_job},   {"--wait", NULL, &wait},
         {"--snapshots", &snapshots, NULL}, {"--resume-from", &resume_from, NULL},
         {"--append-metrics", NULL, &append}, {"--wait-copies", NULL, &wait_copies},
+        {"--device", &device, NULL},
     };
     const char *required[] = {"--job", NULL};
     int nopts = (int)(sizeof opts / sizeof opts[0]);
@@ -698,7 +706,7 @@ int cmd_train(int argc, char **argv)
     int rc = 1;
     if (args_parse(argc, argv, 2, opts, nopts, err, sizeof err) == 0 && state) {
         if (steps || metrics || threads || cluster || node || snapshots || resume_from ||
-            append || wait_copies) {
+            append || wait_copies || device) {
             fprintf(stderr, "shardnode train: --state submits to the mesh; it takes --job, "
                             "--wait, --resume or --stop only\n");
             return 2;
@@ -714,6 +722,11 @@ int cmd_train(int argc, char **argv)
                         "--wait-copies are for a pipeline stage: they need --cluster\n");
         return 2;
     }
+    if (device && cluster) {
+        fprintf(stderr, "shardnode train: --device is for a job trained in one process in this "
+                        "version; a pipeline stage (--cluster) computes on the CPU\n");
+        return 2;
+    }
     if (wait_copies && !snapshots) {
         fprintf(stderr, "shardnode train: --wait-copies waits for copies of the stage's "
                         "snapshots: it needs --snapshots DIR\n");
@@ -723,6 +736,7 @@ int cmd_train(int argc, char **argv)
         args_require(opts, nopts, required, err, sizeof err) ||
         (steps && args_int(steps, "--steps", 1, 1L << 40, &stop, err, sizeof err)) ||
         (threads && args_int(threads, "--threads", 1, 1024, &nthreads, err, sizeof err)) ||
+        (device && kdev_open(device, &t.dev, err, sizeof err) != KDEV_OK) ||
         (cluster ? run_cluster(&t, job, cluster, node, nthreads, stop, resume, metrics, append,
                                snapshots, wait_copies, resume_from, err, sizeof err)
                  : trainer_open(&t, job, nthreads, err, sizeof err) ||
