@@ -1,9 +1,12 @@
 #!/bin/sh
 # Installs every Debian package shardnode builds, tests and runs with.
+# hipcc (Debian's HIP compiler, no GPU needed) builds the AMD backend,
+# libshardnode-hip.so; the NVIDIA one is built when the CUDA toolkit's nvcc
+# is in its standard place (/usr/local/cuda), which Debian does not ship.
 # Idempotent: when everything is present it touches nothing and needs no network.
 set -eu
 PKGS="build-essential cmake pkg-config libopenblas-openmp-dev libopenblas-dev libjansson-dev
-libpcre2-dev libmsgpack-dev libevent-dev wireguard-go iproute2 iptables clang libclang-rt-14-dev libssl-dev wireguard-tools bible-kjv python3 python3-venv python3-pip python3-numpy python3-torch python3-cryptography chromium faketime"
+libpcre2-dev libmsgpack-dev libevent-dev wireguard-go iproute2 iptables clang libclang-rt-14-dev libssl-dev wireguard-tools bible-kjv python3 python3-venv python3-pip python3-numpy python3-torch python3-cryptography chromium faketime hipcc"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
