@@ -418,6 +418,7 @@ static int run_cluster(trainer *t, const char *job, const char *cluster_path, co
                          .checkpoint = ckpt,
                          .stop_request = &stop_signal,
                          .threads_request = &threads_signal,
+                         .device = t->dev,
                          .stopped_at = -1};
     if (snapshots) {
         eo.snapshot_dir = snapshots;
@@ -720,11 +721,6 @@ int cmd_train(int argc, char **argv)
     if ((snapshots || resume_from || append || wait_copies) && !cluster) {
         fprintf(stderr, "shardnode train: --snapshots, --resume-from, --append-metrics and "
                         "--wait-copies are for a pipeline stage: they need --cluster\n");
-        return 2;
-    }
-    if (device && cluster) {
-        fprintf(stderr, "shardnode train: --device is for a job trained in one process in this "
-                        "version; a pipeline stage (--cluster) computes on the CPU\n");
         return 2;
     }
     if (wait_copies && !snapshots) {

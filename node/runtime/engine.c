@@ -62,6 +62,7 @@ typedef struct {
     bool peer_done[8];         /* peers that said the run is over for them */
     long done_at;              /* a peer's "done" ended the run after this many steps; -1 */
     const volatile sig_atomic_t *stop_request;
+    struct kdev *dev;          /* the stage's device (NULL: the CPU) */
     double compute_s;          /* this step's forwards, backwards and AdamW (no waits) */
 } engine;
 
@@ -353,6 +354,8 @@ static int exchange_tied(engine *e, char *err, size_t errlen)
         if (strcmp(stage_param_at(e->st, i)->name, "model.embed_tokens.weight") == 0)
             p = stage_param_at(e->st, i);
     if (!p) return 0;   /* a frozen embedding (lora): nothing to exchange, on either end */
+    /* on a GPU through the host copies (stage_pull / stage_push) */
+    if (stage_pull(e->st, err, errlen)) return -1;
     float *g = stage_grads(e->st) + p->offset;
     mesh_msg m = {0}, in;
     mesh_frame *f;
@@ -380,6 +383,7 @@ static int exchange_tied(engine *e, char *err, size_t errlen)
             memcpy(&x, b + 4 * i, 4);
             g[i] += x;
         }
+        if (stage_push(e->st, err, errlen)) rc = -1;
     } else {
         rc = -1;
     }
@@ -504,6 +508,7 @@ static int save_stage(engine *e, char *err, size_t errlen)
     c.cfg = *e->cfg;
     c.plan.nstages = 1;
     c.stages[0] = e->st;
+    if (stage_pull(e->st, err, errlen)) return -1;
     return checkpoint_export(path, &c, err, errlen);
 }
 
@@ -573,9 +578,9 @@ static int engine_open(engine *e, char *err, size_t errlen)
     }
     int n = sched_build(cl->policy, e->p, e->self, e->m, probe);
     e->nslots = sched_max_in_flight(probe, n);
-    if (stage_create_lora(&e->st, e->cfg, me->begin, me->end, e->self == 0, e->self == e->p - 1,
-                          e->job->micro_batch, e->job->seq_len, e->nslots, job_lora(e->job),
-                          err, errlen))
+    if (stage_create_on(&e->st, e->cfg, me->begin, me->end, e->self == 0, e->self == e->p - 1,
+                        e->job->micro_batch, e->job->seq_len, e->nslots, job_lora(e->job), e->dev,
+                        err, errlen))
         return -1;
     size_t act = (size_t)e->rows * e->cfg->hidden_size;
     e->ids = malloc((size_t)e->m * e->rows * sizeof *e->ids);
@@ -681,6 +686,7 @@ static chain one_stage(engine *e)
 static int save_state(engine *e, const char *path, long done, char *err, size_t errlen)
 {
     chain c = one_stage(e);
+    if (stage_pull(e->st, err, errlen)) return -1;
     return checkpoint_save(path, &c, done, e->job->text, err, errlen);
 }
 
@@ -801,6 +807,7 @@ int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
     e->data = data;
     e->done_at = -1;
     e->stop_request = opt->stop_request;
+    e->dev = opt->device;
     int rc = -1;
     sched_op *ops = NULL;
     if (engine_open(e, err, errlen)) goto out;
@@ -821,6 +828,7 @@ int engine_train(const job_spec *job, const llama_config *cfg, data_set *data,
             goto out;
         }
     }
+    if (stage_push(e->st, err, errlen)) goto out; /* what was written to the host copies */
     ops = malloc((size_t)2 * e->m * sizeof *ops);
     if (!ops) goto out;
     int nops = sched_build(cl->policy, e->p, self, e->m, ops);

@@ -229,6 +229,7 @@ typedef struct {
                              * handler), the stage computes with n threads from the next
                              * step on, at most the threads it started with (its scratch
                              * is sized for those); NULL: fixed */
+    struct kdev *device;    /* where the stage computes (kernels.h); NULL: the CPU */
     long stopped_at;        /* out: steps done when engine_train returned 0 */
     /* A pool run's recovery (docs/ARCHITECTURE.md, "Recovery"): */
     const char *snapshot_dir; /* every job_snapshot_interval(snapshot_every) steps (before
