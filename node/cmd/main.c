@@ -58,7 +58,7 @@ static void usage(FILE *out)
             "      sample from a model directory (with a PEFT LoRA adapter merged at load)\n"
             "  generate --model DIR [--adapter DIR] --logits IDS --out FILE\n"
             "      the logits after each of the token ids 1,2,3,... into FILE (safetensors)\n"
-            "  profile --model CONFIG.json [--micro-batch B --seq T] [--json]\n"
+            "  profile --model CONFIG.json [--micro-batch B --seq T] [--json] [--device D]\n"
             "      time the real forward, backward and AdamW per layer on this machine\n"
             "  devices [--json]\n"
             "      what this binary computes on here: the CPU, and each GPU backend's\n"

@@ -1,7 +1,8 @@
 /* profile_cmd.c — `shardnode profile`: the real forward, backward and AdamW
  * of the embedding, one decoder layer and the head on this node's device,
  * timed over a few iterations, with its usable memory and the bytes each
- * part holds. The result is cached per (device, model shape, micro-batch
+ * part holds (--device cpu|cuda:N|hip:N: on that device, each part timed
+ * to its end with kdev_sync). The result is cached per (device, model shape, micro-batch
  * shape) and is what a fleet file's "profile" reads. */
 #include "commands.h"
 #include "runtime.h"
@@ -59,8 +60,14 @@ typedef struct {
 /* The decoder layers are timed as a stage of nl of them, divided by nl
  * (--layers): one small layer alone may keep its weights in cache between
  * its forward and its backward, which a stage of many layers does not. */
-static int measure(const llama_config *cfg, int B, int T, int nl, int iters, part_times *out,
-                   char *err, size_t errlen)
+/* The queued work of a GPU stage done, so the clock reads what it took. */
+static int settle(stage *s, char *err, size_t errlen)
+{
+    return kdev_sync(stage_device(s), err, errlen) == KDEV_OK ? 0 : -1;
+}
+
+static int measure(const llama_config *cfg, int B, int T, int nl, int iters, kdev *dev,
+                   part_times *out, char *err, size_t errlen)
 {
     int L = cfg->num_hidden_layers, N = B * T, C = cfg->hidden_size, rc = -1;
     stage *st[COST_UNITS] = {NULL, NULL, NULL};
@@ -71,9 +78,11 @@ static int measure(const llama_config *cfg, int B, int T, int nl, int iters, par
         snprintf(err, errlen, "out of memory for a micro-batch of %d x %d", B, T);
         goto out;
     }
-    if (stage_create(&st[COST_EMBED], cfg, 0, 0, true, false, B, T, 1, err, errlen) ||
-        stage_create(&st[COST_LAYER], cfg, 0, nl, false, false, B, T, 1, err, errlen) ||
-        stage_create(&st[COST_HEAD], cfg, L, L, false, true, B, T, 1, err, errlen))
+    if (stage_create_on(&st[COST_EMBED], cfg, 0, 0, true, false, B, T, 1, NULL, dev, err,
+                        errlen) ||
+        stage_create_on(&st[COST_LAYER], cfg, 0, nl, false, false, B, T, 1, NULL, dev, err,
+                        errlen) ||
+        stage_create_on(&st[COST_HEAD], cfg, L, L, false, true, B, T, 1, NULL, dev, err, errlen))
         goto out;
     uint64_t x = 0x9e3779b97f4a7c15ull;
     for (int i = 0; i < N; i++) {
@@ -93,6 +102,7 @@ static int measure(const llama_config *cfg, int B, int T, int nl, int iters, par
         double loss;
         int kept = 0;
         for (int u = 0; u < COST_UNITS; u++) stage_zero_grads(st[u]);
+        if (settle(st[0], err, errlen)) goto out;
         int64_t t0 = now_ns();
         if (stage_forward(st[COST_EMBED], 0, ids, NULL, NULL, NULL, NULL, err, errlen)) goto out;
         int64_t t1 = now_ns();
@@ -101,16 +111,20 @@ static int measure(const llama_config *cfg, int B, int T, int nl, int iters, par
         if (stage_forward(st[COST_HEAD], 0, NULL, act, labels, &loss, &kept, err, errlen)) goto out;
         int64_t t3 = now_ns();
         stage_backward(st[COST_HEAD], 0, NULL, 1.0f / (float)(kept ? kept : 1));
+        if (settle(st[0], err, errlen)) goto out;
         int64_t t4 = now_ns();
         stage_backward(st[COST_LAYER], 0, dout, 0.0f);
+        if (settle(st[0], err, errlen)) goto out;
         int64_t t5 = now_ns();
         stage_backward(st[COST_EMBED], 0, dout, 0.0f);
+        if (settle(st[0], err, errlen)) goto out;
         int64_t t6 = now_ns();
         t[0] = t1 - t0, t[1] = t2 - t1, t[2] = t3 - t2;
         t[3] = t6 - t5, t[4] = t5 - t4, t[5] = t4 - t3;
         for (int u = 0; u < COST_UNITS; u++) {
             int64_t a = now_ns();
             stage_adamw_step(st[u], &opt, it + 2, 1.0f);
+            if (settle(st[u], err, errlen)) goto out;
             t[6 + u] = now_ns() - a;
         }
         if (it >= 0)
@@ -158,13 +172,15 @@ static json_t *unit_json(const part_times *t, const cost_bytes *cb, int u)
 int cmd_profile(int argc, char **argv)
 {
     const char *model = NULL, *micro = "1", *seq = NULL, *iters_s = "3", *threads = NULL,
-               *cache = NULL, *out_path = NULL, *layers_s = "1", *lock_path = NULL;
+               *cache = NULL, *out_path = NULL, *layers_s = "1", *lock_path = NULL,
+               *device = "cpu";
     bool as_json = false, fresh = false;
     const args_option opts[] = {
         {"--model", &model, NULL},  {"--micro-batch", &micro, NULL}, {"--seq", &seq, NULL},
         {"--iters", &iters_s, NULL}, {"--threads", &threads, NULL}, {"--cache", &cache, NULL},
         {"--out", &out_path, NULL}, {"--json", NULL, &as_json},     {"--fresh", NULL, &fresh},
         {"--layers", &layers_s, NULL}, {"--lock", &lock_path, NULL},
+        {"--device", &device, NULL},
     };
     const char *required[] = {"--model", NULL};
     int nopts = (int)(sizeof opts / sizeof opts[0]);
@@ -172,6 +188,7 @@ int cmd_profile(int argc, char **argv)
     long B, T = 0, iters, nthreads = 0, nl;
     llama_config cfg;
     json_t *pj = NULL;
+    kdev *dev = NULL;
     if (args_parse(argc, argv, 2, opts, nopts, err, sizeof err) ||
         args_require(opts, nopts, required, err, sizeof err) ||
         llama_config_load(&cfg, model, err, sizeof err) ||
@@ -183,18 +200,30 @@ int cmd_profile(int argc, char **argv)
         fprintf(stderr, "shardnode profile: %s\n", err);
         return 2;
     }
+    if (kdev_open(device, &dev, err, sizeof err) != KDEV_OK) {
+        fprintf(stderr, "shardnode profile: %s\n", err);
+        return 1;
+    }
+    const kdev_info *di = kdev_get_info(dev);
+    bool on_cpu = kdev_is_host(dev);
     if (!seq) T = cfg.max_position_embeddings < 256 ? cfg.max_position_embeddings : 256;
     if (nl > cfg.num_hidden_layers) nl = cfg.num_hidden_layers;
     if (nthreads) kernels_set_threads((int)nthreads);
-    /* The only backend today is the CPU; GPUs join this list with kernels/gpu. */
-    proc_field("/proc/cpuinfo", "model name", cpu, sizeof cpu);
+    /* A GPU profile is keyed by the GPU (and its driver), a CPU one by the
+     * CPU, its threads and BLAS (the key a CPU profile always had). */
+    if (on_cpu) proc_field("/proc/cpuinfo", "model name", cpu, sizeof cpu);
+    else snprintf(cpu, sizeof cpu, "%s %s driver %s", di->name, di->arch, di->driver);
     int nthr = kernels_threads();
     long procs = sysconf(_SC_NPROCESSORS_ONLN);
     int slots = procs > nthr ? (int)procs : nthr;   /* stage_create's attention scratch */
     checkpoint_config_string(&cfg, cfgs, sizeof cfgs);
     char key[1024];
-    snprintf(key, sizeof key, "%s|B=%ld|T=%ld|cpu=%s|threads=%d|blas=%s|layers=%ld", cfgs, B, T,
-             cpu, nthr, kernels_blas_corename(), nl);
+    if (on_cpu)
+        snprintf(key, sizeof key, "%s|B=%ld|T=%ld|cpu=%s|threads=%d|blas=%s|layers=%ld", cfgs, B,
+                 T, cpu, nthr, kernels_blas_corename(), nl);
+    else
+        snprintf(key, sizeof key, "%s|B=%ld|T=%ld|%s=%s|gemm=%s|layers=%ld", cfgs, B, T,
+                 di->vendor, cpu, kdev_gemm_name(dev), nl);
     uint64_t h = 14695981039346656037ull;
     for (const char *p = key; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
@@ -204,7 +233,7 @@ int cmd_profile(int argc, char **argv)
         snprintf(dir, sizeof dir, "%s/shardnode/profiles", xdg);
     else
         snprintf(dir, sizeof dir, "%s/.cache/shardnode/profiles", home ? home : ".");
-    snprintf(path, sizeof path, "%s/cpu-%016llx.json", dir, (unsigned long long)h);
+    snprintf(path, sizeof path, "%s/%s-%016llx.json", dir, di->vendor, (unsigned long long)h);
 
     bool cached = false;
     if (!fresh) {
@@ -222,7 +251,8 @@ int cmd_profile(int argc, char **argv)
     if (cost_bytes_compute(&cb, &shape, B, 4, err, sizeof err)) goto fail;
     char avail[64];
     proc_field("/proc/meminfo", "MemAvailable", avail, sizeof avail);
-    json_int_t mem = (json_int_t)strtoll(avail, NULL, 10) * 1024;   /* "123 kB"; now, not cached */
+    json_int_t mem = on_cpu ? (json_int_t)strtoll(avail, NULL, 10) * 1024 /* "123 kB" */
+                            : (json_int_t)di->mem_free; /* now, not cached */
     if (cached) json_object_set_new(pj, "memory_bytes", json_integer(mem));
     /* --lock FILE: nodes sharing one machine measure one at a time, or
      * they would time each other's load. Held until the process exits. */
@@ -246,12 +276,14 @@ int cmd_profile(int argc, char **argv)
     }
     if (!cached) {
         part_times t;
-        if (measure(&cfg, (int)B, (int)T, (int)nl, (int)iters, &t, err, sizeof err)) goto fail;
+        if (measure(&cfg, (int)B, (int)T, (int)nl, (int)iters, dev, &t, err, sizeof err))
+            goto fail;
         char name[300];
-        snprintf(name, sizeof name, "%s (%d threads)", cpu, nthr);
+        if (on_cpu) snprintf(name, sizeof name, "%s (%d threads)", cpu, nthr);
+        else snprintf(name, sizeof name, "%s", cpu);
         pj = json_pack("{s:s,s:i,s:s,s:s,s:s,s:i,s:{s:i,s:i,s:i,s:i,s:i,s:i,s:b},s:I,s:I,s:I,s:i,"
                        "s:o,s:o,s:o,s:I,s:I,s:I,s:I,s:i,s:i}",
-                       "format", "shardnode-profile", "version", 1, "key", key, "device", "cpu",
+                       "format", "shardnode-profile", "version", 1, "key", key, "device", kdev_name(dev),
                        "device_name", name, "threads", nthr, "model", "hidden_size", cfg.hidden_size,
                        "intermediate_size", cfg.intermediate_size, "num_hidden_layers",
                        cfg.num_hidden_layers, "num_attention_heads", cfg.num_attention_heads,
@@ -283,8 +315,10 @@ int cmd_profile(int argc, char **argv)
     } else {
         char mem[32];
         cost_format_bytes(mem, sizeof mem, (int64_t)json_integer_value(json_object_get(pj, "memory_bytes")));
-        printf("device cpu: %s, OpenBLAS %s; usable memory %s\n",
-               json_string_value(json_object_get(pj, "device_name")), kernels_blas_corename(), mem);
+        printf("device %s: %s, %s %s; usable memory %s\n", kdev_name(dev),
+               json_string_value(json_object_get(pj, "device_name")),
+               on_cpu ? "OpenBLAS" : "matrix kernel",
+               on_cpu ? kernels_blas_corename() : kdev_gemm_name(dev), mem);
         printf("model %s, micro-batch %ld x %ld tokens, median of %lld iterations%s\n", model, B, T,
                (long long)json_integer_value(json_object_get(pj, "iterations")),
                cached ? " (cached)" : "");
@@ -307,9 +341,11 @@ int cmd_profile(int argc, char **argv)
         printf("profile: %s (a fleet file's node can name it as \"profile\")\n", path);
     }
     json_decref(pj);
+    kdev_close(dev);
     return 0;
 fail:
     fprintf(stderr, "shardnode profile: %s\n", err);
     json_decref(pj);
+    kdev_close(dev);
     return 1;
 }
