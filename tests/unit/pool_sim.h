@@ -162,6 +162,13 @@ static struct {
     int64_t replan_min_steps;
     int crash_on_handover;       /* this member crashes when the first HANDOVER comes (-1:
                                     none) */
+    int flapper;                 /* this member is suspect (SUSPECT claims, each refuted)
+                                    to every other from flap_from on, but never declared
+                                    dead and always reachable (-1: none) */
+    int64_t flap_from, flap_gap_ms; /* ... not suspect one tick in every flap_gap_ms (0:
+                                    suspect at every tick) */
+    int64_t first_suspect_vote;  /* when a vote was first saved while its member suspected
+                                    one that carries the job (0: never) */
 } S;
 
 #define SIM_STEP_MS TICK            /* a pipeline step */
@@ -222,6 +229,8 @@ static void world_init(int n, uint64_t seed)
     S.handovers = 0;
     S.handed_at = 0;
     S.crash_on_handover = -1;
+    S.flapper = -1;
+    S.flap_from = S.flap_gap_ms = S.first_suspect_vote = 0;
     S.redone = 0;
     memset(S.commit_hash, 0, sizeof S.commit_hash);
     memset(S.cut_ms, 0, sizeof S.cut_ms);
@@ -671,12 +680,17 @@ static void execute(int i)
                 m->disk = json_dumps(j, JSON_COMPACT);
                 json_decref(j);
                 /* no vote while this member suspects one that carries the job
-                 * (S.view is its view: execute follows its step) */
-                for (int q = 0; q < S.n; q++)
-                    CHECK(!(S.view[q].suspect && S.view[q].doc &&
-                            strcmp(S.view[q].doc->id, pool_core_doc(m->core)->id) == 0),
+                 * (S.view is its view: execute follows its step), but after
+                 * POOL_SUSPECT_WAIT_MS of a flapper's suspicion */
+                for (int q = 0; q < S.n; q++) {
+                    bool susp = S.view[q].suspect && S.view[q].doc &&
+                                strcmp(S.view[q].doc->id, pool_core_doc(m->core)->id) == 0;
+                    if (susp && !S.first_suspect_vote) S.first_suspect_vote = S.now;
+                    CHECK(!susp || (q == S.flapper &&
+                                    S.now - S.flap_from >= POOL_SUSPECT_WAIT_MS),
                           "%s votes in epoch %lld while it suspects %s", m->name,
                           (long long)a.epoch, S.view[q].name);
+                }
                 /* a saved vote is cast: the member may gossip no other in its epoch */
                 pool_doc saved;
                 pool_doc_init(&saved);
@@ -853,9 +867,14 @@ static int view_of(int o)
                                   .mem_free = (uint64_t)8 << 30,
                                   .live = i == o || !S.cut_ms[o][i] ||
                                           S.now - S.cut_ms[o][i] < DETECT_MS,
-                                  .suspect = i != o && S.cut_ms[o][i] &&
-                                             S.now - S.cut_ms[o][i] >= SUSPECT_MS &&
-                                             S.now - S.cut_ms[o][i] < DETECT_MS,
+                                  .suspect = (i != o && S.cut_ms[o][i] &&
+                                              S.now - S.cut_ms[o][i] >= SUSPECT_MS &&
+                                              S.now - S.cut_ms[o][i] < DETECT_MS) ||
+                                             (i == S.flapper && i != o &&
+                                              S.now >= S.flap_from &&
+                                              !(S.flap_gap_ms &&
+                                                (S.now - S.flap_from) % S.flap_gap_ms <
+                                                    TICK)),
                                   .self = i == o,
                                   .doc = v && v->ok ? &v->doc : NULL,
                                   .serial = v ? v->serial : 0,

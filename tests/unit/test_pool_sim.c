@@ -219,6 +219,41 @@ static void scenario_many(int n, uint64_t seed)
            (double)(S.now - T0) / 1000, (double)(clock() - t0) / CLOCKS_PER_SEC, biggest);
 }
 
+/* 8. A member made suspect again and again (SUSPECT claims, each refuted:
+ * it stays reachable and is never declared dead) holds the votes off for
+ * POOL_SUSPECT_WAIT_MS at most: then the others vote over a view that
+ * lists it and the pool commits. gap_ms: one tick in every gap_ms free of
+ * suspicion (0: suspect at every tick). The sim checks at every saved vote
+ * that none is cast during the suspicion before the bound. */
+static void scenario_flapping(int64_t gap_ms)
+{
+    world_init(4, 11);
+    set_bundle("m00", WALL0);
+    submit(0);
+    int64_t end = S.now + 60000;
+    bool ready = false;
+    while (S.now < end && !ready) {
+        step();
+        ready = true;
+        for (int i = 0; i < S.n; i++) ready &= pool_core_doc(S.m[i].core)->ready;
+    }
+    CHECK(ready, "flapping: the members never got ready");
+    S.flapper = 3;
+    S.flap_from = S.now;
+    S.flap_gap_ms = gap_ms;
+    bool done = run_until(committed, 60000);
+    CHECK(done, "flapping (gap %lld ms): no commit within 60 s of the suspicion's start",
+          (long long)gap_ms);
+    if (!gap_ms)
+        CHECK(S.first_suspect_vote >= S.flap_from + POOL_SUSPECT_WAIT_MS,
+              "flapping: the first vote during the suspicion came %lld ms after it began",
+              (long long)(S.first_suspect_vote - S.flap_from));
+    printf("flapping (gap %lld ms): committed %.1f s after the suspicion began%s\n",
+           (long long)gap_ms, (double)(S.now - S.flap_from) / 1000,
+           S.first_suspect_vote ? ", voting while it lasted" : "");
+    S.flapper = -1;
+}
+
 int main(void)
 {
     S.verbose = getenv("POOL_SIM_VERBOSE") != NULL;
@@ -227,6 +262,7 @@ int main(void)
     if (only) {
         if (strcmp(only, "restart") == 0) scenario_restart();
         if (strcmp(only, "256") == 0) scenario_many(256, 8);
+        if (strcmp(only, "flapping") == 0) scenario_flapping(0), scenario_flapping(2000);
         sim_done();
         return failures != 0;
     }
@@ -236,6 +272,8 @@ int main(void)
     scenario_partition();
     scenario_restart();
     scenario_disk_full();
+    scenario_flapping(0);
+    scenario_flapping(2000);
     scenario_many(64, 7);
     scenario_many(256, 8);
     sim_done();
