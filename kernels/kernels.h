@@ -126,6 +126,10 @@ double kernels_sgemm_seconds(int M, int N, int K, int reps);
 /* fp16 / bf16 to fp32 (exact, including subnormals, inf and nan). */
 float kernels_f16_to_f32(uint16_t h);
 float kernels_bf16_to_f32(uint16_t h);
+/* n values to bf16 (round to nearest even, NaN kept) and back, as the wire
+ * carries activations and gradients; buffers need no alignment. */
+void kernels_f32_to_bf16_n(void *dst, const float *src, size_t n);
+void kernels_bf16_to_f32_n(float *dst, const void *src, size_t n);
 
 /* ---- NF4: bitsandbytes' 4-bit NormalFloat, double-quantized (nf4*.c) ----
  * A frozen weight [rows = out, cols = in] exactly as bitsandbytes lays it

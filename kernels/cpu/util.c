@@ -124,3 +124,33 @@ float kernels_bf16_to_f32(uint16_t h)
     memcpy(&f, &bits, sizeof f);
     return f;
 }
+
+/* The wire's two conversions, for n values (docs/PROTOCOL.md: bf16 frames):
+ * round to nearest even, a NaN stays a NaN (quiet). Unaligned buffers are
+ * fine: a received frame's payload has no alignment. */
+void kernels_f32_to_bf16_n(void *dst, const float *src, size_t n)
+{
+    unsigned char *d = dst;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &src[i], 4);
+        uint16_t h;
+        if ((b & 0x7f800000u) == 0x7f800000u && (b & 0x7fffffu)) {
+            h = (uint16_t)((b >> 16) | 0x40); /* keep NaN a NaN */
+        } else {
+            b += 0x7fffu + ((b >> 16) & 1); /* round to nearest even */
+            h = (uint16_t)(b >> 16);
+        }
+        memcpy(d + 2 * i, &h, 2);
+    }
+}
+
+void kernels_bf16_to_f32_n(float *dst, const void *src, size_t n)
+{
+    const unsigned char *b = src;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, b + 2 * i, 2);
+        dst[i] = kernels_bf16_to_f32(h);
+    }
+}

@@ -167,20 +167,6 @@ static bool stop_wanted(const engine *e)
     return e->stop_request && *e->stop_request;
 }
 
-static void bf16_from_f32(uint16_t *dst, const float *src, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        uint32_t b;
-        memcpy(&b, &src[i], 4);
-        if ((b & 0x7f800000u) == 0x7f800000u && (b & 0x7fffffu)) {
-            dst[i] = (uint16_t)((b >> 16) | 0x40); /* keep NaN a NaN */
-            continue;
-        }
-        b += 0x7fffu + ((b >> 16) & 1); /* round to nearest even */
-        dst[i] = (uint16_t)(b >> 16);
-    }
-}
-
 /* A received tensor of rows*C elements into the aligned input buffer. */
 static int take_tensor(engine *e, const mesh_msg *msg, char *err, size_t errlen)
 {
@@ -194,12 +180,7 @@ static int take_tensor(engine *e, const mesh_msg *msg, char *err, size_t errlen)
     if (msg->dtype == MESH_F32) {
         memcpy(e->inbuf, msg->data, want);
     } else {
-        const unsigned char *b = msg->data;
-        for (size_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, b + 2 * i, 2);
-            e->inbuf[i] = kernels_bf16_to_f32(h);
-        }
+        kernels_bf16_to_f32_n(e->inbuf, msg->data, n);
     }
     return 0;
 }
@@ -221,7 +202,7 @@ static int send_tensor(engine *e, int peer, mesh_msg_type type, int micro, const
     m.shape[1] = e->job->seq_len;
     m.shape[2] = e->cfg->hidden_size;
     if (e->cl->wire == MESH_BF16) {
-        bf16_from_f32(wire, x, n);
+        kernels_f32_to_bf16_n(wire, x, n);
         m.data = wire;
         m.nbytes = n * 2;
     } else {

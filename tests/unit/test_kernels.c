@@ -351,6 +351,30 @@ static void test_half(void)
              kernels_bf16_to_f32(0x3f80) == 1.0f && kernels_bf16_to_f32(0xc020) == -2.5f;
     printf("%-28s %s\n", "f16/bf16 conversion", ok ? "ok" : "FAIL");
     if (!ok) failures++;
+    /* The wire's n-value conversions: nearest even on ties, NaN kept, an
+     * odd (unaligned) destination, and back exactly for bf16 values. */
+    uint32_t in_bits[7] = {0x3f808000u, /* tie, even below: 0x3f80 */
+                           0x3f818000u, /* tie, odd below: up to 0x3f82 */
+                           0x3f808001u, /* above the tie: 0x3f81 */
+                           0x7f800000u, /* inf */
+                           0x7f800001u, /* a NaN whose top bits are inf's: stays NaN */
+                           0xff7fffffu, /* -max: rounds to -inf, as torch does */
+                           0x00000001u}; /* the least subnormal: 0 */
+    uint16_t want[7] = {0x3f80, 0x3f82, 0x3f81, 0x7f80, 0x7fc0, 0xff80, 0x0000};
+    float in[7], back[7];
+    memcpy(in, in_bits, sizeof in);
+    unsigned char wire[1 + 14];
+    kernels_f32_to_bf16_n(wire + 1, in, 7);
+    int okn = 1;
+    for (int i = 0; i < 7; i++) {
+        uint16_t h;
+        memcpy(&h, wire + 1 + 2 * i, 2);
+        okn &= i == 4 ? ((h & 0x7f80) == 0x7f80 && (h & 0x7f)) : h == want[i];
+    }
+    kernels_bf16_to_f32_n(back, wire + 1, 7);
+    okn &= back[0] == 1.0f && isinf(back[3]) && isnan(back[4]) && back[6] == 0.0f;
+    printf("%-28s %s\n", "bf16 wire conversion", okn ? "ok" : "FAIL");
+    if (!okn) failures++;
 }
 
 int main(void)
