@@ -71,6 +71,14 @@ void attention_forward(float *out, float *att, const float *qkv,
 void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
                         float *scratch, int nscratch, int B, int T, int NH, int NKV, int HD);
 
+/* One query row over cached keys and values, for generation: q [NH*HD]
+ * after RoPE; kcache / vcache [ntok] rows of ldkv floats, [k heads] at the
+ * row's start; out [NH*HD]; scores: NH * ldscores floats of scratch
+ * (ldscores >= ntok). */
+void attention_decode(float *out, const float *q, const float *kcache, const float *vcache,
+                      int ntok, int ldkv, int NH, int NKV, int HD, float *scores,
+                      int ldscores);
+
 /* ---- SwiGLU: h[N,F] = silu(gate) * up, gu [N, 2F] = [gate | up] per row --- */
 void swiglu_forward(float *h, const float *gu, int N, int F);
 void swiglu_backward(float *dgu, const float *dh, const float *gu, int N, int F);

@@ -223,45 +223,6 @@ int generator_length(const generator *g) { return g->pos; }
 
 void generator_reset(generator *g) { g->pos = 0; }
 
-/* Attention of the current query (g->qkv, after RoPE) over cached positions
- * [0, pos] of one layer, written to g->atty [NH * HD]. Query head h reads
- * key/value head h / (NH / NKV), as attention_forward does. */
-static void gen_attention(generator *g, const gen_layer *w, int pos)
-{
-    int NH = g->NH, HD = g->HD, KVD = g->KVD, group = g->NH / g->NKV;
-    float scale = 1.0f / sqrtf((float)HD);
-    /* A parallel region costs more than a short prefix of a small model. */
-#pragma omp parallel for schedule(static) if ((long)NH * (pos + 1) * HD >= 65536)
-    for (int h = 0; h < NH; h++) {
-        const float *q = g->qkv + (size_t)h * HD;
-        const float *kc = w->kcache + (size_t)(h / group) * HD;
-        const float *vc = w->vcache + (size_t)(h / group) * HD;
-        float *sc = g->scores + (size_t)h * g->max_len;
-        float *o = g->atty + (size_t)h * HD;
-        float mx = -INFINITY;
-        for (int t = 0; t <= pos; t++) {
-            const float *k = kc + (size_t)t * KVD;
-            float dot = 0.0f;
-            for (int i = 0; i < HD; i++) dot += q[i] * k[i];
-            sc[t] = dot * scale;
-            mx = sc[t] > mx ? sc[t] : mx;
-        }
-        /* max subtracted: scores of scaled-up weights overflow expf otherwise */
-        float sum = 0.0f;
-        for (int t = 0; t <= pos; t++) {
-            sc[t] = expf(sc[t] - mx);
-            sum += sc[t];
-        }
-        float inv = 1.0f / sum;
-        for (int i = 0; i < HD; i++) o[i] = 0.0f;
-        for (int t = 0; t <= pos; t++) {
-            const float *v = vc + (size_t)t * KVD;
-            float p = sc[t] * inv;
-            for (int i = 0; i < HD; i++) o[i] += p * v[i];
-        }
-    }
-}
-
 int generator_push(generator *g, int32_t token, const float **logits, char *err,
                    size_t errlen)
 {
@@ -291,7 +252,8 @@ int generator_push(generator *g, int32_t token, const float **logits, char *err,
                (size_t)KVD * sizeof(float));
         memcpy(w->vcache + (size_t)pos * KVD, g->qkv + (size_t)(NH + NKV) * HD,
                (size_t)KVD * sizeof(float));
-        gen_attention(g, w, pos);
+        attention_decode(g->atty, g->qkv, w->kcache, w->vcache, pos + 1, KVD, NH, NKV, HD,
+                         g->scores, g->max_len);
         matmul_forward(g->x, g->atty, w->wo, 1, C, C, 1);
         /* MLP: x += down(swiglu(gate_up(rmsnorm(x)))) */
         rmsnorm_forward(g->xn, &g->rstd, g->x, w->ln2, 1, C, eps);

@@ -98,3 +98,45 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
         }
     }
 }
+
+/* One query row over cached keys and values (generation): q [NH*HD] after
+ * RoPE, kcache/vcache rows [ntok, ldkv] of [NKV*HD]; out [NH*HD]. Query
+ * head h reads key/value head h / (NH / NKV). scores: NH rows of ldscores
+ * (>= ntok) floats of scratch, one per head so heads run in parallel. */
+void attention_decode(float *out, const float *q, const float *kcache, const float *vcache,
+                      int ntok, int ldkv, int NH, int NKV, int HD, float *scores,
+                      int ldscores)
+{
+    int group = NH / NKV;
+    float scale = 1.0f / sqrtf((float)HD);
+    /* A parallel region costs more than a short prefix of a small model. */
+#pragma omp parallel for schedule(static) if ((long)NH * ntok * HD >= 65536)
+    for (int h = 0; h < NH; h++) {
+        const float *qh = q + (size_t)h * HD;
+        const float *kc = kcache + (size_t)(h / group) * HD;
+        const float *vc = vcache + (size_t)(h / group) * HD;
+        float *sc = scores + (size_t)h * ldscores;
+        float *o = out + (size_t)h * HD;
+        float mx = -INFINITY;
+        for (int t = 0; t < ntok; t++) {
+            const float *k = kc + (size_t)t * ldkv;
+            float dot = 0.0f;
+            for (int i = 0; i < HD; i++) dot += qh[i] * k[i];
+            sc[t] = dot * scale;
+            mx = sc[t] > mx ? sc[t] : mx;
+        }
+        /* max subtracted: scores of scaled-up weights overflow expf otherwise */
+        float sum = 0.0f;
+        for (int t = 0; t < ntok; t++) {
+            sc[t] = expf(sc[t] - mx);
+            sum += sc[t];
+        }
+        float inv = 1.0f / sum;
+        for (int i = 0; i < HD; i++) o[i] = 0.0f;
+        for (int t = 0; t < ntok; t++) {
+            const float *v = vc + (size_t)t * ldkv;
+            float p = sc[t] * inv;
+            for (int i = 0; i < HD; i++) o[i] += p * v[i];
+        }
+    }
+}
