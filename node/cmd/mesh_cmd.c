@@ -26,11 +26,13 @@
 #include <time.h>
 #include <unistd.h>
 
-/* --threads N and --no-compute: how this node takes part in jobs; --http:
- * where its dashboard listens (checked here, bound by the daemon). */
+/* --threads N, --device D and --no-compute: how this node takes part in
+ * jobs; --http: where its dashboard listens (checked here, bound by the
+ * daemon; the device is checked by the daemon, which opens it). */
 static int compute_options(const char *threads, bool no_compute, const char *http,
-                           daemon_options *opt, char *err, size_t errlen)
+                           const char *device, daemon_options *opt, char *err, size_t errlen)
 {
+    opt->device = device;
     long n = 0;
     if (threads && args_int(threads, "--threads", 1, 1024, &n, err, errlen)) return -1;
     opt->threads = (int)n;
@@ -46,21 +48,22 @@ static int compute_options(const char *threads, bool no_compute, const char *htt
 
 int cmd_up(int argc, char **argv)
 {
-    const char *state = NULL, *threads = NULL, *http = NULL;
+    const char *state = NULL, *threads = NULL, *http = NULL, *device = NULL;
     bool no_compute = false, no_relay = false;
     const args_option opts[] = {{"--state", &state, NULL},
                                 {"--threads", &threads, NULL},
                                 {"--no-compute", NULL, &no_compute},
                                 {"--http", &http, NULL},
-                                {"--no-relay", NULL, &no_relay}};
+                                {"--no-relay", NULL, &no_relay},
+                                {"--device", &device, NULL}};
     static const char *const required[] = {"--state", NULL};
     char err[512];
     daemon_options opt = {0};
-    if (args_parse(argc, argv, 2, opts, 5, err, sizeof err) != 0 ||
-        args_require(opts, 5, required, err, sizeof err) != 0 ||
-        compute_options(threads, no_compute, http, &opt, err, sizeof err) != 0) {
+    if (args_parse(argc, argv, 2, opts, 6, err, sizeof err) != 0 ||
+        args_require(opts, 6, required, err, sizeof err) != 0 ||
+        compute_options(threads, no_compute, http, device, &opt, err, sizeof err) != 0) {
         fprintf(stderr, "shardnode up: %s\nusage: shardnode up --state DIR [--threads N] "
-                        "[--no-compute] [--http ADDR:PORT|off] [--no-relay]\n", err);
+                        "[--device D] [--no-compute] [--http ADDR:PORT|off] [--no-relay]\n", err);
         return 2;
     }
     opt.no_relay = no_relay;
@@ -70,7 +73,7 @@ int cmd_up(int argc, char **argv)
 int cmd_join(int argc, char **argv)
 {
     const char *state = NULL, *name = NULL, *port_s = NULL, *endpoint = NULL, *threads = NULL,
-               *http = NULL;
+               *http = NULL, *device = NULL;
     bool no_compute = false, no_relay = false;
     const args_option opts[] = {{"--state", &state, NULL},
                                 {"--name", &name, NULL},
@@ -79,16 +82,18 @@ int cmd_join(int argc, char **argv)
                                 {"--threads", &threads, NULL},
                                 {"--no-compute", NULL, &no_compute},
                                 {"--http", &http, NULL},
-                                {"--no-relay", NULL, &no_relay}};
+                                {"--no-relay", NULL, &no_relay},
+                                {"--device", &device, NULL}};
     const int nopts = (int)(sizeof opts / sizeof *opts);
     static const char *const required[] = {"--state", NULL};
     char err[2048];
     daemon_options opt = {0};
     if (argc < 3 || argv[2][0] == '-' || args_parse(argc, argv, 3, opts, nopts, err, sizeof err) ||
         args_require(opts, nopts, required, err, sizeof err) != 0 ||
-        compute_options(threads, no_compute, http, &opt, err, sizeof err) != 0) {
+        compute_options(threads, no_compute, http, device, &opt, err, sizeof err) != 0) {
         fprintf(stderr, "shardnode join: %s\nusage: shardnode join TOKEN --state DIR [--name "
-                "NAME] [--listen-port P] [--endpoint HOST:PORT] [--threads N] [--no-compute] "
+                "NAME] [--listen-port P] [--endpoint HOST:PORT] [--threads N] [--device D] "
+                "[--no-compute] "
                 "[--http ADDR:PORT|off] [--no-relay]\n",
                 argc < 3 || argv[2][0] == '-' ? "the token comes first" : err);
         return 2;

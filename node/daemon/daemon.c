@@ -13,6 +13,8 @@
  * invite's secret stands for, with one address, admitted only to send a
  * JOIN over TCP. */
 #include "daemon_internal.h"
+
+#include "kernels.h"
 #include "node_base.h"
 #include "pool_core.h"
 
@@ -704,6 +706,29 @@ static int run_loop(daemon_t *d, char *err, size_t errlen)
     return 0;
 }
 
+/* --device: a name is checked by opening it (a wrong or unusable one fails
+ * the start, naming it); "auto" (or none) takes the first GPU a backend of
+ * this build opens here, else the CPU. */
+static int pick_device(const char *want, char *out, size_t outlen, char *err, size_t errlen)
+{
+    if (want && strcmp(want, "auto") != 0) {
+        kdev *k = NULL;
+        if (kdev_open(want, &k, err, errlen) != KDEV_OK) return -1;
+        snprintf(out, outlen, "%s", kdev_name(k));
+        kdev_close(k);
+        return 0;
+    }
+    kdev_entry e[16];
+    int n = kdev_list(e, 16);
+    snprintf(out, outlen, "cpu");
+    for (int i = 0; i < n; i++)
+        if (e[i].status == KDEV_OK && strcmp(e[i].info.vendor, "cpu") != 0) {
+            snprintf(out, outlen, "%s", e[i].name);
+            break;
+        }
+    return 0;
+}
+
 int daemon_run(const char *state, const daemon_options *opt)
 {
     char err[2048];
@@ -720,6 +745,8 @@ int daemon_run(const char *state, const daemon_options *opt)
         d->http = opt->http;
         d->no_relay = opt->no_relay;
     }
+    if (pick_device(opt ? opt->device : NULL, d->device, sizeof d->device, err, sizeof err))
+        goto fail;
     if (pool_open(d) != 0) {
         node_errf(err, sizeof err, "out of memory");
         goto fail;

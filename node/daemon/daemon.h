@@ -28,6 +28,8 @@ typedef struct {
     bool no_compute;          /* a member that votes and watches but holds no stage */
     const char *http;         /* dashboard ADDR:PORT, "off"; NULL: 127.0.0.1:7980 */
     bool no_relay;            /* never relay for other members (docs/PROTOCOL.md, "Relays") */
+    const char *device;       /* where its stages compute: "cpu", "cuda:N", "hip:N"; NULL or
+                               * "auto": the first usable GPU, else the CPU */
 } daemon_options;
 /* Runs the node of DIR in the foreground until SIGINT/SIGTERM or `leave`;
  * with a token, first joins the mesh through it. Returns 0, or 1 with the

@@ -119,6 +119,7 @@ typedef struct daemon_t {
     bool insecure;                  /* prefix in 127.0.0.0/8: the overlay is loopback, no
                                        WireGuard, nothing encrypted (the non-root demo) */
     int threads;                    /* --threads: compute threads (0: all) */
+    char device[16];                /* --device, resolved: "cpu", "cuda:0", ... */
     int cores;                      /* logical CPUs online */
     char host_id[17];               /* FNV of /etc/machine-id: members on one machine */
     bool no_compute;                /* --no-compute: votes, holds no stage */

@@ -305,6 +305,7 @@ static void setup(daemon_t *d)
     snprintf(p->id, sizeof p->id, "%s", b->id);
     snprintf(p->dir, sizeof p->dir, "%s/jobs/%s", d->state, p->id);
     p->copied = (pool_snap){0, 0, -1};   /* the new job's folder has no copied-* yet */
+    p->lora = false;
     pool_setup s;
     pool_saved saved;
     memset(&s, 0, sizeof s);
@@ -319,6 +320,7 @@ static void setup(daemon_t *d)
     if (s.ok && job_load(&js, path, err, sizeof err) == 0) {
         if (llama_config_load(&cfg, js.config, err, sizeof err) == 0) {
             s.shape = p->shape = pool_job_shape(&cfg, &js);   /* LoRA and NF4 too */
+            p->lora = js.has_lora;
             s.batch = js.batch;
             s.micro_batch = js.micro_batch;
             s.steps = js.steps;
@@ -361,6 +363,11 @@ static void setup(daemon_t *d)
     pool_lacks_free(&s.lacks);
 }
 
+const char *pool_device(const daemon_t *d)
+{
+    return d->pool->lora || !d->device[0] ? "cpu" : d->device;
+}
+
 static void start_profile(daemon_t *d, const pool_action *a)
 {
     pool *p = d->pool;
@@ -377,6 +384,7 @@ static void start_profile(daemon_t *d, const pool_action *a)
     char *args[] = {"shardnode", "profile", "--model", cfgp, "--iters", "5",
                     "--micro-batch", mb, "--seq", seq,
                     "--cache", cache, "--out", out, "--lock", lock,
+                    "--device", (char *)pool_device(d),
                     d->threads ? "--threads" : NULL, thr, NULL};
     p->prof_pid = pool_spawn(d, log, args, NULL, 0);
     if (!p->prof_pid) pool_core_profiled(p->core, NULL, "cannot start the profiler", &p->acts);

@@ -37,6 +37,7 @@ struct pool {
     char noted_job[POOL_JOB_ID_LEN + 1];   /* ... of this job */
     pool_job_ref fetching;       /* the job blob fetch_pid fetches */
     cost_shape shape;            /* the job's model, to check its profile */
+    bool lora;                   /* the job trains adapters (their stages stay on the CPU) */
     int64_t next_ms;
     pool_cached **cache;          /* each allocated on its own: its doc does not move */
     int ncache, capcache;
@@ -78,5 +79,10 @@ void pool_write_copied(daemon_t *d);
  * folder (their paths in job_path, cl_path, keys_path). 0, or -1 with err. */
 int pool_write_run_files(daemon_t *d, const pool_plan *c, char *job_path, char *cl_path,
                          char *keys_path, size_t len, char *err, size_t errlen);
+
+/* The device this node's profile and stage of the job compute on: the
+ * node's (--device) unless the job is LoRA, whose stages have no GPU
+ * kernels yet ("cpu"). */
+const char *pool_device(const daemon_t *d);
 
 #endif

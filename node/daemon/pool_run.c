@@ -172,8 +172,9 @@ void pool_start_run(daemon_t *d, const pool_action *a)
     /* metrics.jsonl keeps every epoch's steps and the recoveries' lines */
     char *train[] = {"shardnode", "train", "--job", job_path, "--cluster", cl_path, "--node",
                      d->name, "--metrics", metrics, "--append-metrics", "--snapshots", snap,
-                     "--wait-copies", d->threads ? "--threads" : NULL, thr, NULL};
-    int ntrain = d->threads ? 16 : 14;
+                     "--wait-copies", "--device", (char *)pool_device(d),
+                     d->threads ? "--threads" : NULL, thr, NULL};
+    int ntrain = d->threads ? 18 : 16;
     char **args = calloc((size_t)(26 + 2 * a->ntargets + ntrain), sizeof *args);
     piece_text *pieces = calloc((size_t)a->ntargets + 1, sizeof *pieces);
     char mesh_hex[2 * GOSSIP_MESH_ID_LEN + 1];
