@@ -317,6 +317,7 @@ int kdev_sync(kdev *d, char *err, size_t errlen)
 }
 int kdev_set_gemm(kdev *d, const char *which) { return d->be->set_gemm(d->ctx, which); }
 const char *kdev_gemm_name(kdev *d) { return d->be->gemm_name(d->ctx); }
+int kdev_set_precision(kdev *d, int bf16) { return d->be->set_precision(d->ctx, bf16); }
 
 void kdev_matmul_forward(kdev *d, float *out, const float *inp, const float *weight, int N,
                          int IC, int OC, int accumulate)

@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-#define KDEV_ABI 1
+#define KDEV_ABI 2
 #define KDEV_BACKEND_SYMBOL "shardnode_kdev_backend"
 
 typedef struct kdev_backend {
@@ -61,6 +61,10 @@ typedef struct kdev_backend {
      * or -1 when the context has no such kernel. */
     int (*set_gemm)(void *ctx, const char *which);
     const char *(*gemm_name)(void *ctx);
+    /* Matrix products in bf16 (inputs rounded to bf16, fp32 accumulation
+     * and results; everything else stays fp32) when bf16 is 1, in fp32 when
+     * 0. Returns 0, or -1 when the context has no bf16 products. */
+    int (*set_precision)(void *ctx, int bf16);
 
     /* ---- operations: kernels.h's, on the context's device ---------------- */
     void (*matmul_forward)(void *ctx, float *out, const float *inp, const float *weight,

@@ -256,6 +256,9 @@ int kdev_sync(kdev *d, char *err, size_t errlen);
 /* "blas" or "own" (the project's tiled GEMM): 0, or -1 if not offered. */
 int kdev_set_gemm(kdev *d, const char *which);
 const char *kdev_gemm_name(kdev *d);
+/* Matrix products in bf16 with fp32 accumulation (1) or fp32 (0): 0, or -1
+ * when d has no bf16 products (the CPU: it stays fp32). */
+int kdev_set_precision(kdev *d, int bf16);
 
 /* The operations above, on device d (same arguments; attention_backward's
  * scratch is kdev_attention_scratch_floats floats of d's memory). */

@@ -97,6 +97,13 @@ static const char *cpu_gemm_name(void *ctx)
     return kernels_gemm_name();
 }
 
+/* The CPU computes in fp32 (its determinism promise is fp32's). */
+static int cpu_set_precision(void *ctx, int bf16)
+{
+    (void)ctx;
+    return bf16 ? -1 : 0;
+}
+
 #define UNUSED_CTX (void)ctx
 
 static void cpu_matmul_forward(void *ctx, float *out, const float *inp, const float *weight,
@@ -250,6 +257,7 @@ static const kdev_backend cpu_backend = {
     .sync = cpu_sync,
     .set_gemm = cpu_set_gemm,
     .gemm_name = cpu_gemm_name,
+    .set_precision = cpu_set_precision,
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,
     .embedding_forward = cpu_embedding_forward,

@@ -321,6 +321,15 @@ static const char *gpu_gemm_name(void *ctx)
     return "own";
 }
 
+/* ---- precision ------------------------------------------------------------ */
+
+/* fp32 only in this version: bf16 products are not written yet. */
+static int gpu_set_precision(void *ctx, int bf16)
+{
+    (void)ctx;
+    return bf16 ? -1 : 0;
+}
+
 /* ---- the table ---------------------------------------------------------- */
 
 static const kdev_backend gpu_backend = {
@@ -340,6 +349,7 @@ static const kdev_backend gpu_backend = {
     gpu_sync,
     gpu_set_gemm,
     gpu_gemm_name,
+    gpu_set_precision,
     sn_matmul_forward,
     sn_matmul_backward,
     sn_embedding_forward,

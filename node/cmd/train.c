@@ -101,6 +101,12 @@ static int trainer_open_data(trainer *t, bool with_model, char *err, size_t errl
         chain_create_on(&t->chain, &t->cfg, &plan, j->micro_batch, j->seq_len, job_lora(j),
                         t->dev, err, errlen))
         return -1;
+    if (with_model && j->bf16) {
+        kdev *dev = stage_device(t->chain.stages[0]);
+        if (kdev_set_precision(dev, 1) != 0)
+            printf("train: note: %s has no bf16 matrix products: the job's \"precision\": "
+                   "\"bf16\" computes in fp32 here\n", kdev_name(dev));
+    }
     t->nmicro = j->batch / j->micro_batch;
     t->rows = j->micro_batch * j->seq_len;
     t->ids = malloc((size_t)t->nmicro * t->rows * sizeof *t->ids);

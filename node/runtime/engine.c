@@ -563,6 +563,9 @@ static int engine_open(engine *e, char *err, size_t errlen)
                         e->job->micro_batch, e->job->seq_len, e->nslots, job_lora(e->job), e->dev,
                         err, errlen))
         return -1;
+    if (e->job->bf16 && kdev_set_precision(stage_device(e->st), 1) != 0)
+        printf("train: note: %s has no bf16 matrix products: the job's \"precision\": "
+               "\"bf16\" computes in fp32 here\n", kdev_name(stage_device(e->st)));
     size_t act = (size_t)e->rows * e->cfg->hidden_size;
     e->ids = malloc((size_t)e->m * e->rows * sizeof *e->ids);
     e->labels = malloc((size_t)e->m * e->rows * sizeof *e->labels);

@@ -244,8 +244,15 @@ static int parse_job(ctx *c, job_spec *j, json_t *root)
         "steps", "lr", "min_lr", "warmup_steps", "weight_decay", "beta1", "beta2", "eps",
         "grad_clip", "seed", "val_interval", "val_batches", "checkpoint_interval",
         "log_interval", "out_dir", "threads", "base", "lora", "snapshot_every", "checkpoint_every",
-        "replan_gain", "replan_min_steps", NULL};
+        "replan_gain", "replan_min_steps", "precision", NULL};
     if (check_keys(c, root, known)) return -1;
+    char *precision = NULL;
+    if (get_string(c, root, "precision", false, false, &precision)) return -1;
+    bool bad_precision = precision && strcmp(precision, "fp32") != 0 &&
+                         strcmp(precision, "bf16") != 0;
+    j->bf16 = precision && strcmp(precision, "bf16") == 0;
+    free(precision);
+    if (bad_precision) return key_error(c, "precision", "must be \"fp32\" or \"bf16\"");
     long seq = 0, batch = 0, micro = 0, steps = 0, seed = 1, warmup = 0, val_interval = 0,
          val_batches = 8, ckpt = 0, log = 10, threads = 0, snap = 0, pool_ckpt = 0,
          replan_min = 20;
@@ -420,7 +427,7 @@ int job_compare(const job_spec *a, const job_spec *b, char *what, size_t len)
         return -1;                                                                 \
     }
     SAME_INT(seed) SAME_INT(seq_len) SAME_INT(batch) SAME_INT(steps) SAME_INT(warmup_steps)
-    SAME_INT(ndata) SAME_INT(format)
+    SAME_INT(ndata) SAME_INT(format) SAME_INT(bf16)
     SAME_NUM(lr) SAME_NUM(min_lr) SAME_NUM(weight_decay) SAME_NUM(beta1) SAME_NUM(beta2)
     SAME_NUM(eps) SAME_NUM(grad_clip) SAME_NUM(val_fraction)
     if (a->has_lora != b->has_lora || (a->base_model != NULL) != (b->base_model != NULL)) {

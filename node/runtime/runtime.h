@@ -128,6 +128,9 @@ typedef struct {
     long replan_min_steps;       /* ... at most once per this many steps, unless a member
                                     is lost (default 20) */
     int val_batches, threads;
+    bool bf16;                   /* "precision": "bf16": matrix products in bf16 with fp32
+                                    accumulation on a device that has them (the CPU and
+                                    fp32 stay fp32); default "fp32" */
     double lr, min_lr, weight_decay, beta1, beta2, eps, grad_clip;
     uint64_t seed;
     /* "base": {"model": DIR, "quant": "nf4" | "none"}: start from an HF

@@ -50,7 +50,7 @@ int main(void)
     CHECK(j.ndata == 2 && strstr(j.data_files[1], "/b.txt"), "data files");
     CHECK(j.micro_batch == 8 && j.seed == 1 && j.format == DATA_TEXT && j.grad_clip == 1.0 &&
               fabs(j.min_lr - j.lr * 0.1) < 1e-12 && j.replan_gain == 0.10 &&
-              j.replan_min_steps == 20,
+              j.replan_min_steps == 20 && !j.bf16,
           "defaults");
     /* the schedule: warm-up, peak, cosine down to min_lr at the last step */
     j.lr = 1e-3;
@@ -75,6 +75,25 @@ int main(void)
     expect_fail(__LINE__, VALID_HEAD ",\n  \"lr\": \"fast\"\n}\n", "\"lr\" must be a number");
     expect_fail(__LINE__, VALID_HEAD ",\n  \"replan_gain\": 1.5\n}\n",
                 "\"replan_gain\" is 1.5, must be in [0, 0.99]");
+    expect_fail(__LINE__, VALID_HEAD ",\n  \"precision\": \"fp16\"\n}\n",
+                ":9:3: \"precision\" must be \"fp32\" or \"bf16\"");
+    expect_fail(__LINE__, VALID_HEAD ",\n  \"precision\": 16\n}\n",
+                "\"precision\" must be a string");
+    {
+        job_spec b;
+        CHECK(load(VALID_HEAD ",\n  \"precision\": \"bf16\"\n}\n", &b, err, sizeof err) == 0 &&
+                  b.bf16,
+              "precision bf16: %s", err);
+        job_spec f;
+        CHECK(load(VALID_HEAD ",\n  \"precision\": \"fp32\"\n}\n", &f, err, sizeof err) == 0 &&
+                  !f.bf16,
+              "precision fp32: %s", err);
+        char what[128] = "";
+        CHECK(job_compare(&b, &f, what, sizeof what) != 0 && strstr(what, "bf16"),
+              "a resume across precisions is refused: '%s'", what);
+        job_free(&b);
+        job_free(&f);
+    }
     expect_fail(__LINE__, VALID_HEAD ",\n  \"replan_min_steps\": -1\n}\n",
                 "\"replan_min_steps\" is -1, must be in [0,");
     expect_fail(__LINE__, "{\"config\": \"c\"}", "is required");
