@@ -5,6 +5,7 @@
  * file, a file that cannot load, a backend of another ABI). Each refusal
  * runs in a child process: device.c loads a backend once per process. */
 #include "check.h"
+#include "rand_fixture.h"
 
 #include "kernels.h"
 
@@ -16,20 +17,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static float frand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 40) / (double)(1 << 24)) * 2.0f - 1.0f;
-}
-static float *rnd(size_t n)
-{
-    float *p = malloc(n * sizeof *p);
-    for (size_t i = 0; i < n; i++) p[i] = frand();
-    return p;
-}
 static float *fdup(const float *x, size_t n)
 {
     float *p = malloc(n * sizeof *p);
@@ -257,6 +244,7 @@ static void test_cpu(void)
 
 int main(void)
 {
+    rng = 0x9e3779b97f4a7c15ull;
     test_refusals();
     test_list();
     test_cpu();

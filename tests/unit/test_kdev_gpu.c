@@ -7,6 +7,7 @@
  * HIP has without hipBLAS). Without a usable GPU the test is skipped (77)
  * with one line saying why for each vendor. */
 #include "check.h"
+#include "rand_fixture.h"
 
 #include "kernels.h"
 
@@ -18,20 +19,6 @@
 
 #define TOL 1e-5
 
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-static float frand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 40) / (double)(1 << 24)) * 2.0f - 1.0f;
-}
-static float *rnd(size_t n)
-{
-    float *p = malloc((n ? n : 1) * sizeof *p);
-    for (size_t i = 0; i < n; i++) p[i] = frand();
-    return p;
-}
 
 /* A host array and its copy on the device. */
 typedef struct {
@@ -250,6 +237,7 @@ static void run_device(void)
 
 int main(void)
 {
+    rng = 0x2545f4914f6cdd1dull;
     const char *names[] = {"cuda:0", "hip:0"};
     char why[2][512];
     int ran = 0;

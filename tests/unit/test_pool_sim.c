@@ -102,14 +102,10 @@ static void scenario_dying(void)
            (double)(S.now - T0) / 1000);
 }
 
-/* 4. A partition during the election: the minority never commits; after
- * it heals it takes the majority's commit. */
-static void scenario_partition(void)
+/* Steps until every member is ready (the election is about to start), at
+ * most 60 s. */
+static bool until_ready(void)
 {
-    world_init(5, 4);
-    set_bundle("m00", WALL0);
-    submit(0);
-    /* until everyone is ready (the election is about to start) */
     int64_t end = S.now + 60000;
     bool ready = false;
     while (S.now < end && !ready) {
@@ -117,9 +113,19 @@ static void scenario_partition(void)
         ready = true;
         for (int i = 0; i < S.n; i++) ready &= pool_core_doc(S.m[i].core)->ready;
     }
-    CHECK(ready, "partition: the members never got ready");
+    return ready;
+}
+
+/* 4. A partition during the election: the minority never commits; after
+ * it heals it takes the majority's commit. */
+static void scenario_partition(void)
+{
+    world_init(5, 4);
+    set_bundle("m00", WALL0);
+    submit(0);
+    CHECK(until_ready(), "partition: the members never got ready");
     S.m[0].group = S.m[1].group = 1;   /* {m00, m01} | {m02, m03, m04} */
-    end = S.now + 60000;
+    int64_t end = S.now + 60000;
     while (S.now < end) {
         step();
         CHECK(!committed(0) && !committed(1), "partition: the minority committed");
@@ -230,14 +236,7 @@ static void scenario_flapping(int64_t gap_ms)
     world_init(4, 11);
     set_bundle("m00", WALL0);
     submit(0);
-    int64_t end = S.now + 60000;
-    bool ready = false;
-    while (S.now < end && !ready) {
-        step();
-        ready = true;
-        for (int i = 0; i < S.n; i++) ready &= pool_core_doc(S.m[i].core)->ready;
-    }
-    CHECK(ready, "flapping: the members never got ready");
+    CHECK(until_ready(), "flapping: the members never got ready");
     S.flapper = 3;
     S.flap_from = S.now;
     S.flap_gap_ms = gap_ms;
