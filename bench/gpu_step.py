@@ -24,8 +24,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests", "reference"))
 
@@ -54,38 +52,6 @@ def flops_per_token(cfg, T):
     return 6.0 * ref.matmul_param_count(cfg) + 12.0 * L * C * T
 
 
-def torch_trainer(torch, cfg, B, T, device, bf16, seed=1):
-    """step() -> (ms, loss) of the reference model on device (fp32 master
-    weights, torch.optim.AdamW, clipping at 1.0 as shardnode's bench)."""
-    import llama_ref as ref
-    params = ref.init_torch_params(cfg, std=0.02, dtype=torch.float32, seed=seed)
-    torch.set_default_device(device)  # llama_ref's rope tables and masks
-    params = {k: torch.nn.Parameter(v.detach().to(device)) for k, v in params.items()}
-    plist = list(params.values())
-    decay = [p for p in plist if p.dim() >= 2]
-    no_decay = [p for p in plist if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    seq = torch.randint(0, cfg["vocab_size"], (B, T + 1), generator=gen, device="cpu").to(device)
-    ids, labels = seq[:, :T].contiguous(), seq[:, 1:].contiguous()
-
-    def step():
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
-            loss = ref.llama_loss(params, cfg, ids, labels)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(plist, 1.0)
-        opt.step()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t0) * 1e3, float(loss.item())
-
-    return step
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shardnode", default=os.path.join(REPO, "build", "shardnode"))
@@ -106,7 +72,9 @@ def main():
         print("gpu_step: %s is not usable here (%s): nothing measured" % (args.device, why))
         return
     dev = mine[0]
+    sys.path.insert(0, os.path.join(REPO, "bench"))
     import torch
+    from step_vs_torch import make_torch_trainer  # the CPU bench's baseline, on the GPU
     tdev = "cuda:%s" % args.device.split(":")[1]
     if not torch.cuda.is_available():
         print("gpu_step: PyTorch sees no GPU here: no baseline, nothing measured")
@@ -130,7 +98,7 @@ def main():
             rows = shardnode_steps(args.shardnode, path, args.device, B, T, args.steps)
             sides["shardnode fp32"] += [r["step_ms"] for r in rows]
             for label, bf16 in (("torch fp32", False), ("torch bf16 autocast", True)):
-                step = torch_trainer(torch, cfg, B, T, tdev, bf16)
+                step = make_torch_trainer(cfg, B, T, device=tdev, bf16=bf16)
                 step()  # warm-up
                 sides[label] += [step()[0] for _ in range(args.steps)]
                 del step

@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_env import child_env  # noqa: E402  (sets torch's environment first)
 from benchlib import bench_parser  # noqa: E402
 
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
@@ -91,28 +92,44 @@ def torch_sgemm_gflops(n=SGEMM_N, reps=10):
     return 2.0 * n ** 3 * reps / (time.perf_counter() - t0) * 1e-9
 
 
-def make_torch_trainer(cfg, B, T, seed=1):
-    """Returns step() -> (step_ms, loss) for the reference model in float32
-    with torch.optim.AdamW (weight decay on matrices only, as shardnode)."""
+def make_torch_trainer(cfg, B, T, seed=1, device=None, bf16=False):
+    """Returns step() -> (step_ms, loss) for the reference model with fp32
+    weights and torch.optim.AdamW (weight decay on matrices only, as
+    shardnode), clipping at 1.0; on the CPU, or on a CUDA device (timed to
+    the GPU's end) with bf16 autocast when bf16 (bench/gpu_step.py)."""
     torch.manual_seed(seed)
     params = ref.init_torch_params(cfg, std=0.02, dtype=torch.float32, seed=seed)
+    if device:
+        torch.set_default_device(device)  # llama_ref's rope tables and masks
+        params = {k: torch.nn.Parameter(v.detach().to(device)) for k, v in params.items()}
     plist = list(params.values())
     decay = [p for p in plist if p.dim() >= 2]
     no_decay = [p for p in plist if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
-    seq = torch.randint(0, cfg["vocab_size"], (B, T + 1))
+    seq = torch.randint(0, cfg["vocab_size"], (B, T + 1), device="cpu")
     ids = seq[:, :T].contiguous()
     labels = seq[:, 1:].contiguous()
+    if device:
+        ids, labels = ids.to(device), labels.to(device)
+
+    def sync():
+        if device:
+            torch.cuda.synchronize()
 
     def step():
+        sync()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = ref.llama_loss(params, cfg, ids, labels)
+        autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device and bf16
+                    else contextlib.nullcontext())
+        with autocast:
+            loss = ref.llama_loss(params, cfg, ids, labels)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(plist, 1.0)
         opt.step()
+        sync()
         ms = (time.perf_counter() - t0) * 1e3
         return ms, float(loss.item())
 
