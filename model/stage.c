@@ -670,7 +670,7 @@ static void layer_backward(stage *s, slot_acts *sl, int l)
     proj_backward(s, sl, l, STAGE_G_DOWN, s->dh, dw->wdown, s->dres, a->h, w->wdown, F, C);
     kdev_zero(s->dev, s->dgu, (size_t)N * 2 * F);
     kdev_swiglu_backward(s->dev, s->dgu, s->dh, a->gu, N, F);
-    kernels_zero(s->dln, (size_t)N * C);
+    kdev_zero(s->dev, s->dln, (size_t)N * C);
     proj_backward(s, sl, l, STAGE_G_GU, s->dln, dw->wgu, s->dgu, a->ln2, w->wgu, C, 2 * F);
     kdev_rmsnorm_backward(s->dev, s->dres, dw->ln2, s->dln, a->mid, w->ln2, a->rstd2, N, C);
 
@@ -682,7 +682,7 @@ static void layer_backward(stage *s, slot_acts *sl, int l)
                             s->T, NH, NKV, HD);
     kdev_rope_backward(s->dev, s->dqkv, s->rope_cos, s->rope_sin, N, s->T, NH, HD, s->QKV);
     kdev_rope_backward(s->dev, s->dqkv + NH * HD, s->rope_cos, s->rope_sin, N, s->T, NKV, HD, s->QKV);
-    kernels_zero(s->dln, (size_t)N * C);
+    kdev_zero(s->dev, s->dln, (size_t)N * C);
     proj_backward(s, sl, l, STAGE_G_QKV, s->dln, dw->wqkv, s->dqkv, a->ln1, w->wqkv, C, s->QKV);
     kdev_rmsnorm_backward(s->dev, s->dres, dw->ln1, s->dln, a->res_in, w->ln1, a->rstd1, N, C);
 }
