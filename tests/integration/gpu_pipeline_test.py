@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from nslib import Failure, check, corpus_and_tokenizer, free_ports, metrics, run  # noqa: E402
 from pipeline_test import write_cluster, write_config, write_job  # noqa: E402
 
-STEPS = 20
+STEPS = 20   # --steps
 RTOL = 1e-3
 
 
@@ -75,11 +75,15 @@ def case(sn, wd, corpus, tok, device, name, tied):
 
 
 def main():
+    global STEPS
     ap = argparse.ArgumentParser()
     ap.add_argument("--shardnode", required=True)
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--steps", type=int, default=STEPS,
+                    help="steps of each run (an emulated device wants fewer)")
     args = ap.parse_args()
+    STEPS = args.steps
     sn = os.path.abspath(args.shardnode)
     listed = json.loads(subprocess.run([sn, "devices", "--json"], check=True,
                                        stdout=subprocess.PIPE).stdout)
