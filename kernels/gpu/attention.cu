@@ -9,7 +9,11 @@
  * forward and for dq; one block per (batch, kv head, key row) for dk and dv,
  * looping over the query heads of its group, so every gradient element has
  * exactly one writer (no atomics, no races). The backward keeps
- * dS = scale * P * (dP - rowsum(P * dP)) in scratch: B*NH*T*T floats. */
+ * dS = scale * P * (dP - rowsum(P * dP)) in scratch: B*NH*T*T floats.
+ *
+ * bf16 (sn_ctx.bf16): the operands of the products q.k, p.v and, backward,
+ * dO.v, dS.k, p.dO, dS.q are rounded to bf16 where they are read (sums in
+ * fp32); scores, softmax, dS and everything stored stay fp32. */
 #include "internal.h"
 
 #define ATT_THREADS 128 /* a multiple of 64 and 32 */
@@ -20,7 +24,8 @@
  * pass, and the barrier inside the reductions / before the product orders
  * the rest. */
 static __global__ __launch_bounds__(ATT_THREADS) void attention_forward_kernel(
-    float *out, float *att, const float *qkv, int T, int NH, int NKV, int HD, float scale)
+    float *out, float *att, const float *qkv, int T, int NH, int NKV, int HD, float scale,
+    int bf16)
 {
     extern __shared__ float q_sh[]; /* HD */
     __shared__ float slots[SN_MAX_WARPS];
@@ -35,14 +40,14 @@ static __global__ __launch_bounds__(ATT_THREADS) void attention_forward_kernel(
     const float *v = base + (size_t)(NH + NKV + kvh) * HD;
     float *p = att + (bh * (size_t)T + (size_t)i) * (size_t)T;
 
-    for (int d = tid; d < HD; d += nt) q_sh[d] = q[d];
+    for (int d = tid; d < HD; d += nt) q_sh[d] = sn_prod_in(q[d], bf16);
     __syncthreads();
 
     float mx = -INFINITY;
     for (int j = tid; j <= i; j += nt) {
         const float *kj = k + (size_t)j * ld;
         float s = 0.0f;
-        for (int d = 0; d < HD; d++) s += q_sh[d] * kj[d];
+        for (int d = 0; d < HD; d++) s += q_sh[d] * sn_prod_in(kj[d], bf16);
         s *= scale;
         p[j] = s;
         mx = fmaxf(mx, s);
@@ -62,7 +67,8 @@ static __global__ __launch_bounds__(ATT_THREADS) void attention_forward_kernel(
     float *o = out + (b * (size_t)T + (size_t)i) * C + (size_t)h * HD;
     for (int d = tid; d < HD; d += nt) {
         float acc = 0.0f;
-        for (int j = 0; j <= i; j++) acc += p[j] * v[(size_t)j * ld + d];
+        for (int j = 0; j <= i; j++)
+            acc += sn_prod_in(p[j], bf16) * sn_prod_in(v[(size_t)j * ld + d], bf16);
         o[d] = acc;
     }
 }
@@ -71,7 +77,7 @@ static __global__ __launch_bounds__(ATT_THREADS) void attention_forward_kernel(
  * dS_ij = scale * P_ij (dP_ij - D) into scratch (j <= i), dq_i += sum_j dS_ij k_j. */
 static __global__ __launch_bounds__(ATT_THREADS) void attention_backward_dq_kernel(
     float *dqkv, float *ds_all, const float *dout, const float *qkv, const float *att, int T,
-    int NH, int NKV, int HD, float scale)
+    int NH, int NKV, int HD, float scale, int bf16)
 {
     extern __shared__ float do_sh[]; /* HD */
     __shared__ float slots[SN_MAX_WARPS];
@@ -88,14 +94,14 @@ static __global__ __launch_bounds__(ATT_THREADS) void attention_backward_dq_kern
     const float *p = att + row;
     float *ds = ds_all + row;
 
-    for (int d = tid; d < HD; d += nt) do_sh[d] = dO[d];
+    for (int d = tid; d < HD; d += nt) do_sh[d] = sn_prod_in(dO[d], bf16);
     __syncthreads();
 
     float dot = 0.0f;
     for (int j = tid; j <= i; j += nt) {
         const float *vj = v + (size_t)j * ld;
         float dp = 0.0f;
-        for (int d = 0; d < HD; d++) dp += do_sh[d] * vj[d];
+        for (int d = 0; d < HD; d++) dp += do_sh[d] * sn_prod_in(vj[d], bf16);
         ds[j] = dp;
         dot += p[j] * dp;
     }
@@ -106,7 +112,8 @@ static __global__ __launch_bounds__(ATT_THREADS) void attention_backward_dq_kern
     float *dq = dqkv + (b * (size_t)T + (size_t)i) * ld + (size_t)h * HD;
     for (int d = tid; d < HD; d += nt) {
         float acc = 0.0f;
-        for (int j = 0; j <= i; j++) acc += ds[j] * k[(size_t)j * ld + d];
+        for (int j = 0; j <= i; j++)
+            acc += sn_prod_in(ds[j], bf16) * sn_prod_in(k[(size_t)j * ld + d], bf16);
         dq[d] += acc;
     }
 }
@@ -115,7 +122,7 @@ static __global__ __launch_bounds__(ATT_THREADS) void attention_backward_dq_kern
  * dv_j += sum P_hij dO_hi, dk_j += sum dS_hij q_hi. One writer per element. */
 static __global__ __launch_bounds__(ATT_THREADS) void attention_backward_dkv_kernel(
     float *dqkv, const float *ds_all, const float *dout, const float *qkv, const float *att, int T,
-    int NH, int NKV, int HD)
+    int NH, int NKV, int HD, int bf16)
 {
     const size_t blk = blockIdx.x, bk = blk / (size_t)T;
     const int j = (int)(blk % (size_t)T), kvh = (int)(bk % (size_t)NKV);
@@ -132,8 +139,10 @@ static __global__ __launch_bounds__(ATT_THREADS) void attention_backward_dkv_ker
             const float *q = qkv + rowbase + (size_t)h * HD + d;
             const float *dO = dout + b * (size_t)T * C + (size_t)h * HD + d;
             for (int i = j; i < T; i++) {
-                accv += p[(size_t)i * T] * dO[(size_t)i * C];
-                acck += ds[(size_t)i * T] * q[(size_t)i * ld];
+                float pi = sn_prod_in(p[(size_t)i * T], bf16);
+                float dsi = sn_prod_in(ds[(size_t)i * T], bf16);
+                accv += pi * sn_prod_in(dO[(size_t)i * C], bf16);
+                acck += dsi * sn_prod_in(q[(size_t)i * ld], bf16);
             }
         }
         dv[d] += accv;
@@ -175,7 +184,7 @@ void sn_attention_forward(void *ctx, float *out, float *att, const float *qkv, i
     }
     float scale = 1.0f / sqrtf((float)HD);
     attention_forward_kernel<<<(unsigned)blocks, ATT_THREADS, (size_t)HD * sizeof(float),
-                               c->stream>>>(out, att, qkv, T, NH, NKV, HD, scale);
+                               c->stream>>>(out, att, qkv, T, NH, NKV, HD, scale, c->bf16);
     sn_launched(c, "attention_forward");
 }
 
@@ -192,10 +201,10 @@ void sn_attention_backward(void *ctx, float *dqkv, const float *dout, const floa
     float scale = 1.0f / sqrtf((float)HD);
     attention_backward_dq_kernel<<<(unsigned)blocks, ATT_THREADS, (size_t)HD * sizeof(float),
                                    c->stream>>>(dqkv, scratch, dout, qkv, att, T, NH, NKV, HD,
-                                                scale);
+                                                scale, c->bf16);
     sn_launched(c, "attention_backward dq");
     /* stream order: every dS row is complete before dk, dv read its columns */
     attention_backward_dkv_kernel<<<(unsigned)((size_t)B * NKV * T), ATT_THREADS, 0, c->stream>>>(
-        dqkv, scratch, dout, qkv, att, T, NH, NKV, HD);
+        dqkv, scratch, dout, qkv, att, T, NH, NKV, HD, c->bf16);
     sn_launched(c, "attention_backward dk dv");
 }

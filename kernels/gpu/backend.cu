@@ -1,6 +1,7 @@
 /* backend.cu — the GPU backend's table (kdev_backend.h): devices, contexts,
- * memory, copies, the first error kept, the GEMM choice. The operations
- * live in the other .cu files of this folder. */
+ * memory, copies, the first error kept, the GEMM choice, the precision of
+ * the matrix products. The operations live in the other .cu files of this
+ * folder. */
 #include "internal.h"
 
 #include <stdio.h>
@@ -189,6 +190,10 @@ static void gpu_close(void *ctx)
 #ifdef SN_BLAS
     if (c->blas) (void)cublasDestroy(c->blas);
 #endif
+#ifdef SN_BLAS_BF16
+    if (c->bf_a) (void)cudaFree(c->bf_a);
+    if (c->bf_b) (void)cudaFree(c->bf_b);
+#endif
     if (c->h_res) (void)cudaFreeHost(c->h_res);
     if (c->d_res) (void)cudaFree(c->d_res);
     if (c->d_part) (void)cudaFree(c->d_part);
@@ -323,11 +328,14 @@ static const char *gpu_gemm_name(void *ctx)
 
 /* ---- precision ------------------------------------------------------------ */
 
-/* fp32 only in this version: bf16 products are not written yet. */
+/* bf16 matrix products (inputs rounded to bf16, fp32 sums and results) or
+ * fp32: a flag the products of gemm.cu and attention.cu read when queued,
+ * so a switch applies to the operations queued after it. */
 static int gpu_set_precision(void *ctx, int bf16)
 {
-    (void)ctx;
-    return bf16 ? -1 : 0;
+    sn_ctx *c = (sn_ctx *)ctx;
+    c->bf16 = bf16 ? 1 : 0;
+    return 0;
 }
 
 /* ---- the table ---------------------------------------------------------- */

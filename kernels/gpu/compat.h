@@ -87,6 +87,8 @@ static __device__ __forceinline__ float sn_shfl_xor(float v, int mask)
 #define SN_BLAS 1
 #define SN_BLAS_NAME "cublas"
 #define SN_BLAS_STATUS_STRING(s) cublasGetStatusString(s)
+/* cublasGemmEx with bf16 operands (CUDA_R_16BF), fp32 results and sums */
+#define SN_BLAS_BF16 1
 #define SN_WARP 32
 
 static __device__ __forceinline__ float sn_shfl_xor(float v, int mask)

@@ -33,6 +33,12 @@ typedef struct sn_ctx {
     cublasHandle_t blas;
 #endif
     int own_gemm; /* 1: the tiled kernel of gemm.cu; 0: the vendor BLAS */
+    int bf16;     /* 1: matrix products take bf16-rounded inputs (fp32 sums) */
+#ifdef SN_BLAS_BF16
+    /* bf16 copies of the BLAS path's two operands, grown on demand */
+    uint16_t *bf_a, *bf_b;
+    size_t bf_a_n, bf_b_n; /* their sizes in elements */
+#endif
     int failed;   /* an error is kept in err: the context is unusable */
     char err[512];
     double *d_part;   /* SN_SUMSQ_BLOCKS partial sums */
@@ -61,6 +67,28 @@ static inline unsigned sn_blocks(size_t n, int threads)
     size_t b = (n + (size_t)threads - 1) / (size_t)threads;
     const size_t cap = (size_t)1 << 20;
     return (unsigned)(b < cap ? (b ? b : 1) : cap);
+}
+
+/* x rounded to bf16 (round to nearest even; a NaN stays a quiet NaN) and
+ * back to float: the same bits as the CPU's kernels_f32_to_bf16_n followed
+ * by kernels_bf16_to_f32. Infinities stay, overflow rounds to infinity. */
+static __device__ __forceinline__ uint16_t sn_bf16_bits(float x)
+{
+    unsigned b = __float_as_uint(x);
+    if ((b & 0x7f800000u) == 0x7f800000u && (b & 0x7fffffu)) return (uint16_t)((b >> 16) | 0x40u);
+    b += 0x7fffu + ((b >> 16) & 1u);
+    return (uint16_t)(b >> 16);
+}
+
+static __device__ __forceinline__ float sn_round_bf16(float x)
+{
+    return __uint_as_float((unsigned)sn_bf16_bits(x) << 16);
+}
+
+/* An operand of a matrix product: rounded to bf16 when bf16 is set. */
+static __device__ __forceinline__ float sn_prod_in(float x, int bf16)
+{
+    return bf16 ? sn_round_bf16(x) : x;
 }
 
 /* ---- block reductions: blockDim.x a multiple of SN_WARP, at most

@@ -714,28 +714,45 @@ void run_kernel(kernel_run &k)
     profile.add(k.name, profile.on ? now() - t0 : 0);
 }
 
-void run_sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,
-               const float *B, int ldb, float beta, float *C, int ldc)
+/* An element of a BLAS operand as float: fp32 as stored, bf16 (its 16 bits
+ * the high half of a float) widened exactly. */
+inline float blas_load(const float *p, size_t i) { return p[i]; }
+inline float blas_load(const uint16_t *p, size_t i)
+{
+    uint32_t bits = (uint32_t)p[i] << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* cuBLAS's C = alpha op(A) op(B) + beta C, column-major, fp32 sums: T is
+ * float (cublasSgemm) or uint16_t (cublasGemmEx on bf16 operands). */
+template <class T>
+void run_gemm(const char *api, int ta, int tb, int m, int n, int k, float alpha, const T *A,
+              int lda, const T *B, int ldb, float beta, float *C, int ldc)
 {
     double t0 = profile.on ? now() : 0;
     bool reads_ab = k > 0 && alpha != 0.0f;
     struct {
         const void *p;
-        size_t floats;
+        size_t elems, size;
         const char *name;
     } need[3] = {
-        {A, reads_ab ? (size_t)((ta ? m : k) - 1) * lda + (size_t)(ta ? k : m) : 0, "A"},
-        {B, reads_ab ? (size_t)((tb ? k : n) - 1) * ldb + (size_t)(tb ? n : k) : 0, "B"},
-        {C, (size_t)(n - 1) * ldc + (size_t)m, "C"},
+        {A, reads_ab ? (size_t)((ta ? m : k) - 1) * lda + (size_t)(ta ? k : m) : 0, sizeof(T),
+         "A"},
+        {B, reads_ab ? (size_t)((tb ? k : n) - 1) * ldb + (size_t)(tb ? n : k) : 0, sizeof(T),
+         "B"},
+        {C, (size_t)(n - 1) * ldc + (size_t)m, sizeof(float), "C"},
     };
     char what[256];
     for (auto &x : need) {
-        if (!x.floats || alloc_of(x.p, x.floats * sizeof(float))) continue;
+        if (!x.elems || alloc_of(x.p, x.elems * x.size)) continue;
         describe(what, sizeof what, x.p);
         fault(err_illegal_address,
-              "cublasSgemm(%c, %c, m %d, n %d, k %d, lda %d, ldb %d, ldc %d): %s at %p reaches "
-              "%zu floats, past its memory (%s)",
-              ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, lda, ldb, ldc, x.name, x.p, x.floats, what);
+              "%s(%c, %c, m %d, n %d, k %d, lda %d, ldb %d, ldc %d): %s at %p reaches "
+              "%zu elements of %zu bytes, past its memory (%s)",
+              api, ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, lda, ldb, ldc, x.name, x.p, x.elems,
+              x.size, what);
         return;
     }
     std::vector<float> acc((size_t)m);
@@ -745,31 +762,34 @@ void run_sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *A,
             for (int i = 0; i < m; i++) acc[i] = 0.0f;
         } else if (ta) { /* op(A) row i is stored column i: dot products */
             for (int i = 0; i < m; i++) {
-                const float *ai = A + (size_t)i * lda;
+                const T *ai = A + (size_t)i * lda;
                 float s[4] = {0, 0, 0, 0};
                 int l = 0;
                 if (!tb) {
-                    const float *bj = B + (size_t)j * ldb;
+                    const T *bj = B + (size_t)j * ldb;
                     for (; l + 4 <= k; l += 4)
-                        for (int u = 0; u < 4; u++) s[u] += ai[l + u] * bj[l + u];
-                    for (; l < k; l++) s[0] += ai[l] * bj[l];
+                        for (int u = 0; u < 4; u++)
+                            s[u] += blas_load(ai, l + u) * blas_load(bj, l + u);
+                    for (; l < k; l++) s[0] += blas_load(ai, l) * blas_load(bj, l);
                 } else {
-                    for (; l < k; l++) s[l & 3] += ai[l] * B[j + (size_t)l * ldb];
+                    for (; l < k; l++)
+                        s[l & 3] += blas_load(ai, l) * blas_load(B, j + (size_t)l * ldb);
                 }
                 acc[i] = (s[0] + s[1]) + (s[2] + s[3]);
             }
         } else { /* columns of A scaled by op(B)'s entries */
             for (int i = 0; i < m; i++) acc[i] = 0.0f;
             for (int l = 0; l < k; l++) {
-                float b = tb ? B[j + (size_t)l * ldb] : B[l + (size_t)j * ldb];
-                const float *al = A + (size_t)l * lda;
-                for (int i = 0; i < m; i++) acc[i] += al[i] * b;
+                float b =
+                    tb ? blas_load(B, j + (size_t)l * ldb) : blas_load(B, l + (size_t)j * ldb);
+                const T *al = A + (size_t)l * lda;
+                for (int i = 0; i < m; i++) acc[i] += blas_load(al, i) * b;
             }
         }
         for (int i = 0; i < m; i++)
             cj[i] = beta == 0.0f ? alpha * acc[i] : alpha * acc[i] + beta * cj[i];
     }
-    profile.add("cublasSgemm", profile.on ? now() - t0 : 0);
+    profile.add(api, profile.on ? now() - t0 : 0);
 }
 
 /* ---- fault handler ------------------------------------------------------------ */
@@ -1169,7 +1189,21 @@ int sgemm(emu_stream *s, int transa, int transb, int m, int n, int k, float alph
     emu_stream *st = resolve(s);
     if (!st) return fail(err_invalid_handle);
     st->q.emplace_back(
-        [=] { run_sgemm(transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc); });
+        [=] { run_gemm("cublasSgemm", transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C,
+                       ldc); });
+    return ok;
+}
+
+int gemm_bf16(emu_stream *s, int transa, int transb, int m, int n, int k, float alpha,
+              const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc)
+{
+    std::lock_guard<std::mutex> g(mu);
+    if (int e = sticky.load()) return fail(e);
+    emu_stream *st = resolve(s);
+    if (!st) return fail(err_invalid_handle);
+    st->q.emplace_back([=] {
+        run_gemm("cublasGemmEx", transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    });
     return ok;
 }
 

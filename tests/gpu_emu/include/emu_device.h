@@ -103,6 +103,11 @@ int memset_async(void *dst, int value, size_t bytes, emu_stream *s);
  * on s; the arguments were checked by the caller (cublas_v2.h). */
 int sgemm(emu_stream *s, int transa, int transb, int m, int n, int k, float alpha, const float *A,
           int lda, const float *B, int ldb, float beta, float *C, int ldc);
+/* The same with bf16 operands (their bits; cublasGemmEx with CUDA_R_16BF
+ * inputs, CUDA_R_32F output and CUBLAS_COMPUTE_32F): fp32 products and sums. */
+int gemm_bf16(emu_stream *s, int transa, int transb, int m, int n, int k, float alpha,
+              const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, float *C,
+              int ldc);
 
 /* ---- device side ---- */
 /* file:line of the __syncthreads() call: threads of a block waiting at
@@ -198,6 +203,20 @@ inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = EMU_WARP
 template <class T> inline T __shfl_xor(T v, int lane_mask, int width = EMU_WARP)
 {
     return emu_shfl_xor(v, lane_mask, width, ~0u);
+}
+
+/* Bit casts between float and its 32 bits (CUDA's and HIP's intrinsics) */
+inline unsigned __float_as_uint(float x)
+{
+    unsigned u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+inline float __uint_as_float(unsigned u)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
 }
 
 /* Atomics: one emulated thread runs at a time and switches only at
