@@ -158,7 +158,9 @@ size_t sn_attention_scratch_floats(void *ctx, int B, int T, int NH, int HD)
     return (size_t)B * NH * T * T;
 }
 
-static int shapes_ok(sn_ctx *c, int B, int T, int NH, int NKV, int HD, const char *what)
+/* The (batch, head, query row) blocks both passes launch; 0 when there is
+ * nothing to do or the shapes are refused (the error kept in c). */
+static unsigned att_blocks(sn_ctx *c, int B, int T, int NH, int NKV, int HD, const char *what)
 {
     if (B <= 0 || T <= 0 || NH <= 0 || HD <= 0) return 0; /* nothing to do */
     if (NKV <= 0 || NH % NKV != 0) {
@@ -169,21 +171,22 @@ static int shapes_ok(sn_ctx *c, int B, int T, int NH, int NKV, int HD, const cha
         sn_fail(c, what, "head dimension too large (shared memory)");
         return 0;
     }
-    return 1;
+    size_t blocks = (size_t)B * NH * T;
+    if (blocks > 0x7fffffffu) {
+        sn_fail(c, what, "too many (batch, head, row) blocks");
+        return 0;
+    }
+    return (unsigned)blocks;
 }
 
 void sn_attention_forward(void *ctx, float *out, float *att, const float *qkv, int B, int T, int NH,
                           int NKV, int HD)
 {
     sn_ctx *c = (sn_ctx *)ctx;
-    if (sn_enter(c) || !shapes_ok(c, B, T, NH, NKV, HD, "attention_forward")) return;
-    size_t blocks = (size_t)B * NH * T;
-    if (blocks > 0x7fffffffu) {
-        sn_fail(c, "attention_forward", "too many (batch, head, row) blocks");
-        return;
-    }
+    unsigned blocks;
+    if (sn_enter(c) || !(blocks = att_blocks(c, B, T, NH, NKV, HD, "attention_forward"))) return;
     float scale = 1.0f / sqrtf((float)HD);
-    attention_forward_kernel<<<(unsigned)blocks, ATT_THREADS, (size_t)HD * sizeof(float),
+    attention_forward_kernel<<<blocks, ATT_THREADS, (size_t)HD * sizeof(float),
                                c->stream>>>(out, att, qkv, T, NH, NKV, HD, scale, c->bf16);
     sn_launched(c, "attention_forward");
 }
@@ -192,14 +195,11 @@ void sn_attention_backward(void *ctx, float *dqkv, const float *dout, const floa
                            const float *att, float *scratch, int B, int T, int NH, int NKV, int HD)
 {
     sn_ctx *c = (sn_ctx *)ctx;
-    if (sn_enter(c) || !shapes_ok(c, B, T, NH, NKV, HD, "attention_backward")) return;
-    size_t blocks = (size_t)B * NH * T;
-    if (blocks > 0x7fffffffu) {
-        sn_fail(c, "attention_backward", "too many (batch, head, row) blocks");
+    unsigned blocks;
+    if (sn_enter(c) || !(blocks = att_blocks(c, B, T, NH, NKV, HD, "attention_backward")))
         return;
-    }
     float scale = 1.0f / sqrtf((float)HD);
-    attention_backward_dq_kernel<<<(unsigned)blocks, ATT_THREADS, (size_t)HD * sizeof(float),
+    attention_backward_dq_kernel<<<blocks, ATT_THREADS, (size_t)HD * sizeof(float),
                                    c->stream>>>(dqkv, scratch, dout, qkv, att, T, NH, NKV, HD,
                                                 scale, c->bf16);
     sn_launched(c, "attention_backward dq");
