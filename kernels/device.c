@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct kdev {
@@ -85,6 +86,24 @@ static void gpu_load(gpu_slot *g)
         g->status = KDEV_ENOTBUILT;
         snprintf(g->why, sizeof g->why, "this build has no %s backend (%s not in %.180s)",
                  g->label, g->file, looked[0] ? looked : "any folder");
+        return;
+    }
+    /* shardnode often runs as root: never load code that another user could
+     * have written (the file or its folder owned by someone else, or
+     * writable by group or others) */
+    struct stat fst, dst;
+    char dir[DIR_MAX + 64];
+    memcpy(dir, path, strlen(path) + 1);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    uid_t me = geteuid();
+    if (stat(path, &fst) != 0 || stat(slash ? dir : ".", &dst) != 0 ||
+        (fst.st_uid != me && fst.st_uid != 0) || (dst.st_uid != me && dst.st_uid != 0) ||
+        (fst.st_mode & 022) || (dst.st_mode & 022)) {
+        g->status = KDEV_EFAIL;
+        snprintf(g->why, sizeof g->why,
+                 "%.150s is not loaded: it or its folder is another user's or writable by "
+                 "group or others", path);
         return;
     }
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);

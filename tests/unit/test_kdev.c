@@ -81,6 +81,11 @@ static void test_refusals(void)
     }
     refused("hip:0", bad, KDEV_ENORUNTIME, path, "cannot load");
 
+    /* A backend file others could have written is never loaded. */
+    chmod(path, 0666);
+    refused("hip:0", bad, KDEV_EFAIL, path, "writable by group or others");
+    chmod(path, 0644);
+
     /* A backend of another ABI version (a stale build) is named and refused. */
     refused("cuda:0", KDEV_FAKE_DIR, KDEV_EFAIL, "ABI", "stale");
     unlink(path);
