@@ -186,6 +186,13 @@ void core_kill(pool_core *c, pool_actions *out)
 {
     c->prof_pending = c->probe_pending = c->run_pending = c->export_pending = false;
     c->pull_pending = c->ckpt_pending = false;
+    /* the driver stops a job blob's fetch too, unanswered: fetched again
+     * (follow) after the usual pause, or the newer job it was for would
+     * never be taken up */
+    if (c->fetch_pending) {
+        c->fetch_pending = false;
+        c->fetch_retry_ms = -1;
+    }
     core_act(out, POOL_ACT_KILL);
 }
 

@@ -84,7 +84,8 @@ typedef enum {
     POOL_ACT_PUBLISH,     /* the document changed: save pool_core_saved, gossip pool_core_doc */
     POOL_ACT_SETUP,       /* take the job pool_core_bundle up: check its files, write the job,
                              read what was saved for it; answer pool_core_setup_done */
-    POOL_ACT_KILL,        /* stop every child of the job (profile, probe, stage, gathering) */
+    POOL_ACT_KILL,        /* stop every child (profile, probe, stage, gathering, and a
+                             FETCH under way: the core asks for that again) */
     POOL_ACT_PROFILE,     /* profile at (micro_batch, seq_len); answer pool_core_profiled */
     POOL_ACT_PROBE,       /* measure the links to targets; answer pool_core_links_measured */
     POOL_ACT_SAVE_VOTE,   /* save pool_core_saved (which holds this vote) before it counts;

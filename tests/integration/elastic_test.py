@@ -55,8 +55,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nslib import (Pool, check, check_gathered, log, metrics, pool_job_files,  # noqa: E402
-                   requirements, run_test)
+from nslib import (Failure, Pool, check, check_gathered, log, metrics,  # noqa: E402
+                   pool_job_files, requirements, run_test)
 
 STEPS = 60
 JOIN_STEPS = 100   # the join's job: a switch pays for itself in the steps left
@@ -82,7 +82,11 @@ def main():
     if rc:
         return rc
     t = Pool(sn, args.keep, TAG)
-    return run_test("elastic_test", lambda: body(t, args.seed, args.scenarios.split(",")), t.report, t.cleanup, t_start)
+    # the logs on a failure without the sync lines of members gone, which
+    # would fill what CI shows
+    return run_test("elastic_test", lambda: body(t, args.seed, args.scenarios.split(",")),
+                    lambda: t.report(30, lambda ln: "gossip: sync with" not in ln), t.cleanup,
+                    t_start)
 
 
 def job_metrics(t, n, jid):
@@ -120,10 +124,24 @@ def submit(t, jp, prev):
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def new_commit():
+        if sub.poll() is not None:
+            o, e = sub.communicate()
+            raise Failure("train --wait on e exited %d before a plan of the new job was "
+                          "committed:\n%s%s" % (sub.returncode, o, e))
         j = (t.status("e") or {}).get("job") or {}
         return (j["id"], j["committed"]) if j.get("id") not in (None, prev) and \
             j.get("committed") else None
-    jid, c0 = t.wait("a committed plan of the new job on e", new_commit, 300)
+    try:
+        jid, c0 = t.wait("a committed plan of the new job on e", new_commit, 300)
+    except Failure as f:
+        # what each member makes of the jobs: the first thing to read on CI
+        seen = []
+        for n in sorted(t.procs):
+            j = (t.status(n) or {}).get("job") or {}
+            seen.append("%s: job %s, committed epoch %s, state %s" % (
+                n, j.get("id"), (j.get("committed") or {}).get("e"),
+                ((j.get("members") or {}).get(n) or {}).get("state")))
+        raise Failure("%s\n%s" % (f, "\n".join(seen)))
     return sub, jid, c0
 
 

@@ -124,6 +124,13 @@ typedef struct {
     seen_vote votes[32];         /* every vote it gossiped, one per epoch */
     int nvotes;
     int published, too_big, fetches;
+    /* a FETCH under way, as the driver's child: it ends at fetch_at (0:
+     * none), and a KILL or a crash ends it unanswered, as the driver's
+     * does */
+    pool_job_ref fetch_job;
+    pool_target *fetch_to;
+    int nfetch_to;
+    int64_t fetch_at;
 } sim_member;
 
 static struct {
@@ -197,6 +204,7 @@ static void world_free(void)
         version_put(S.m[i].cur);
         free(S.m[i].disk);
         free(S.m[i].probe);
+        free(S.m[i].fetch_to);
     }
     pool_actions_free(&S.acts);
     memset(S.known, 0, sizeof S.known);
@@ -213,7 +221,7 @@ static void new_core(sim_member *m)
                             .threads = S.own_hosts ? 4 : 2,
                             .switches = S.switches};
     m->core = pool_core_create(&cfg);
-    m->prof_at = m->probe_at = m->gather_at = m->pull_at = 0;
+    m->prof_at = m->probe_at = m->gather_at = m->pull_at = m->fetch_at = 0;
     m->running = m->run_failed = m->run_ok = m->handover = false;
     m->run_epoch = 0;
 }
@@ -342,27 +350,43 @@ static pool_profile profile_of(const sim_member *m)
 static void crash(int i);
 static bool hears(int o, int i);
 
-/* FETCH of a job blob: from the first target this member reaches that
- * holds it, read back through the codec as the driver reads it. */
-static void fetch_blob(int i, const pool_action *a)
+/* A FETCH of a job blob starts: it ends a little later (children). */
+static void fetch_start(int i, const pool_action *a)
 {
+    sim_member *m = &S.m[i];
+    free(m->fetch_to);
+    m->fetch_to = calloc((size_t)a->ntargets + 1, sizeof *m->fetch_to);
+    CHECK(m->fetch_to != NULL, "out of memory");
+    if (m->fetch_to) memcpy(m->fetch_to, a->targets, (size_t)a->ntargets * sizeof *a->targets);
+    m->nfetch_to = m->fetch_to ? a->ntargets : 0;
+    m->fetch_job = a->job;
+    m->fetch_at = S.now + 200 + (int64_t)(rnd() % 800);
+}
+
+/* The FETCH ends: the blob from the first target this member reaches that
+ * holds it, read back through the codec as the driver reads it. */
+static void fetch_blob(int i)
+{
+    sim_member *m = &S.m[i];
+    const pool_job_ref *job = &m->fetch_job;
     pool_job_blob blob;
     bool ok = false;
-    for (int k = 0; k < a->ntargets && !ok; k++) {
+    m->fetch_at = 0;
+    for (int k = 0; k < m->nfetch_to && !ok; k++) {
         int j = -1;
         for (int q = 0; q < S.n; q++)
-            if (strcmp(S.m[q].name, a->targets[k].name) == 0) j = q;
+            if (strcmp(S.m[q].name, m->fetch_to[k].name) == 0) j = q;
         if (j < 0 || !S.m[j].up || !hears(i, j)) continue;
         char hash[65], err[512];
         char *text = pool_core_blob_text(S.m[j].core, hash);
         json_t *js = text ? json_loads(text, 0, NULL) : NULL;
-        ok = text && strcmp(hash, a->job.blob) == 0 && js &&
+        ok = text && strcmp(hash, job->blob) == 0 && js &&
              pool_job_blob_from_json(js, &blob, err, sizeof err) == 0;
         json_decref(js);
         free(text);
     }
     S.m[i].fetches++;
-    pool_core_fetched(S.m[i].core, &a->job, ok ? &blob : NULL, &S.acts);
+    pool_core_fetched(S.m[i].core, job, ok ? &blob : NULL, &S.acts);
     if (ok) pool_job_blob_free(&blob);
 }
 
@@ -658,7 +682,7 @@ static void execute(int i)
             break;
         }
         case POOL_ACT_KILL:
-            m->prof_at = m->probe_at = m->gather_at = m->pull_at = 0;
+            m->prof_at = m->probe_at = m->gather_at = m->pull_at = m->fetch_at = 0;
             m->running = m->run_failed = m->run_ok = false;
             break;
         case POOL_ACT_PROFILE: m->prof_at = S.now + 1000 + (int64_t)(rnd() % 2000); break;
@@ -721,7 +745,7 @@ static void execute(int i)
             }
             if (m->running) m->handover = true;
             break;
-        case POOL_ACT_FETCH: fetch_blob(i, &a); break;
+        case POOL_ACT_FETCH: fetch_start(i, &a); break;
         case POOL_ACT_GATHER:
             m->gather_at = S.now + 1000;
             m->gather_asked = S.now;
@@ -782,6 +806,7 @@ static void children(int i)
         pool_core_links_measured(m->core, &l, &S.acts);
         pool_links_free(&l);
     }
+    if (m->fetch_at && S.now >= m->fetch_at) fetch_blob(i);
     if (m->pull_at && S.now >= m->pull_at) {
         int j = m->pull_from;
         bool ok = j >= 0 && S.m[j].up && hears(i, j) && sim_holds(j, &m->pulling);

@@ -7,7 +7,9 @@
  * named member dying while votes are cast; a partition during the election
  * (the minority never commits, then takes the majority's commit); a member
  * restarted after its vote that must not vote again in that epoch; a
- * member whose disk cannot save its vote (it votes once it can); 64 and
+ * member whose disk cannot save its vote (it votes once it can); a member
+ * made suspect again and again; a KILL that stops a member's fetch of a
+ * newer job (it fetches again and takes it up); 64 and
  * 256 members electing (every document within a record's 8 KiB). Every random choice is seeded. POOL_SIM_VERBOSE=1
  * prints every log line. */
 #include "pool_sim.h"
@@ -253,6 +255,46 @@ static void scenario_flapping(int64_t gap_ms)
     S.flapper = -1;
 }
 
+/* 9. A member whose children are stopped (KILL: its stage, here by `train
+ * --stop` there; a recovery does the same) while it fetches the blob of a
+ * newer job: the driver's KILL stops that fetch too, unanswered, and the
+ * member must fetch again and take the newer job up, not wait for an
+ * answer that never comes. Found by integration.elastic on CI: a member
+ * recovering a finished job as the next one came never took it up. */
+static bool has_job2(int i)
+{
+    return strcmp(pool_core_doc(S.m[i].core)->id, S.bundle.id) == 0;
+}
+
+static void scenario_kill_fetch(void)
+{
+    world_init(4, 12);
+    S.m[3].no_compute = true;
+    pool_core_destroy(S.m[3].core);
+    new_core(&S.m[3]);
+    set_bundle("m03", WALL0);
+    submit(3);
+    CHECK(run_until(committed, 60000), "kill-fetch: no commit of the first job within 60 s");
+    /* m03 stops its job and submits the next at once */
+    CHECK(pool_core_stop(S.m[3].core, S.now, &S.acts) == 0, "kill-fetch: m03 cannot stop");
+    execute(3);
+    set_bundle("m03", WALL0 + (S.now - T0) / 1000);
+    submit(3);
+    int64_t end = S.now + 10000;
+    while (S.now < end && !S.m[0].fetch_at) step();
+    CHECK(S.m[0].fetch_at != 0, "kill-fetch: m00 never fetched the second job");
+    CHECK(pool_core_stop(S.m[0].core, S.now, &S.acts) == 0, "kill-fetch: m00 cannot stop");
+    execute(0);
+    CHECK(!S.m[0].fetch_at, "kill-fetch: the KILL left m00's fetch running");
+    bool took = run_until(has_job2, 30000);
+    CHECK(took, "kill-fetch: m00 did not take the second job up within 30 s of the KILL that "
+          "stopped its fetch");
+    CHECK(run_until(committed, 60000), "kill-fetch: no commit of the second job within 60 s");
+    if (took)
+        printf("kill-fetch: every member took the second job up after a KILL stopped a fetch of "
+               "it; committed\n");
+}
+
 int main(void)
 {
     S.verbose = getenv("POOL_SIM_VERBOSE") != NULL;
@@ -262,6 +304,7 @@ int main(void)
         if (strcmp(only, "restart") == 0) scenario_restart();
         if (strcmp(only, "256") == 0) scenario_many(256, 8);
         if (strcmp(only, "flapping") == 0) scenario_flapping(0), scenario_flapping(2000);
+        if (strcmp(only, "kill-fetch") == 0) scenario_kill_fetch();
         sim_done();
         return failures != 0;
     }
@@ -273,6 +316,7 @@ int main(void)
     scenario_disk_full();
     scenario_flapping(0);
     scenario_flapping(2000);
+    scenario_kill_fetch();
     scenario_many(64, 7);
     scenario_many(256, 8);
     sim_done();
