@@ -717,6 +717,7 @@ void pool_core_step(pool_core *c, const pool_member *m, int n, int64_t now_ms, i
         measure(c, m, n, out);
         core_pace(c, out);
         core_watch(c, m, n, now_ms, out);
+        core_moot(c, m, n, out);
         bool committed = pool_core_committed(c) != NULL;
         bool behind = committed && !c->recovering && core_behind(c, m, n);
         if (committed && !c->recovering && !behind && c->switches)

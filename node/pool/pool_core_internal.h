@@ -79,6 +79,11 @@ struct pool_core {
     int64_t rec_base;             /* the epoch that was lost */
     int64_t loss_ms;              /* when the loss was seen */
     int futile;                   /* recoveries in a row with no step done after them */
+    pool_recovery rec_before;     /* the record before this recovery, whether there was one,
+                                     and the run state then: put back when the recovery is
+                                     moot (core_moot) */
+    bool rec_before_has;
+    pool_run_state run_before;
     bool pull_pending;
     int64_t pull_retry_ms;
     bool has_copied;              /* this member holds a stage of the committed plan: */
@@ -149,6 +154,11 @@ bool core_covered(const pool_core *c, const pool_member *m, const int *in, int k
 /* Sees a loss of the committed plan's stage holder (or a broken pipeline)
  * and starts the recovery: the stage stops, a new epoch is voted. */
 void core_watch(pool_core *c, const pool_member *m, int n, int64_t now, pool_actions *out);
+/* A recovery this member runs while some member says the job's model was
+ * gathered (it learned of the end late: a healed minority, whose view of
+ * the last plan's holders lost one that left after the end) is moot: it
+ * stops, and its record and run state are put back as they were. */
+void core_moot(pool_core *c, const pool_member *m, int n, pool_actions *out);
 /* Some member says the job's model was gathered (its run's "gathered"). */
 bool core_gathered(const pool_core *c, const pool_member *m, int n);
 /* Another live member carries a later commit of the job than this one. */

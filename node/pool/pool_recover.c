@@ -147,6 +147,9 @@ void core_recover(pool_core *c, const pool_plan *pl, const char *lost, int64_t a
     c->loss_ms = now;
     c->futile++;
     core_kill(c, out);
+    c->rec_before = c->doc.rec;
+    c->rec_before_has = (c->doc.has & POOL_HAS_REC) != 0;
+    c->run_before = (c->doc.has & POOL_HAS_RUN) ? c->doc.run.state : POOL_RUN_NONE;
     pool_recovery *r = &c->doc.rec;
     int64_t count = (c->doc.has & POOL_HAS_REC) ? r->n : 0;
     memset(r, 0, sizeof *r);
@@ -164,6 +167,25 @@ void core_recover(pool_core *c, const pool_plan *pl, const char *lost, int64_t a
     core_log(out, "pool: %s%s at step %lld of epoch %lld: recovering in a new epoch",
              lost[0] ? "lost " : "the pipeline broke", lost, (long long)at,
              (long long)pl->epoch);
+}
+
+void core_moot(pool_core *c, const pool_member *m, int n, pool_actions *out)
+{
+    if (!c->recovering || !core_gathered(c, m, n)) return;
+    char lost[MESH_NAME_MAX];
+    snprintf(lost, sizeof lost, "%s", c->doc.rec.lost);
+    int64_t at = c->doc.rec.at;
+    c->recovering = false;
+    c->layers_lost = false;
+    c->lost_since_ms = 0;
+    if (c->futile > 0) c->futile--;
+    c->doc.rec = c->rec_before;
+    if (!c->rec_before_has) c->doc.has &= ~POOL_HAS_REC;
+    if ((c->doc.has & POOL_HAS_RUN) && c->doc.run.state == POOL_RUN_RECOVERING)
+        c->doc.run.state = c->run_before;
+    c->dirty = true;
+    core_log(out, "pool: the job's model was gathered: %s%s at step %lld needs no recovery",
+             lost[0] ? "the loss of " : "the broken pipeline", lost, (long long)at);
 }
 
 void core_recovered(pool_core *c, int64_t now, pool_actions *out)

@@ -140,6 +140,9 @@ static struct {
     uint64_t rng;
     version *known[MAXM][MAXM];  /* [observer][member]: what the observer has */
     int64_t cut_ms[MAXM][MAXM];  /* when the observer stopped hearing the member (0: hears) */
+    version *pin[MAXM][MAXM];    /* the observer's copy of the member's record stays this one
+                                    (NULL: none pinned): a newer record that has not reached
+                                    it yet (one only the periodic sync brings) */
     uint8_t delay[MAXM][MAXM];   /* ticks before the observer sees a new version */
     pool_member view[MAXM];
     pool_actions acts;
@@ -197,7 +200,10 @@ static const cost_shape SHAPE = {.layers = 4, .hidden = 64, .intermediate = 128,
 static void world_free(void)
 {
     for (int o = 0; o < S.n; o++)
-        for (int i = 0; i < S.n; i++) version_put(S.known[o][i]);
+        for (int i = 0; i < S.n; i++) {
+            version_put(S.known[o][i]);
+            version_put(S.pin[o][i]);
+        }
     for (int i = 0; i < S.n; i++) {
         pool_core_destroy(S.m[i].core);
         pool_plan_free(&S.m[i].run_plan);
@@ -208,6 +214,7 @@ static void world_free(void)
     }
     pool_actions_free(&S.acts);
     memset(S.known, 0, sizeof S.known);
+    memset(S.pin, 0, sizeof S.pin);
     memset(S.m, 0, sizeof S.m);
     S.n = 0;
 }
@@ -854,6 +861,7 @@ static void disseminate(void)
                 continue;
             }
             S.cut_ms[o][i] = 0;
+            if (S.pin[o][i]) continue;
             version *v = S.m[i].cur;
             if (v != S.known[o][i] && v && v->at + S.delay[o][i] * TICK <= S.now) {
                 version_put(S.known[o][i]);
@@ -867,7 +875,7 @@ static void disseminate(void)
     for (int o = 0; o < S.n; o++) {
         if (!S.m[o].up) continue;
         for (int i = 0; i < S.n; i++) {
-            if (hears(o, i)) continue;
+            if (hears(o, i) || S.pin[o][i]) continue;
             for (int r = 0; r < S.n; r++) {
                 version *v = S.known[r][i];
                 if (r == o || r == i || !hears(o, r) || !v ||

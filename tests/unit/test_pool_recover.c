@@ -11,6 +11,8 @@
  * recovery; a second loss while the recovery is voted; a loss before the
  * first snapshot (the run starts again from step 0); a partition in the
  * middle of the run (the minority never resumes, the majority does); a
+ * member that learns of the job's end late and counts a holder that
+ * leaves after it as lost (its recovery is moot once it learns); a
  * stage's holder and the member keeping its copies lost at once (the job
  * fails naming the lost layers); pool checkpoints, one that fails near the
  * job's end (tried again before the model is gathered), and one that fails
@@ -392,6 +394,71 @@ static void scenario_checkpoint_loss(uint64_t seed)
     S.ckpt_fail = 0;
 }
 
+/* A member that learns of the job's end late (as a healed minority did on
+ * CI): its copy of the submitter's record stays one from before the model
+ * was gathered (a record that big comes only with the periodic sync), so
+ * when a holder of the last plan leaves after the end (its record without
+ * the job) it counts that holder lost and recovers. Once the submitter's
+ * record comes, the recovery is moot: the member stops it, its run state
+ * and its record of recoveries as before, and never fails the job. */
+static void scenario_late_end(uint64_t seed)
+{
+    start(seed);
+    int x = 0;
+    /* every stage done: m04 gathers the model (GATHER asked, not yet done) */
+    int64_t end = S.now + 240000;
+    while (S.now < end && !S.m[4].gather_at && !finished(4)) step();
+    CHECK(S.m[4].gather_at && !finished(4), "late end: m04 never asked to gather the model");
+    S.pin[x][4] = version_get(S.known[x][4]);
+    CHECK(run_until(finished, 60000), "late end: the run did not finish");
+    const pool_plan *last = plan_of(4);
+    int h = -1;
+    for (int s = 0; last && s < last->nstages && h < 0; s++)
+        if (member_of(last->stage[s].holder[0].name) != x)
+            h = member_of(last->stage[s].holder[0].name);
+    CHECK(h >= 0, "late end: no holder of the last plan other than m00");
+    if (h < 0) return;
+    const pool_doc *xd = pool_core_doc(S.m[x].core);
+    int64_t n0 = (xd->has & POOL_HAS_REC) ? xd->rec.n : 0;
+    /* h leaves: its record without the job, gossiped before it goes */
+    version *v = calloc(1, sizeof *v);
+    CHECK(v != NULL, "out of memory");
+    if (!v) return;
+    v->refs = 1;
+    v->text = strdup("");
+    v->at = S.now;
+    v->serial = ++S.serial;
+    version_put(S.m[h].cur);
+    S.m[h].cur = v;
+    for (int k = 0; k < 4; k++) step();
+    crash(h);
+    bool recovering = false;
+    end = S.now + 30000;
+    while (S.now < end && !recovering) {
+        step();
+        recovering = (xd->has & POOL_HAS_RUN) && xd->run.state == POOL_RUN_RECOVERING;
+    }
+    CHECK(recovering, "late end: m00 never recovered from %s's leaving (the scenario did not "
+          "happen)", S.m[h].name);
+    version_put(S.pin[x][4]);
+    S.pin[x][4] = NULL;
+    end = S.now + 10000;
+    while (S.now < end && xd->run.state == POOL_RUN_RECOVERING) step();
+    CHECK(xd->run.state != POOL_RUN_RECOVERING, "late end: m00 still recovers the ended job 10 s "
+          "after m04's record said its model was gathered");
+    for (int k = 0; k < 100; k++) step();   /* and stays so (50 s) */
+    CHECK(xd->run.state != POOL_RUN_RECOVERING && xd->run.state != POOL_RUN_FAILED,
+          "late end: m00's run is %s after the moot recovery",
+          pool_run_state_name(xd->run.state));
+    int64_t n1 = (xd->has & POOL_HAS_REC) ? xd->rec.n : 0;
+    CHECK(n1 == n0, "late end: m00's record counts %lld recoveries, %lld before the moot one",
+          (long long)n1, (long long)n0);
+    if (recovering && xd->run.state != POOL_RUN_RECOVERING)
+        printf("late end: m00 recovered from %s's leaving after the end until m04's record "
+               "came, then stopped (run %s, recoveries %lld)\n", S.m[h].name,
+               pool_run_state_name(xd->run.state), (long long)n1);
+}
+
 int main(void)
 {
     S.verbose = getenv("POOL_SIM_VERBOSE") != NULL;
@@ -405,6 +472,7 @@ int main(void)
     scenario_twice("during", 14 + o, true);
     scenario_early(15 + o);
     scenario_partition(16 + o);
+    scenario_late_end(21 + o);
     scenario_no_copy(17 + o);
     scenario_checkpoints(18 + o);
     scenario_checkpoint_at_end(19 + o);
