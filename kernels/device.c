@@ -93,7 +93,7 @@ static void gpu_load(gpu_slot *g)
      * writable by group or others) */
     struct stat fst, dst;
     char dir[DIR_MAX + 64];
-    memcpy(dir, path, strlen(path) + 1);
+    snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
     if (slash) *slash = '\0';
     uid_t me = geteuid();

@@ -690,6 +690,28 @@ static void crash(int i)
     S.m[i].down_ms = S.now;
 }
 
+/* Member i leaves as `shardnode leave` does: its record without a job (a
+ * LEFT record) is gossiped for `ticks`, then it goes. */
+__attribute__((unused)) static void leave(int i, int ticks)
+{
+    version *v = calloc(1, sizeof *v);
+    char *text = strdup("");
+    CHECK(v && text, "out of memory");
+    if (!v || !text) {
+        free(v);
+        free(text);
+        return;
+    }
+    v->refs = 1;
+    v->text = text;
+    v->at = S.now;
+    v->serial = ++S.serial;
+    version_put(S.m[i].cur);
+    S.m[i].cur = v;
+    for (int k = 0; k < ticks; k++) step();
+    crash(i);
+}
+
 /* A crashed member started again: a new core, its record without a job
  * until it takes the job up again; its disk kept. */
 __attribute__((unused)) static void restart(int i)

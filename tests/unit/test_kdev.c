@@ -85,6 +85,16 @@ static void test_refusals(void)
     chmod(path, 0666);
     refused("hip:0", bad, KDEV_EFAIL, path, "writable by group or others");
     chmod(path, 0644);
+    chmod(bad, 0777);   /* its folder: anyone could swap the file */
+    refused("hip:0", bad, KDEV_EFAIL, path, "writable by group or others");
+    chmod(bad, 0755);
+    /* another user's file (root can hand it to nobody; elsewhere skipped) */
+    if (geteuid() == 0 && chown(path, 65534, 65534) == 0) {
+        refused("hip:0", bad, KDEV_EFAIL, path, "another user's");
+        CHECK(chown(path, 0, 0) == 0, "chown %s back", path);
+    }
+    /* the file as it was: refused by dlopen again, not by the check */
+    refused("hip:0", bad, KDEV_ENORUNTIME, path, "cannot load");
 
     /* A backend of another ABI version (a stale build) is named and refused. */
     refused("cuda:0", KDEV_FAKE_DIR, KDEV_EFAIL, "ABI", "stale");

@@ -420,18 +420,7 @@ static void scenario_late_end(uint64_t seed)
     if (h < 0) return;
     const pool_doc *xd = pool_core_doc(S.m[x].core);
     int64_t n0 = (xd->has & POOL_HAS_REC) ? xd->rec.n : 0;
-    /* h leaves: its record without the job, gossiped before it goes */
-    version *v = calloc(1, sizeof *v);
-    CHECK(v != NULL, "out of memory");
-    if (!v) return;
-    v->refs = 1;
-    v->text = strdup("");
-    v->at = S.now;
-    v->serial = ++S.serial;
-    version_put(S.m[h].cur);
-    S.m[h].cur = v;
-    for (int k = 0; k < 4; k++) step();
-    crash(h);
+    leave(h, 4);   /* its record without the job, gossiped before it goes */
     bool recovering = false;
     end = S.now + 30000;
     while (S.now < end && !recovering) {
