@@ -209,6 +209,12 @@ def main():
         print("%-10s %8.1f tokens/s  %6.1f GFLOP/s = %4.1f%% of its own 2048^3 rate  "
               "(last loss %.4f)" % (name, tps, gflops, 100.0 * gflops / pk, loss))
     print("ratio shardnode / torch: %.2f" % (sn_med / th_med))
+    # What any step could reach here: every FLOP of it at the fastest 2048^3
+    # product rate this run measured (a bound no real step meets: the step
+    # also normalises, applies attention's softmax and updates AdamW).
+    best = max(peak, mm_peak, torch_peak)
+    print("ceiling: a step with every FLOP at the fastest 2048^3 rate measured here "
+          "(%.0f GFLOP/s) would be %.2fx torch's step" % (best, best * 1e9 / (th_med * flops_per_token)))
 
 
 if __name__ == "__main__":
