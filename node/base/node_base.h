@@ -1,6 +1,6 @@
 /* node_base.h — the small helpers every room of node/ shares (node/README.md,
  * "Rooms"): error formatting, hex, the state directory's JSON files, the
- * node name rule, path joining and wiping secrets. The bottom room: it
+ * node name rule, path joining, wiping secrets and the usable CPUs. The bottom room: it
  * includes only the project's lower layers (model.h for atomic_file). */
 #ifndef SHARDNODE_NODE_BASE_H
 #define SHARDNODE_NODE_BASE_H
@@ -35,6 +35,19 @@ int node_name_valid(const char *s);
 
 /* DIR/NAME into out (NODE_PATH_MAX bytes); -1 when it does not fit. */
 int node_state_path(char *out, const char *dir, const char *name);
+
+/* The CPUs this process may use (node_cpus.c): its affinity mask's
+ * (taskset, a container's cpuset), fewer where a CPU quota of its cgroup or
+ * of one above it allows fewer (cgroup v2 cpu.max, v1 cpu.cfs_quota_us;
+ * rounded up); at least 1. What a node gossips as its cores and computes
+ * with when no --threads is given. */
+int node_usable_cpus(void);
+/* The CPUs a quota of `quota` us per `period` us allows, rounded up; 0 when
+ * there is none (quota <= 0, as v1's -1). */
+int node_cpu_quota_cpus(long long quota, long long period);
+/* The same from a cgroup v2 cpu.max line: "max 100000" -> 0 (no quota),
+ * "150000 100000" -> 2; -1 for any other text. */
+int node_cpu_max_parse(const char *text);
 
 /* Zeroes n bytes at p in a way the compiler keeps (private keys should not
  * outlive their use in memory). */

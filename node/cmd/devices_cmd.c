@@ -39,8 +39,8 @@ int cmd_devices(int argc, char **argv)
     devices_info host;
     devices_detect(&host);
     if (n > 0 && e[0].status == KDEV_OK)
-        snprintf(e[0].info.name, sizeof e[0].info.name, "%.100s, %d cores", host.cpu_model,
-                 host.cpu_cores);
+        snprintf(e[0].info.name, sizeof e[0].info.name, "%.100s, %d core%s", host.cpu_model,
+                 host.cpu_cores, host.cpu_cores == 1 ? "" : "s");
     if (as_json) {
         json_t *arr = json_array();
         for (int i = 0; arr && i < n; i++) {

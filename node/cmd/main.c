@@ -3,6 +3,7 @@
 #include "daemon.h"
 
 #include "kernels.h"
+#include "node_base.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,10 +124,23 @@ static void pool_wait_policy(int argc, char **argv)
         setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
 }
 
+/* Without --threads (or OMP_NUM_THREADS) every command computes with the
+ * CPUs this process may use. OpenMP already follows the affinity mask
+ * (taskset, a cpuset); a CPU quota (a container's --cpus) it does not see,
+ * and 64 threads throttled to 2 CPUs' time crawl. A command's --threads
+ * still sets the count it asks for. */
+static void default_threads(void)
+{
+    if (getenv("OMP_NUM_THREADS")) return;
+    int n = node_usable_cpus();
+    if (n < kernels_threads()) kernels_set_threads(n);
+}
+
 int main(int argc, char **argv)
 {
     pool_wait_policy(argc, argv);
     blas_reexec(argv);
+    default_threads();
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -214,8 +214,7 @@ int cmd_profile(int argc, char **argv)
     if (on_cpu) proc_field("/proc/cpuinfo", "model name", cpu, sizeof cpu);
     else snprintf(cpu, sizeof cpu, "%s %s driver %s", di->name, di->arch, di->driver);
     int nthr = kernels_threads();
-    long procs = sysconf(_SC_NPROCESSORS_ONLN);
-    int slots = procs > nthr ? (int)procs : nthr;   /* stage_create's attention scratch */
+    int slots = kernels_thread_slots(); /* stage_create's attention scratch */
     checkpoint_config_string(&cfg, cfgs, sizeof cfgs);
     char key[1024];
     if (on_cpu)

@@ -5,6 +5,7 @@
 #include "runtime.h"
 
 #include "kernels.h"
+#include "node_base.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -73,8 +74,7 @@ void devices_detect(devices_info *out)
         else
             snprintf(out->cpu_model, sizeof out->cpu_model, "unknown");
     }
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    out->cpu_cores = n > 0 ? (int)n : 1;
+    out->cpu_cores = node_usable_cpus(); /* this process's, not the machine's */
     out->memory_bytes = memory_total();
     /* GPUs: every device a GPU backend of this build opens (kernels.h,
      * kdev_list: libshardnode-cuda.so / -hip.so with their runtime and a
