@@ -5,6 +5,7 @@
  * Formats in docs/FORMATS.md, "State directory". */
 #include "daemon_internal.h"
 #include "node_base.h"
+#include "runtime.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -96,13 +97,25 @@ int daemon_open_state(daemon_t **out, const char *state, char *err, size_t errle
                              ep);
         snprintf(d->endpoint, sizeof d->endpoint, "%s", ep);
     }
-    json_t *dev = json_object_get(d->node, "devices");
-    char *dev_text = dev ? json_dumps(dev, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-    /* A devices record too big for gossip is cut to nothing rather than
-     * sent broken: others then see "no devices reported". */
-    if (dev_text && strlen(dev_text) < sizeof d->devices_json)
-        snprintf(d->devices_json, sizeof d->devices_json, "%s", dev_text);
-    free(dev_text);
+    /* The devices as they are at this start, not as `init` or `join` found
+     * them (a GPU added since, the CPUs of the container it now runs in):
+     * node.json takes them when they differ (its other keys untouched; a
+     * failed write keeps the old file and is no reason not to start). Gossip
+     * carries what fits its record: with many GPUs, each by device, name and
+     * memory, and a count of those left out (devices_gossip_text). */
+    devices_info now;
+    devices_detect(&now);
+    json_t *fresh = devices_to_json(&now), *dev = json_object_get(d->node, "devices");
+    if (fresh && !json_equal(fresh, dev)) {
+        char werr[512];
+        json_object_set(d->node, "devices", fresh);
+        if (node_write_json(path, d->node, 0644, werr, sizeof werr) != 0)
+            fprintf(stderr, "shardnode: note: node.json keeps the devices found before: %s\n",
+                    werr);
+        dev = fresh;
+    }
+    devices_gossip_text(dev, d->devices_json, sizeof d->devices_json);
+    json_decref(fresh);
     const char *ifname = node_json_str(d->node, "ifname");
 
     state_file(path, state, "wg.key");

@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -115,4 +116,49 @@ struct json_t *devices_to_json(const devices_info *d)
     /* "o" steals gpus, also when json_pack fails. */
     return json_pack("{s:{s:s, s:i, s:I}, s:o}", "cpu", "model", d->cpu_model, "cores",
                      d->cpu_cores, "memory_bytes", (json_int_t)d->memory_bytes, "gpus", gpus);
+}
+
+/* Compact JSON of j into out when it fits (strlen < size). */
+static int dump_fits(json_t *j, char *out, size_t size)
+{
+    char *t = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    int ok = t && strlen(t) < size;
+    if (ok) memcpy(out, t, strlen(t) + 1);
+    free(t);
+    return ok;
+}
+
+int devices_gossip_text(json_t *devices, char *out, size_t size)
+{
+    if (size) out[0] = 0;
+    if (!size || !json_is_object(devices)) return -1;
+    if (dump_fits(devices, out, size)) return 0;
+    /* Too big (many GPUs, long names): the CPU's part, then the GPUs by
+     * device, name and memory, as many as fit, and a count of the rest. */
+    json_t *gpus = json_object_get(devices, "gpus");
+    size_t ng = json_array_size(gpus);
+    json_t *cut = json_pack("{s:O?, s:[]}", "cpu", json_object_get(devices, "cpu"), "gpus");
+    if (!cut) return -1;
+    json_t *arr = json_object_get(cut, "gpus");
+    int rc = dump_fits(cut, out, size) ? 0 : -1;
+    for (size_t i = 0; rc == 0 && i < ng; i++) {
+        json_t *g = json_array_get(gpus, i);
+        json_t *small = json_pack("{s:O?, s:O?, s:O?}", "device", json_object_get(g, "device"),
+                                  "name", json_object_get(g, "name"), "memory_bytes",
+                                  json_object_get(g, "memory_bytes"));
+        if (!small || json_array_append_new(arr, small) != 0) break;
+        json_object_set_new(cut, "gpus_more", json_integer((json_int_t)(ng - i - 1)));
+        char trial[4096];
+        if (size > sizeof trial || !dump_fits(cut, trial, size)) {
+            /* this GPU does not fit: the record as it was before it */
+            json_array_remove(arr, json_array_size(arr) - 1);
+            json_object_set_new(cut, "gpus_more", json_integer((json_int_t)(ng - i)));
+            if (!dump_fits(cut, out, size)) rc = -1;
+            break;
+        }
+        memcpy(out, trial, strlen(trial) + 1);
+    }
+    json_decref(cut);
+    if (rc != 0 && size) out[0] = 0;
+    return rc;
 }

@@ -33,7 +33,7 @@ typedef struct {
 
 typedef struct {
     char cpu_model[128];       /* /proc/cpuinfo's name for it; "unknown" if none */
-    int cpu_cores;             /* logical CPUs online */
+    int cpu_cores;             /* the CPUs this process may use (node_usable_cpus) */
     int64_t memory_bytes;      /* physical memory */
     int ngpus;
     devices_gpu gpus[DEVICES_MAX_GPUS];
@@ -45,6 +45,12 @@ void devices_detect(devices_info *out);
 /* {"cpu": {...}, "gpus": [...]} as docs/FORMATS.md describes; NULL when
  * out of memory. The caller owns the reference. */
 struct json_t *devices_to_json(const devices_info *d);
+/* The devices record as gossip carries it: at most size - 1 bytes of compact
+ * JSON, NUL-terminated. The whole record where it fits; else every GPU as
+ * {"device", "name", "memory_bytes"} alone, as many as fit in order, and
+ * "gpus_more": how many were left out (a machine of 8 or 16 GPUs). 0, or
+ * -1 when even the CPU's part does not fit (out is then ""). */
+int devices_gossip_text(struct json_t *devices, char *out, size_t size);
 
 /* ---- fleet.c: fleet files and configs/devices.json (docs/FORMATS.md) ----
  * Nodes with measured profiles or public spec sheets, and their links, as

@@ -360,12 +360,14 @@ def test_invite_while_up():
     stop = threading.Event()
     issued = []
 
-    def start(name, args):
+    def start(name, args, cpus=None):
         logs[name] = os.path.join(tmp, name + ".log")
         with open(logs[name], "ab") as out:
             procs[name] = subprocess.Popen([SHARDNODE] + args + ["--threads", "1", "--http", "off"],
                                            stdin=subprocess.DEVNULL, stdout=out,
-                                           stderr=subprocess.STDOUT, start_new_session=True)
+                                           stderr=subprocess.STDOUT, start_new_session=True,
+                                           preexec_fn=(lambda: os.sched_setaffinity(0, cpus))
+                                           if cpus else None)
 
     def tail(name):
         with open(logs[name], errors="replace") as f:
@@ -394,8 +396,29 @@ def test_invite_while_up():
         port = free_udp_port()
         run(["init", "--state", os.path.join(tmp, "a"), "--name", "a", "--listen-port", str(port),
              "--endpoint", f"127.0.0.1:{port}", "--prefix", "127.0.0.0/8"])
-        start("a", ["up", "--state", os.path.join(tmp, "a")])
+        # node.json's devices as `init` wrote them are replaced at `up` by the
+        # devices as they are now: a started pinned to one CPU (taskset)
+        # counts 1 core, whatever node.json said before; its other keys stay
+        path = os.path.join(tmp, "a", "node.json")
+        with open(path) as f:
+            before = json.load(f)
+        before["devices"]["cpu"]["cores"] = 4096
+        before["devices"]["gpus"] = [{"device": "cuda:7", "vendor": "nvidia", "name": "gone",
+                                      "memory_bytes": 1, "memory_free_bytes": 1, "arch": "sm_90",
+                                      "driver": "1.0"}]
+        with open(path, "w") as f:
+            json.dump(before, f)
+        start("a", ["up", "--state", os.path.join(tmp, "a")],
+              cpus={sorted(os.sched_getaffinity(0))[0]})
         wait("a", "a starts", 30)
+        with open(path) as f:
+            after = json.load(f)
+        check(after["devices"]["cpu"]["cores"] == 1 and after["devices"]["gpus"] == [],
+              f"a up on one CPU: node.json's devices are {after['devices']}")
+        check({k: v for k, v in after.items() if k != "devices"} ==
+              {k: v for k, v in before.items() if k != "devices"},
+              f"up changed node.json beyond its devices: {after}")
+        print("ok   up on one CPU writes its devices again: 1 core, no GPU")
         threads = [threading.Thread(target=invite_loop) for _ in range(2)]
         for t in threads:
             t.start()
