@@ -32,7 +32,9 @@ of 128 tokens in micro-batches of 4, snapshots as the pool chooses them
    again before the next trial.
 3. `--joins` planned switches (docs/ARCHITECTURE.md, "Planned switches"): a
    computes alone (b, c keep copies only, d is down), a job is submitted, d
-   comes up at a step drawn at random, and the pool switches to a plan with
+   comes up at a step drawn at random (with `--join-threads` threads, 1 by
+   default: on 2 cores a second member of one thread beside a gains little
+   over these links, one of two threads does), and the pool switches to a plan with
    it when the rule says so; at a later step drawn at random d gets SIGTERM
    and hands its layers back before it stops. Per switch: the step after
    which the stages handed over, the MB moved and the MB/s each fetch
@@ -158,6 +160,8 @@ def main():
                          "both with and without snapshots (default 4)")
     ap.add_argument("--joins", type=int, default=0,
                     help="join-and-leave trials after the failures (default 0)")
+    ap.add_argument("--join-threads", type=int, default=1,
+                    help="the threads d joins with in --joins (default 1)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--snapshot-every", type=int, default=0,
@@ -414,7 +418,7 @@ def joins(t, args, rng, job, ref, prev, opts):
         up_at = rng.randint(2, 6)
         t.wait("step %d" % up_at, lambda: (job_metrics(t, "a", jid) or [{"step": 0}])[-1]
                ["step"] >= up_at, 600)
-        t.start("d", ["up", "--state", t.state("d")] + opts["d"])
+        t.start("d", ["up", "--state", t.state("d"), "--threads", str(args.join_threads)])
 
         def switched(why):
             j = status_job(t, "e")
