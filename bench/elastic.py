@@ -436,7 +436,10 @@ def joins(t, args, rng, job, ref, prev, opts):
             continue
         sw1, c1, j1 = got
         leave_at = sw1["from"] + rng.randint(10, 20)
-        t.wait("step %d" % leave_at, lambda: max([m["step"] for m in job_metrics(t, "a", jid)]
+        # the step of the run, from whichever of a and d computes (a plan with
+        # d may leave a out)
+        t.wait("step %d" % leave_at, lambda: max([m["step"] for n in "ad"
+                                                   for m in job_metrics(t, n, jid)]
                                                   or [0]) >= leave_at, 600)
         p = t.procs.pop("d")
         t_term = time.time()
