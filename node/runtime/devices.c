@@ -140,7 +140,8 @@ int devices_gossip_text(json_t *devices, char *out, size_t size)
     json_t *cut = json_pack("{s:O?, s:[]}", "cpu", json_object_get(devices, "cpu"), "gpus");
     if (!cut) return -1;
     json_t *arr = json_object_get(cut, "gpus");
-    int rc = dump_fits(cut, out, size) ? 0 : -1;
+    char *trial = malloc(size);
+    int rc = trial && dump_fits(cut, out, size) ? 0 : -1;
     for (size_t i = 0; rc == 0 && i < ng; i++) {
         json_t *g = json_array_get(gpus, i);
         json_t *small = json_pack("{s:O?, s:O?, s:O?}", "device", json_object_get(g, "device"),
@@ -148,8 +149,7 @@ int devices_gossip_text(json_t *devices, char *out, size_t size)
                                   json_object_get(g, "memory_bytes"));
         if (!small || json_array_append_new(arr, small) != 0) break;
         json_object_set_new(cut, "gpus_more", json_integer((json_int_t)(ng - i - 1)));
-        char trial[4096];
-        if (size > sizeof trial || !dump_fits(cut, trial, size)) {
+        if (!dump_fits(cut, trial, size)) {
             /* this GPU does not fit: the record as it was before it */
             json_array_remove(arr, json_array_size(arr) - 1);
             json_object_set_new(cut, "gpus_more", json_integer((json_int_t)(ng - i)));
@@ -158,7 +158,8 @@ int devices_gossip_text(json_t *devices, char *out, size_t size)
         }
         memcpy(out, trial, strlen(trial) + 1);
     }
+    free(trial);
     json_decref(cut);
-    if (rc != 0 && size) out[0] = 0;
+    if (rc != 0) out[0] = 0;
     return rc;
 }
