@@ -109,7 +109,8 @@ int node_usable_cpus(void)
                 char root[300];
                 snprintf(root, sizeof root, "/sys/fs/cgroup/%s", ctl);
                 q = quota_up(root, rel, 0);
-                if (!q) q = quota_up("/sys/fs/cgroup/cpu", rel, 0);
+                /* "cpu,cpuacct" may be mounted as .../cpu only */
+                if (!q && strcmp(ctl, "cpu") != 0) q = quota_up("/sys/fs/cgroup/cpu", rel, 0);
             }
         }
         if (q > 0 && q < n) n = q;

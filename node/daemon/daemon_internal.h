@@ -120,7 +120,7 @@ typedef struct daemon_t {
                                        WireGuard, nothing encrypted (the non-root demo) */
     int threads;                    /* --threads: compute threads (0: all) */
     char device[16];                /* --device, resolved: "cpu", "cuda:0", ... */
-    int cores;                      /* logical CPUs online */
+    int cores;                      /* the CPUs this process may use (devices_detect at start) */
     char host_id[17];               /* FNV of /etc/machine-id: members on one machine */
     bool no_compute;                /* --no-compute: votes, holds no stage */
 

@@ -105,6 +105,7 @@ int daemon_open_state(daemon_t **out, const char *state, char *err, size_t errle
      * memory, and a count of those left out (devices_gossip_text). */
     devices_info now;
     devices_detect(&now);
+    d->cores = now.cpu_cores; /* node_usable_cpus: affinity and CPU quota */
     json_t *fresh = devices_to_json(&now), *dev = json_object_get(d->node, "devices");
     if (fresh && !json_equal(fresh, dev)) {
         char werr[512];

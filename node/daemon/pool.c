@@ -666,7 +666,7 @@ int pool_open(daemon_t *d)
 {
     d->pool = calloc(1, sizeof *d->pool);
     if (!d->pool) return -1;
-    d->cores = node_usable_cpus(); /* affinity and CPU quota, not the machine's count */
+    /* d->cores: the devices record's, detected at this start (daemon_state.c) */
     /* which members share a machine (network namespaces do): a hash of
      * the machine id, not the id itself */
     char id[128] = "";
