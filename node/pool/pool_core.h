@@ -262,9 +262,10 @@ bool pool_core_run_active(const pool_core *c, const pool_member *members, int n)
  * stage of the running plan the pool switches to a plan without it, its
  * stage handing its layers over at a step boundary (docs/ARCHITECTURE.md,
  * "Planned switches"). True when it must stay up until pool_core_departed
- * says it may go (it holds a stage of a running plan, or of one that
- * finished the job before the model was gathered: its stage file is still
- * to be fetched). */
+ * says it may go (it holds a stage of a running plan, or of the plan a
+ * committed handover replaces until the new stages have its layers, or of
+ * one that finished the job before the model was gathered: its stage file
+ * is still to be fetched). */
 bool pool_core_depart(pool_core *c, const pool_member *members, int n);
 /* Whether a departing member may go: no running plan needs it any more
  * (the committed plan does not name it, its own stage has ended, and the

@@ -476,10 +476,16 @@ static void commit(pool_core *c, int64_t epoch, uint64_t plan, const pool_names 
         pool_plan_free(&c->prev);
         if (pool_plan_copy(&c->prev, p) != 0) pool_plan_free(&c->prev);
     }
-    c->switch_why = !layout->handover          ? POOL_SW_NONE
-                    : c->switching != POOL_SW_NONE ? c->switching
-                    : c->doc.vote.v.epoch == epoch ? c->doc.vote.sw
-                                                   : POOL_SW_NONE;
+    /* why the switch to this plan was made: this member's vote for it (its
+     * watch may have moved on since, to a reason of a later plan: a holder
+     * that leaves after the votes for a slowed plan that still holds it),
+     * else the others' (pool_switch.c, why_of) */
+    c->switch_why = POOL_SW_NONE;
+    if (layout->handover && c->doc.vote.v.epoch == epoch && c->doc.vote.v.plan == plan)
+        c->switch_why = c->doc.vote.sw;
+    else if (layout->handover && c->vote_pending && c->pending.v.epoch == epoch &&
+             c->pending.v.plan == plan)
+        c->switch_why = c->pending.sw;
     c->switching = POOL_SW_NONE;
     c->handover_asked = false;
     c->handover_ms = 0;

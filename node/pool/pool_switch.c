@@ -296,8 +296,9 @@ static int handed(pool_core *c, const pool_member *m, int n, const pool_plan *pl
     return 0;
 }
 
-/* Why the switch to pl was made: this member's own reason, else another
- * member's record of it or vote for it. */
+/* Why the switch to pl was made: this member's vote for it, else another
+ * member's record of it or vote for it (a vote for another plan in the
+ * same epoch says nothing of this one). */
 static pool_switch_why why_of(const pool_core *c, const pool_member *m, int n,
                               const pool_plan *pl)
 {
@@ -306,7 +307,7 @@ static pool_switch_why why_of(const pool_core *c, const pool_member *m, int n,
         const pool_doc *d = core_doc_of(c, &m[i]);
         if (d && (d->has & POOL_HAS_SWR) && d->swr.epoch == pl->epoch) return d->swr.why;
         if (d && (d->has & POOL_HAS_VOTE) && d->vote.v.epoch == pl->epoch &&
-            d->vote.sw != POOL_SW_NONE)
+            d->vote.v.plan == pl->hash && d->vote.sw != POOL_SW_NONE)
             return d->vote.sw;
     }
     return POOL_SW_SLOWED;
@@ -423,9 +424,17 @@ bool pool_core_depart(pool_core *c, const pool_member *m, int n)
         c->dirty = c->urgent = true;
     }
     const pool_plan *pl = pool_core_committed(c);
-    return pl && ((c->run_pending && pool_plan_stage_of(pl, c->name) >= 0 &&
-                   pool_core_run_active(c, m, n)) ||
-                  ungathered(c, pl, m, n));
+    if (!pl) return false;
+    if (ungathered(c, pl, m, n)) return true;
+    /* it holds layers the pool still needs: a stage of the running plan,
+     * or one of the plan a committed handover replaces (the new holders
+     * take its state from this member's snapshots). Before, a member told
+     * to leave after a handover that gives its layers away was committed,
+     * and before the new stages had them, was let go at once, and the pool
+     * recovered without it. */
+    bool held = c->run_pending || pool_plan_stage_of(pl, c->name) >= 0 ||
+                (pl->handover && prev_known(c, pl) && pool_plan_stage_of(&c->prev, c->name) >= 0);
+    return held && pool_core_run_active(c, m, n) && !pool_core_departed(c, m, n);
 }
 
 bool pool_core_departed(const pool_core *c, const pool_member *m, int n)

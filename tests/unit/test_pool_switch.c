@@ -16,6 +16,9 @@
  * until its layers are handed over, then goes: nothing redone, no
  * recovery); a holder that slows down (its pace re-profiles it, the pool
  * gives it fewer layers); a holder capped to one thread (`shardnode set`);
+ * a holder that slows down and leaves while the pool votes for the slowed
+ * plan (each switch recorded with its own reason; it stays until its
+ * layers are handed over, even to a handover already committed);
  * holders that go after the job's last step (no recovery of a finished
  * job; one leaving before the gathering waits for it); the newcomer
  * restarted during a handover (it learns the step from the others' records:
@@ -322,6 +325,104 @@ static void scenario_capped(uint64_t seed)
     S.own_hosts = false;
 }
 
+/* Every up member's record of its last switch names the reason of the plan
+ * it switched to: "left" only for a plan without `leaver`. *bad: the first
+ * member whose record says otherwise (-1: none). */
+static void left_records(int leaver, int *bad, int64_t *bad_epoch)
+{
+    for (int i = 0; i < S.n && *bad < 0; i++) {
+        const pool_doc *d = S.m[i].up ? pool_core_doc(S.m[i].core) : NULL;
+        const pool_plan *c = d ? plan_of(i) : NULL;
+        if (c && (d->has & POOL_HAS_SWR) && d->swr.epoch == c->epoch &&
+            d->swr.why == POOL_SW_LEFT && pool_plan_stage_of(c, S.m[leaver].name) >= 0) {
+            *bad = i;
+            *bad_epoch = c->epoch;
+        }
+    }
+}
+
+/* A holder slows down and leaves just as the pool votes for the plan that
+ * gives it fewer layers (some member's vote for that switch is out): the
+ * switch to that plan, which still holds it, is recorded "slowed", and the
+ * one after it, without it, "left" (before, a member whose own watch had
+ * moved on to the leave recorded the slowed plan's switch as "left": 2 of
+ * these 8 seeds); where the slowed plan already leaves it out, that one
+ * switch serves both; the
+ * leaver goes once its layers are handed over; nothing redone, no
+ * recovery. */
+static void scenario_slow_leave(uint64_t seed)
+{
+    S.replan_min_steps = 20;
+    start(seed);
+    run_to(30 + (int64_t)(rnd() % 40));
+    const pool_plan *c = plan_of(4);
+    int big = biggest_stage(c);
+    int victim = c ? member_of(c->stage[big].holder[0].name) : -1;
+    CHECK(victim >= 0, "slow-leave: no holder to slow down");
+    if (victim < 0) return;
+    int64_t e0 = c->epoch;
+    S.m[victim].pace = 3000;
+    int bad = -1;
+    int64_t bad_epoch = 0, end = S.now + 300000;
+    bool voting = false;
+    while (S.now < end && !voting) {
+        step();
+        for (int i = 0; i < S.n && !voting; i++) {
+            const pool_doc *d = S.m[i].up ? pool_core_doc(S.m[i].core) : NULL;
+            voting = d && (d->has & POOL_HAS_VOTE) && d->vote.sw == POOL_SW_SLOWED &&
+                     d->vote.v.epoch > e0;
+        }
+    }
+    CHECK(voting, "slow-leave: no member voted for a switch after %s slowed down",
+          S.m[victim].name);
+    for (int64_t k = (int64_t)(rnd() % 3); k > 0; k--) step();
+    view_of(victim);
+    CHECK(pool_core_depart(S.m[victim].core, S.view, S.n), "slow-leave: %s holds a stage and "
+          "is not told to wait for its hand-over", S.m[victim].name);
+    int64_t t0 = S.now;
+    bool gone = false;
+    while (S.now - t0 < POOL_DEPART_MS && !gone) {
+        step();
+        left_records(victim, &bad, &bad_epoch);
+        view_of(victim);
+        gone = pool_core_departed(S.m[victim].core, S.view, S.n);
+    }
+    CHECK(gone, "slow-leave: %s was not free to go within %d s", S.m[victim].name,
+          POOL_DEPART_MS / 1000);
+    crash(victim);
+    end = S.now + 600000;
+    bool done = false;
+    while (S.now < end && !done) {
+        step();
+        left_records(victim, &bad, &bad_epoch);
+        done = true;
+        for (int i = 0; i < S.n && done; i++)
+            if (S.m[i].up) done = finished(i);
+    }
+    CHECK(done && S.reached == STEPS, "slow-leave: the run reached step %lld of %d",
+          (long long)S.reached, STEPS);
+    CHECK(bad < 0, "slow-leave: %s records the switch to epoch %lld, whose plan holds %s, as "
+          "\"left\"", bad >= 0 ? S.m[bad].name : "", (long long)bad_epoch, S.m[victim].name);
+    c = plan_of(4);
+    const pool_doc *d = pool_core_doc(S.m[4].core);
+    /* one handover: the plan voted for the slow-down already left it out
+     * (its switch is "slowed", or "left" where the leave came first) */
+    bool why_ok = (d->has & POOL_HAS_SWR) &&
+                  (d->swr.why == POOL_SW_LEFT || (S.handovers == 1 && d->swr.why == POOL_SW_SLOWED));
+    CHECK(c && c->handover && pool_plan_stage_of(c, S.m[victim].name) < 0 && why_ok,
+          "slow-leave: the last epoch "
+          "(%lld) %s %s; the submitter's record of its switch says %s",
+          c ? (long long)c->epoch : 0LL, c && pool_plan_stage_of(c, S.m[victim].name) >= 0
+                                              ? "holds" : "does not hold", S.m[victim].name,
+          (d->has & POOL_HAS_SWR) ? pool_switch_why_name(d->swr.why) : "nothing");
+    CHECK(S.redone == 0 && no_recovery(), "slow-leave: %lld steps redone, %s recovery",
+          (long long)S.redone, no_recovery() ? "no" : "a");
+    printf("slow-leave: %s slowed down and left while the pool voted; %d handovers, the last "
+           "after step %lld; no step redone, no recovery\n", S.m[victim].name, S.handovers,
+           (long long)S.handed_at);
+    S.m[victim].pace = 0;
+}
+
 static bool handing(int i) { return plan_of(i) && plan_of(i)->handover; }
 
 /* Member i's state file holds the commit of epoch e. */
@@ -511,6 +612,7 @@ int main(void)
     scenario_leave(35 + o);
     scenario_slow(36 + o);
     scenario_capped(37 + o);
+    for (uint64_t k = 0; k < 8; k++) scenario_slow_leave(41 + 100 * k + o);
     scenario_after_end(38 + o);
     scenario_restart(39 + o);
     scenario_measured(40 + o);
