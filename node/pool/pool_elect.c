@@ -153,6 +153,69 @@ static plan_job plan_job_of(const pool_core *c)
                       .margin_permille = 50};
 }
 
+/* Candidate x gossips the same host as another candidate. */
+static bool shares_host(const cands_t *fl, int x)
+{
+    const pool_doc *a = fl->docs[x];
+    if (!(a->has & POOL_HAS_HOST) || !a->host[0]) return false;
+    for (int y = 0; y < fl->f; y++)
+        if (y != x && (fl->docs[y]->has & POOL_HAS_HOST) && strcmp(fl->docs[y]->host, a->host) == 0)
+            return true;
+    return false;
+}
+
+/* The planner's plan over every candidate but `skip`, its node indices
+ * those of fl (0), or -1 when none fits. */
+static int plan_without(plan *out, const cands_t *fl, int skip, const plan_job *pj)
+{
+    int f = fl->f - 1, *map = calloc((size_t)(f > 0 ? f : 1), sizeof *map);
+    plan_node *nodes = calloc((size_t)(f > 0 ? f : 1), sizeof *nodes);
+    cost_link *links = calloc((size_t)(f > 0 ? f * f : 1), sizeof *links);
+    int rc = -1;
+    if (!map || !nodes || !links || f < 1) goto out;
+    for (int i = 0, k = 0; i < fl->f; i++)
+        if (i != skip) map[k++] = i;
+    for (int i = 0; i < f; i++) {
+        nodes[i] = fl->nodes[map[i]];
+        for (int j = 0; j < f; j++) links[i * f + j] = fl->links[map[i] * fl->f + map[j]];
+    }
+    plan_fleet sub = {.nnodes = f, .nodes = nodes, .links = links};
+    if (plan_compute(out, &sub, pj, PLAN_AUTO, NULL, NULL, 0) != 0) goto out;
+    for (int s = 0; s < out->nstages; s++)
+        for (int d = 0; d < out->stage[s].ndevices; d++)
+            out->stage[s].node[d] = map[out->stage[s].node[d]];
+    rc = 0;
+out:
+    free(map);
+    free(nodes);
+    free(links);
+    return rc;
+}
+
+/* Where candidates share a machine's cores, the planner's plan (which
+ * takes each as alone) may lose to one without some of them under the
+ * shared replay: two stages of 1 and 2 threads on 2 cores run slower than
+ * the member of 2 threads alone. The plan over every candidate but one
+ * that shares its host, for each such one, replaces *pl where the replay
+ * says its step is shorter (*shared: the step of the plan kept). At most
+ * POOL_SHARED_TRY candidates; deterministic (the same view gives the same
+ * plan on every member). */
+#define POOL_SHARED_TRY 16
+static void prefer_shared(plan *pl, int64_t *shared, const cands_t *fl, const plan_job *pj)
+{
+    if (fl->f < 2 || fl->f > POOL_SHARED_TRY) return;
+    plan *alt = calloc(1, sizeof *alt);
+    for (int x = 0; alt && x < fl->f; x++) {
+        if (!shares_host(fl, x) || plan_without(alt, fl, x, pj) != 0) continue;
+        int64_t sh = shared_step_ns(alt, fl->docs);
+        if (sh > 0 && (*shared <= 0 || sh < *shared)) {
+            *pl = *alt;
+            *shared = sh;
+        }
+    }
+    free(alt);
+}
+
 /* The plan of the view's members (in[0..k): their indices in m), or why
  * none fits (c->doc.why). */
 static void compute_plan(pool_core *c, const pool_member *m, int n, const int *in, int k)
@@ -187,11 +250,12 @@ static void compute_plan(pool_core *c, const pool_member *m, int n, const int *i
                  "vote can name", pl->nstages, POOL_MAX_STAGES);
         goto out;
     }
+    int64_t shared = shared_step_ns(pl, docs);
+    prefer_shared(pl, &shared, &fl, &pj);
     pool_plan *lay = &c->layout;
     pool_plan_free(lay);
     lay->mb = pl->micro_batch;
     lay->step_ns = pl->step_ns;
-    int64_t shared = shared_step_ns(pl, docs);
     lay->has_shared = true;
     lay->step_ns_shared = shared > 0 ? shared : pl->step_ns;
     lay->snapshot_every = core_snapshot_every(c, pl, links, f);

@@ -316,15 +316,19 @@ int64_t core_resume_step(pool_core *c, const pool_member *m, const int *in, int 
     char miss[200], who[200] = "";
     if (core_covered(c, m, in, k, L, -1, miss, sizeof miss))
         snprintf(miss, sizeof miss, "every layer at one step");
-    /* the committed plan's holders that are not in this view */
+    /* the committed plan's holders that are not in this view, then the
+     * other members of its epoch's membership that are not (those that
+     * kept copies: before, only holders were named) */
     size_t used = 0;
-    for (int s = 0; pl && s < pl->nstages; s++) {
-        bool here = false;
-        for (int i = 0; i < k && !here; i++)
-            here = strcmp(m[in[i]].name, pl->stage[s].holder[0].name) == 0;
+    int nm = pl ? pl->members.n : 0;
+    for (int x = 0; pl && x < pl->nstages + nm; x++) {
+        const char *nmx = x < pl->nstages ? pl->stage[x].holder[0].name
+                                          : pl->members.name[x - pl->nstages];
+        bool here = x >= pl->nstages && pool_plan_stage_of(pl, nmx) >= 0;
+        for (int i = 0; i < k && !here; i++) here = strcmp(m[in[i]].name, nmx) == 0;
         if (!here && used < sizeof who)
             used += (size_t)snprintf(who + used, sizeof who - used, "%s%s", used ? ", " : "",
-                                     pl->stage[s].holder[0].name);
+                                     nmx);
     }
     snprintf(c->doc.why, sizeof c->doc.why, "the loss of %s left no copy of %s "
              "(the newest snapshot is of step %lld); restart the job from its last pool "

@@ -404,20 +404,20 @@ static void scenario_checkpoint_loss(uint64_t seed)
 static void scenario_late_end(uint64_t seed)
 {
     start(seed);
-    int x = 0;
     /* every stage done: m04 gathers the model (GATHER asked, not yet done) */
     int64_t end = S.now + 240000;
     while (S.now < end && !S.m[4].gather_at && !finished(4)) step();
     CHECK(S.m[4].gather_at && !finished(4), "late end: m04 never asked to gather the model");
+    /* x: the first stage's holder (the plan may leave some member out);
+     * h: another holder */
+    const pool_plan *last = plan_of(4);
+    int x = last && last->nstages ? member_of(last->stage[0].holder[0].name) : -1, h = -1;
+    for (int s = 1; last && s < last->nstages && h < 0; s++)
+        h = member_of(last->stage[s].holder[0].name);
+    CHECK(x >= 0 && h >= 0 && x != h, "late end: the last plan has no two holders");
+    if (x < 0 || h < 0 || x == h) return;
     S.pin[x][4] = version_get(S.known[x][4]);
     CHECK(run_until(finished, 60000), "late end: the run did not finish");
-    const pool_plan *last = plan_of(4);
-    int h = -1;
-    for (int s = 0; last && s < last->nstages && h < 0; s++)
-        if (member_of(last->stage[s].holder[0].name) != x)
-            h = member_of(last->stage[s].holder[0].name);
-    CHECK(h >= 0, "late end: no holder of the last plan other than m00");
-    if (h < 0) return;
     const pool_doc *xd = pool_core_doc(S.m[x].core);
     int64_t n0 = (xd->has & POOL_HAS_REC) ? xd->rec.n : 0;
     leave(h, 4);   /* its record without the job, gossiped before it goes */
@@ -427,24 +427,24 @@ static void scenario_late_end(uint64_t seed)
         step();
         recovering = (xd->has & POOL_HAS_RUN) && xd->run.state == POOL_RUN_RECOVERING;
     }
-    CHECK(recovering, "late end: m00 never recovered from %s's leaving (the scenario did not "
-          "happen)", S.m[h].name);
+    CHECK(recovering, "late end: %s never recovered from %s's leaving (the scenario did not "
+          "happen)", S.m[x].name, S.m[h].name);
     version_put(S.pin[x][4]);
     S.pin[x][4] = NULL;
     end = S.now + 10000;
     while (S.now < end && xd->run.state == POOL_RUN_RECOVERING) step();
-    CHECK(xd->run.state != POOL_RUN_RECOVERING, "late end: m00 still recovers the ended job 10 s "
-          "after m04's record said its model was gathered");
+    CHECK(xd->run.state != POOL_RUN_RECOVERING, "late end: %s still recovers the ended job 10 s "
+          "after m04's record said its model was gathered", S.m[x].name);
     for (int k = 0; k < 100; k++) step();   /* and stays so (50 s) */
     CHECK(xd->run.state != POOL_RUN_RECOVERING && xd->run.state != POOL_RUN_FAILED,
-          "late end: m00's run is %s after the moot recovery",
+          "late end: %s's run is %s after the moot recovery", S.m[x].name,
           pool_run_state_name(xd->run.state));
     int64_t n1 = (xd->has & POOL_HAS_REC) ? xd->rec.n : 0;
-    CHECK(n1 == n0, "late end: m00's record counts %lld recoveries, %lld before the moot one",
-          (long long)n1, (long long)n0);
+    CHECK(n1 == n0, "late end: %s's record counts %lld recoveries, %lld before the moot one",
+          S.m[x].name, (long long)n1, (long long)n0);
     if (recovering && xd->run.state != POOL_RUN_RECOVERING)
-        printf("late end: m00 recovered from %s's leaving after the end until m04's record "
-               "came, then stopped (run %s, recoveries %lld)\n", S.m[h].name,
+        printf("late end: %s recovered from %s's leaving after the end until m04's record "
+               "came, then stopped (run %s, recoveries %lld)\n", S.m[x].name, S.m[h].name,
                pool_run_state_name(xd->run.state), (long long)n1);
 }
 

@@ -297,6 +297,36 @@ static void scenario_kill_fetch(void)
                "it; committed\n");
 }
 
+/* 8. Members sharing one machine's cores (pool_elect.c, prefer_shared):
+ * m00 and m01 on one 2-core machine, each computing with 2 threads, m01
+ * twice as fast; m02 submits. Taking each as alone, the planner splits the
+ * layers between them; replayed on the shared cores, the two stages' 4
+ * threads run at half speed whenever both compute, and m01 alone is
+ * faster. The pool commits the plan the replay says is faster: m01 alone.
+ * Before, it committed the planner's split. */
+static void scenario_shared(void)
+{
+    world_init(3, 9);
+    S.m[0].speed = 2000;
+    S.m[1].speed = 1000;
+    S.m[2].no_compute = true;
+    pool_core_destroy(S.m[2].core);
+    new_core(&S.m[2]);
+    set_bundle("m02", WALL0);
+    submit(2);
+    CHECK(run_until(committed, 60000), "shared: no commit within 60 s");
+    const pool_plan *c = plan_of(2);
+    CHECK(c && c->nstages == 1 && pool_plan_stage_of(c, "m01") == 0 && c->has_shared &&
+              c->step_ns_shared == c->step_ns,
+          "shared: the plan is %d stage(s), m01 %s, step %.1f ms alone and %.1f ms on the "
+          "shared cores (want m01 alone, the same step both ways)", c ? c->nstages : 0,
+          c && pool_plan_stage_of(c, "m01") >= 0 ? "in it" : "not in it",
+          c ? (double)c->step_ns / 1e6 : 0.0, c ? (double)c->step_ns_shared / 1e6 : 0.0);
+    CHECK(run_until(gathered_or_done, 120000), "shared: the run did not end");
+    printf("shared: m00 and m01 on one 2-core machine: the plan is m01 alone (%.1f ms a step)\n",
+           c ? (double)c->step_ns / 1e6 : 0.0);
+}
+
 int main(void)
 {
     S.verbose = getenv("POOL_SIM_VERBOSE") != NULL;
@@ -319,6 +349,7 @@ int main(void)
     scenario_flapping(0);
     scenario_flapping(2000);
     scenario_kill_fetch();
+    scenario_shared();
     scenario_many(64, 7);
     scenario_many(256, 8);
     sim_done();

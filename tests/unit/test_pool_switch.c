@@ -26,6 +26,8 @@
  * POOL_SIM_VERBOSE=1 prints every log line. */
 #include "pool_sim.h"
 
+#include <math.h>
+
 #define STEPS 400
 
 static bool finished(int i)
@@ -327,32 +329,44 @@ static void scenario_capped(uint64_t seed)
 
 /* Every up member's record of its last switch names the reason of the plan
  * it switched to: "left" only for a plan without `leaver`. *bad: the first
- * member whose record says otherwise (-1: none). */
-static void left_records(int leaver, int *bad, int64_t *bad_epoch)
+ * member whose record says otherwise (-1: none). The submitter's record of
+ * each epoch goes to why[e] and whether that epoch's plan holds the leaver
+ * to holds[e] (why[e] NONE: no record of e seen). */
+static void left_records(int leaver, int *bad, int64_t *bad_epoch, pool_switch_why *why,
+                         bool *holds)
 {
-    for (int i = 0; i < S.n && *bad < 0; i++) {
+    for (int i = 0; i < S.n; i++) {
         const pool_doc *d = S.m[i].up ? pool_core_doc(S.m[i].core) : NULL;
         const pool_plan *c = d ? plan_of(i) : NULL;
-        if (c && (d->has & POOL_HAS_SWR) && d->swr.epoch == c->epoch &&
-            d->swr.why == POOL_SW_LEFT && pool_plan_stage_of(c, S.m[leaver].name) >= 0) {
+        if (!c || !(d->has & POOL_HAS_SWR) || d->swr.epoch != c->epoch) continue;
+        bool in = pool_plan_stage_of(c, S.m[leaver].name) >= 0;
+        if (*bad < 0 && d->swr.why == POOL_SW_LEFT && in) {
             *bad = i;
             *bad_epoch = c->epoch;
+        }
+        if (i == 4 && c->epoch > 0 && c->epoch < 64) {
+            why[c->epoch] = d->swr.why;
+            holds[c->epoch] = in;
         }
     }
 }
 
 /* A holder slows down and leaves just as the pool votes for the plan that
- * gives it fewer layers (some member's vote for that switch is out): the
- * switch to that plan, which still holds it, is recorded "slowed", and the
- * one after it, without it, "left" (before, a member whose own watch had
- * moved on to the leave recorded the slowed plan's switch as "left": 2 of
- * these 8 seeds); where the slowed plan already leaves it out, that one
- * switch serves both; the
- * leaver goes once its layers are handed over; nothing redone, no
- * recovery. */
+ * gives it fewer layers (some member's vote for that switch is out): a
+ * switch to a plan that still holds it is never recorded "left" (before, a
+ * member whose own watch had moved on to the leave recorded the slowed
+ * plan's switch as "left": 2 of these 8 seeds); the switch that drops it
+ * is "left", or "slowed" where the votes for it came before the leave; the
+ * leaver stays until its layers are handed over, even to a handover
+ * committed before it asked (before, it was let go at once: 5 of 10 seed
+ * offsets); nothing redone, no recovery. */
 static void scenario_slow_leave(uint64_t seed)
 {
     S.replan_min_steps = 20;
+    /* machines of their own: on one shared machine the slowed plan drops
+     * the slowed member (pool_elect.c, prefer_shared), and no switch holds
+     * it after the one voted for */
+    S.own_hosts = true;
     start(seed);
     run_to(30 + (int64_t)(rnd() % 40));
     const pool_plan *c = plan_of(4);
@@ -361,21 +375,29 @@ static void scenario_slow_leave(uint64_t seed)
     CHECK(victim >= 0, "slow-leave: no holder to slow down");
     if (victim < 0) return;
     int64_t e0 = c->epoch;
-    S.m[victim].pace = 3000;
+    S.m[victim].pace = 1850;
     int bad = -1;
-    int64_t bad_epoch = 0, end = S.now + 300000;
-    bool voting = false;
-    while (S.now < end && !voting) {
+    int64_t bad_epoch = 0, end = S.now + 300000, voted = 0;
+    pool_switch_why why[64] = {0};
+    bool holds[64] = {0};
+    while (S.now < end && !voted) {
         step();
-        for (int i = 0; i < S.n && !voting; i++) {
+        for (int i = 0; i < S.n && !voted; i++) {
             const pool_doc *d = S.m[i].up ? pool_core_doc(S.m[i].core) : NULL;
-            voting = d && (d->has & POOL_HAS_VOTE) && d->vote.sw == POOL_SW_SLOWED &&
-                     d->vote.v.epoch > e0;
+            if (d && (d->has & POOL_HAS_VOTE) && d->vote.sw == POOL_SW_SLOWED &&
+                d->vote.v.epoch > e0)
+                voted = d->vote.v.epoch;
         }
     }
-    CHECK(voting, "slow-leave: no member voted for a switch after %s slowed down",
+    CHECK(voted, "slow-leave: no member voted for a switch after %s slowed down",
           S.m[victim].name);
     for (int64_t k = (int64_t)(rnd() % 3); k > 0; k--) step();
+    /* the latest epoch a switch was voted in before the leave */
+    for (int i = 0; i < S.n; i++) {
+        const pool_doc *d = S.m[i].up ? pool_core_doc(S.m[i].core) : NULL;
+        if (d && (d->has & POOL_HAS_VOTE) && d->vote.sw != POOL_SW_NONE && d->vote.v.epoch > voted)
+            voted = d->vote.v.epoch;
+    }
     view_of(victim);
     CHECK(pool_core_depart(S.m[victim].core, S.view, S.n), "slow-leave: %s holds a stage and "
           "is not told to wait for its hand-over", S.m[victim].name);
@@ -383,7 +405,7 @@ static void scenario_slow_leave(uint64_t seed)
     bool gone = false;
     while (S.now - t0 < POOL_DEPART_MS && !gone) {
         step();
-        left_records(victim, &bad, &bad_epoch);
+        left_records(victim, &bad, &bad_epoch, why, holds);
         view_of(victim);
         gone = pool_core_departed(S.m[victim].core, S.view, S.n);
     }
@@ -394,7 +416,7 @@ static void scenario_slow_leave(uint64_t seed)
     bool done = false;
     while (S.now < end && !done) {
         step();
-        left_records(victim, &bad, &bad_epoch);
+        left_records(victim, &bad, &bad_epoch, why, holds);
         done = true;
         for (int i = 0; i < S.n && done; i++)
             if (S.m[i].up) done = finished(i);
@@ -403,23 +425,82 @@ static void scenario_slow_leave(uint64_t seed)
           (long long)S.reached, STEPS);
     CHECK(bad < 0, "slow-leave: %s records the switch to epoch %lld, whose plan holds %s, as "
           "\"left\"", bad >= 0 ? S.m[bad].name : "", (long long)bad_epoch, S.m[victim].name);
+    /* the first switch whose plan drops the leaver */
+    int64_t drop = 0;
+    for (int64_t e = e0 + 1; e < 64 && !drop; e++)
+        if (why[e] != POOL_SW_NONE && !holds[e]) drop = e;
     c = plan_of(4);
-    const pool_doc *d = pool_core_doc(S.m[4].core);
-    /* one handover: the plan voted for the slow-down already left it out
-     * (its switch is "slowed", or "left" where the leave came first) */
-    bool why_ok = (d->has & POOL_HAS_SWR) &&
-                  (d->swr.why == POOL_SW_LEFT || (S.handovers == 1 && d->swr.why == POOL_SW_SLOWED));
-    CHECK(c && c->handover && pool_plan_stage_of(c, S.m[victim].name) < 0 && why_ok,
-          "slow-leave: the last epoch "
-          "(%lld) %s %s; the submitter's record of its switch says %s",
-          c ? (long long)c->epoch : 0LL, c && pool_plan_stage_of(c, S.m[victim].name) >= 0
-                                              ? "holds" : "does not hold", S.m[victim].name,
-          (d->has & POOL_HAS_SWR) ? pool_switch_why_name(d->swr.why) : "nothing");
+    CHECK(drop && c && pool_plan_stage_of(c, S.m[victim].name) < 0 &&
+              (why[drop] == POOL_SW_LEFT || (why[drop] == POOL_SW_SLOWED && drop <= voted)),
+          "slow-leave: the switch that drops %s is epoch %lld, recorded %s (switches voted "
+          "before the leave: up to epoch %lld); the last epoch %lld %s it",
+          S.m[victim].name, (long long)drop,
+          drop ? pool_switch_why_name(why[drop]) : "-", (long long)voted,
+          c ? (long long)c->epoch : 0LL,
+          c && pool_plan_stage_of(c, S.m[victim].name) >= 0 ? "holds" : "does not hold");
     CHECK(S.redone == 0 && no_recovery(), "slow-leave: %lld steps redone, %s recovery",
           (long long)S.redone, no_recovery() ? "no" : "a");
-    printf("slow-leave: %s slowed down and left while the pool voted; %d handovers, the last "
-           "after step %lld; no step redone, no recovery\n", S.m[victim].name, S.handovers,
-           (long long)S.handed_at);
+    printf("slow-leave: %s slowed down and left after the votes of epoch %lld; epoch %lld "
+           "(%s) dropped it; %d handovers; no step redone, no recovery\n", S.m[victim].name,
+           (long long)voted, (long long)drop, drop ? pool_switch_why_name(why[drop]) : "-",
+           S.handovers);
+    S.m[victim].pace = 0;
+    S.own_hosts = false;
+}
+
+/* A holder asked to leave after the pool committed a switch that gives its
+ * layers away (a slow-down's), before its stage has handed them over: it
+ * is told to stay until the new stages have them, and nothing is redone
+ * or recovered. Before, pool_core_depart let it go at once (its stage is
+ * in no plan after the commit) and the pool recovered without it. */
+static void scenario_leave_handing(uint64_t seed)
+{
+    S.replan_min_steps = 20;
+    start(seed);
+    run_to(30 + (int64_t)(rnd() % 40));
+    const pool_plan *c = plan_of(4);
+    int victim = c ? member_of(c->stage[biggest_stage(c)].holder[0].name) : -1;
+    CHECK(victim >= 0, "leave handing: no holder to slow down");
+    if (victim < 0) return;
+    int64_t e0 = c->epoch, end = S.now + 300000;
+    S.m[victim].pace = 8000;
+    /* the victim's core commits a handover that drops it, the new stages
+     * not yet past the step they start after (they take its layers from
+     * its snapshots) */
+    bool ready = false;
+    while (S.now < end && !ready) {
+        step();
+        const pool_plan *v = plan_of(victim);
+        view_of(victim);
+        ready = v && v->epoch > e0 && v->handover && pool_plan_stage_of(v, S.m[victim].name) < 0 &&
+                !pool_core_departed(S.m[victim].core, S.view, S.n);
+    }
+    CHECK(ready, "leave handing: no handover dropping %s was committed before the new stages "
+          "had its layers", S.m[victim].name);
+    if (!ready) return;
+    int64_t e1 = plan_of(victim)->epoch;
+    view_of(victim);
+    CHECK(pool_core_depart(S.m[victim].core, S.view, S.n), "leave handing: %s, whose layers "
+          "epoch %lld gives away, is let go before its stage hands them over",
+          S.m[victim].name, (long long)e1);
+    int64_t t0 = S.now;
+    bool gone = false;
+    while (S.now - t0 < POOL_DEPART_MS && !gone) {
+        step();
+        view_of(victim);
+        gone = pool_core_departed(S.m[victim].core, S.view, S.n);
+    }
+    int64_t went_ms = S.now - t0;
+    CHECK(gone, "leave handing: %s was not free to go within %d s", S.m[victim].name,
+          POOL_DEPART_MS / 1000);
+    crash(victim);
+    CHECK(run_until(finished, 600000) && S.reached == STEPS, "leave handing: the run reached "
+          "step %lld of %d", (long long)S.reached, STEPS);
+    CHECK(S.redone == 0 && no_recovery(), "leave handing: %lld steps redone, %s recovery",
+          (long long)S.redone, no_recovery() ? "no" : "a");
+    printf("leave handing: %s asked to leave after epoch %lld was committed without it; went "
+           "%.1f s later; no step redone, no recovery\n", S.m[victim].name, (long long)e1,
+           (double)went_ms / 1000);
     S.m[victim].pace = 0;
 }
 
@@ -538,11 +619,17 @@ static void scenario_measured(uint64_t seed)
     }
     S.m[victim].pace = 0;
     double want = took < POOL_SWITCH_MIN_S ? POOL_SWITCH_MIN_S : took;
-    CHECK(cost >= POOL_SWITCH_MIN_S - 0.05 && cost <= want + 0.15, "measured: the second "
+    /* the measured figure (at this scenario's seed, 3.5 s: one the guess
+     * would not give; other seeds may take about the guess, and then tell
+     * nothing apart) */
+    if (fabs(want - POOL_SWITCH_PAUSE_MS / 1e3) <= 0.5)
+        printf("measured: the first switch took %.2f s, too close to POOL_SWITCH_PAUSE_MS "
+               "(%.1f s) to tell them apart at this seed\n", took, POOL_SWITCH_PAUSE_MS / 1e3);
+    CHECK(cost >= want - 0.15 && cost <= want + 0.15, "measured: the second "
           "switch was weighed at %.2f s (the first took %.2f s; POOL_SWITCH_PAUSE_MS %.1f s): "
           "\"%s\"", cost, took, POOL_SWITCH_PAUSE_MS / 1e3, note);
     printf("measured: the first switch took %.1f s to its first step; the second was weighed "
-           "at %.1f s (the guess before a switch: %.0f s)\n", took, cost,
+           "at %.1f s (the guess before a switch: %.1f s)\n", took, cost,
            POOL_SWITCH_PAUSE_MS / 1e3);
 }
 
@@ -613,6 +700,7 @@ int main(void)
     scenario_slow(36 + o);
     scenario_capped(37 + o);
     for (uint64_t k = 0; k < 8; k++) scenario_slow_leave(41 + 100 * k + o);
+    for (uint64_t k = 0; k < 4; k++) scenario_leave_handing(42 + 100 * k + o);
     scenario_after_end(38 + o);
     scenario_restart(39 + o);
     scenario_measured(40 + o);
