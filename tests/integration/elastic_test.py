@@ -32,11 +32,12 @@ of a run, and the pool goes on by itself (docs/ARCHITECTURE.md, "Recovery").
    holds a stage runs `shardnode leave` mid-run and hands its layers over
    before it goes (leave: the member that joined, in the same job); in
    between, a member slows down (the one that joined, capped by `shardnode
-   set --threads 1` from two on a machine of 3 or more cores where two
-   threads are 1.5 times faster than one; on 2 cores the one holding more
-   layers, its stage's processes stopped 70% of the time, as when another
-   program takes most of its CPU), re-profiles from its stage's pace and
-   the pool gives it fewer layers (slowed). In all three, no step is done twice, no recovery, and
+   set --threads 1` from two where its two threads profile 1.5 times faster
+   than one; elsewhere (one core, two that are one core's hyper-threads)
+   the one holding more layers, its stage's processes stopped 70% of the
+   time, as when another program takes most of its CPU), re-profiles (at
+   once when capped, from its stage's pace when stopped) and the pool gives
+   it fewer layers (slowed). In all three, no step is done twice, no recovery, and
    every loss and the gathered model equal the single process. `shardnode
    set --threads` on a member shows in every member's view of the job.
 
@@ -59,7 +60,7 @@ from nslib import (Failure, Pool, check, check_gathered, log, metrics,  # noqa: 
                    pool_job_files, requirements, run_test)
 
 STEPS = 60
-JOIN_STEPS = 100   # the join's job: a switch pays for itself in the steps left
+JOIN_STEPS = 150   # the join's job: a switch pays for itself in the steps left
 EVERY = 10
 CKPT = 20      # pool checkpoints (the submitter's out_dir/checkpoints/step-N)
 TAG = "sne%d-" % os.getpid()
@@ -463,16 +464,16 @@ def join_slow_leave(t, job, m1, rng, wd, prev, then_leave, throttle):
     At a step the test draws, a member slows down: its stage computes
     slower than when it started, it re-profiles, and the pool switches to a
     plan that gives it fewer layers. How depends on the machine (a test
-    must not hang on which machine runs it): where the cores hold a's
-    thread and two of d's without sharing (3 or more) and d's profile with
-    two threads is at least 1.5 times faster than with one, d comes up with
-    two and `shardnode set --threads 1` caps it. On 2 cores three threads
-    share two, and whether d's join pays hangs on the CPU: on a CI machine
-    two threads profiled slower than one (44 against 26 ms a layer) and the
-    join did not pay; here it was refused in one of two runs (15% faster,
-    9.6 s saved against a switch's 11.1 s). There d comes up with one
-    thread, and the member holding more layers (d when even) is slowed as a
-    busy machine would be (Throttle: its stage stopped 70% of the time: one
+    must not hang on which machine runs it): where d's profile with two
+    threads, taken with nothing else computing, is at least 1.5 times
+    faster than with one (2 cores or more: on this project's 2-core
+    machine 3.9-5.4 against 6.8-9.0 ms a layer), d comes up with two and
+    `shardnode set --threads 1` caps it; the plan then counts d at half its
+    speed at once (docs/ARCHITECTURE.md, "A member that slows down"). On a
+    CI machine two threads once profiled slower than one (44 against 26 ms
+    a layer: one core's hyper-threads, or a busy host). There d comes up
+    with one thread, and the member
+    holding more layers (d when even) is slowed as a busy machine would be (Throttle: its stage stopped 70% of the time: one
     holding 1 or 2 layers of 8 would change no step by replan_gain until
     the plan dropped it); the test says which it did and why.
     `shardnode set --threads 3` on b (keeping copies, no stage) changes its
@@ -493,12 +494,11 @@ def join_slow_leave(t, job, m1, rng, wd, prev, then_leave, throttle):
     # other with nothing else running, rather than while a trains on the
     # same cores (a's from an earlier scenario, or its start beside the
     # others', varied by 30%, and with it whether the join pays)
-    # how d slows down: capped from two threads to one where the machine
-    # holds a's thread and d's two without sharing cores and d's two are
+    # how d slows down: capped from two threads to one where d's two are
     # 1.5 times faster than one; else stopped 70% of the time (Throttle)
     cores = len(os.sched_getaffinity(0))
     ms = {}
-    for n, th in (("a", 1), ("d", 1), ("d", 2)) if cores >= 3 else (("a", 1), ("d", 1)):
+    for n, th in (("a", 1), ("d", 1), ("d", 2)) if cores >= 2 else (("a", 1), ("d", 1)):
         path = os.path.join(wd, "join-%s-%d-profile.json" % (n, th))
         t.sn_in(n, ["profile", "--model", os.path.join(wd, "config.json"), "--iters", "5",
                     "--micro-batch", "2", "--seq", "64", "--threads", str(th), "--fresh",
@@ -506,7 +506,7 @@ def join_slow_leave(t, job, m1, rng, wd, prev, then_leave, throttle):
         with open(path) as f:
             lay = json.load(f)["layer"]
         ms[n, th] = (lay["forward_ns"] + lay["backward_ns"]) / 1e6
-    capped = cores >= 3 and ms["d", 1] >= 1.5 * ms["d", 2]
+    capped = cores >= 2 and ms["d", 1] >= 1.5 * ms["d", 2]
     d_threads = 2 if capped else 1
     log("%s: a layer's forward and backward: a %.1f ms (1 thread), d %.1f ms (1 thread)%s; %d "
         "cores: %s" % (name, ms["a", 1], ms["d", 1], ", %.1f ms (2 threads)" % ms["d", 2]
@@ -643,7 +643,10 @@ def join_slow_leave(t, job, m1, rng, wd, prev, then_leave, throttle):
     plans = {int(m_.group(1)): {x.split()[0] for x in m_.group(2).split(";") if x.strip()}
              for m_ in re.finditer(r"train: plan committed \(epoch (\d+)\): (.*)", o)}
     sws = []
-    for m_ in re.finditer(r"train: switched after step (\d+) \((\w+)\) to epoch (\d+)", o):
+    # ("switching" too: a plan that runs one step before the next switch
+    # replaces it is never "switched" in train --wait's polls)
+    for m_ in re.finditer(r"train: switch(?:ed|ing) after step (\d+) \((\w+)\) to epoch (\d+)",
+                          o):
         x_ = (int(m_.group(1)), m_.group(2), int(m_.group(3)))
         if x_ not in sws:
             sws.append(x_)
