@@ -179,6 +179,21 @@ static void scenario_lost(uint64_t seed)
     S.crash_on_handover = -1;
 }
 
+/* Steps until the departing member i may go (pool_core_departed), at most
+ * POOL_DEPART_MS; *went_ms: how long that took. True when it may. */
+static bool wait_free(int i, int64_t *went_ms)
+{
+    int64_t t0 = S.now;
+    bool gone = false;
+    while (S.now - t0 < POOL_DEPART_MS && !gone) {
+        step();
+        view_of(i);
+        gone = pool_core_departed(S.m[i].core, S.view, S.n);
+    }
+    *went_ms = S.now - t0;
+    return gone;
+}
+
 /* A holder leaves on purpose (shardnode leave, SIGTERM to up): it stays up
  * until its layers are handed over to a plan without it, and then goes;
  * nothing is redone, no recovery. */
@@ -194,17 +209,12 @@ static void scenario_leave(uint64_t seed)
     view_of(4);
     CHECK(!pool_core_depart(S.m[4].core, S.view, S.n), "leave: the submitter, which holds no "
           "stage, is told to wait for a hand-over");
-    int64_t left_at = S.reached, t0 = S.now;
+    int64_t left_at = S.reached;
     view_of(victim);
     CHECK(pool_core_depart(S.m[victim].core, S.view, S.n), "leave: %s holds a stage and is "
           "not told to wait for its hand-over", S.m[victim].name);
-    bool gone = false;
-    while (S.now - t0 < POOL_DEPART_MS && !gone) {
-        step();
-        view_of(victim);
-        gone = pool_core_departed(S.m[victim].core, S.view, S.n);
-    }
-    int64_t went_ms = S.now - t0;
+    int64_t went_ms;
+    bool gone = wait_free(victim, &went_ms);
     CHECK(gone, "leave: %s was not free to go within %d s", S.m[victim].name,
           POOL_DEPART_MS / 1000);
     crash(victim);
@@ -483,14 +493,8 @@ static void scenario_leave_handing(uint64_t seed)
     CHECK(pool_core_depart(S.m[victim].core, S.view, S.n), "leave handing: %s, whose layers "
           "epoch %lld gives away, is let go before its stage hands them over",
           S.m[victim].name, (long long)e1);
-    int64_t t0 = S.now;
-    bool gone = false;
-    while (S.now - t0 < POOL_DEPART_MS && !gone) {
-        step();
-        view_of(victim);
-        gone = pool_core_departed(S.m[victim].core, S.view, S.n);
-    }
-    int64_t went_ms = S.now - t0;
+    int64_t went_ms;
+    bool gone = wait_free(victim, &went_ms);
     CHECK(gone, "leave handing: %s was not free to go within %d s", S.m[victim].name,
           POOL_DEPART_MS / 1000);
     crash(victim);
@@ -663,17 +667,11 @@ static void scenario_after_end(uint64_t seed)
     bool waits = pool_core_depart(S.m[leaver].core, S.view, S.n);
     CHECK(waits || gathered, "after end: %s leaves before the model is gathered and is not "
           "told to wait", S.m[leaver].name);
-    int64_t t0 = S.now;
-    bool gone = !waits;
-    while (S.now - t0 < POOL_DEPART_MS && !gone) {
-        step();
-        view_of(leaver);
-        gone = pool_core_departed(S.m[leaver].core, S.view, S.n);
-    }
+    int64_t went_ms = 0;
+    bool gone = !waits || wait_free(leaver, &went_ms);
     CHECK(gone && pool_core_doc(S.m[4].core)->run.gathered == 1, "after end: %s %s; the model "
           "is %sgathered", S.m[leaver].name, gone ? "went" : "never free to go",
           pool_core_doc(S.m[4].core)->run.gathered == 1 ? "" : "not ");
-    int64_t went_ms = S.now - t0;
     crash(leaver);
     crash(other);
     for (int t = 0; t < (DETECT_MS + 10000) / TICK; t++) step();
