@@ -184,6 +184,19 @@ void core_switch_watch(pool_core *c, const pool_member *m, int n, int64_t now,
     if (same_layout(&c->layout, pl)) {
         c->switching = POOL_SW_NONE;
         c->stay[0] = 0;
+        /* a member that computes and holds nothing says why (before, it
+         * said nothing, or an earlier reason that no longer held) */
+        char note[POOL_DOC_TEXT_MAX] = "";
+        if (c->doc.compute && pool_plan_stage_of(pl, c->name) < 0)
+            snprintf(note, sizeof note, "the plan over the view is the running one (%.1f ms a "
+                     "step): no plan that gives %s layers is faster",
+                     1e-6 * (double)(pl->has_shared && pl->step_ns_shared > 0 ? pl->step_ns_shared
+                                                                              : pl->step_ns),
+                     c->name);
+        if (strcmp(c->doc.why, note) != 0) {
+            snprintf(c->doc.why, sizeof c->doc.why, "%s", note);
+            c->dirty = true;
+        }
         return;
     }
     pool_switch_why why = why_switch(c, pl, m, n);

@@ -136,6 +136,31 @@ static void scenario_late(uint64_t seed)
     printf("late: the plan stays; m03 says: %s\n", why);
 }
 
+/* A join of a member so slow that no plan gives it layers: the plan over
+ * the view is the running one, and the newcomer's document says so (before,
+ * it said nothing). */
+static void scenario_useless(uint64_t seed)
+{
+    S.replan_min_steps = 20;
+    start(seed);
+    run_to(40);
+    S.m[3].speed = 20000;   /* 20 times slower than the base profile */
+    restart(3);
+    char why[POOL_DOC_TEXT_MAX] = "";
+    int64_t end = S.now + 60000;
+    while (S.now < end && !why[0]) {
+        step();
+        snprintf(why, sizeof why, "%s", pool_core_doc(S.m[3].core)->why);
+    }
+    const pool_plan *c = plan_of(4);
+    CHECK(c && !c->handover && pool_plan_stage_of(c, "m03") < 0 && S.handovers == 0,
+          "useless: the pool switched to a plan with m03, 20 times slower");
+    CHECK(strstr(why, "is the running one") != NULL, "useless: m03's document says \"%s\", not "
+          "why it holds nothing", why);
+    printf("useless: m03 says: %s\n", why);
+    S.m[3].speed = 300;
+}
+
 /* replan_min_steps: a join right after the start waits until the running
  * plan has done them. */
 static void scenario_min_steps(uint64_t seed)
@@ -692,6 +717,7 @@ int main(void)
     uint64_t o = getenv("TEST_SEED_OFFSET") ? strtoull(getenv("TEST_SEED_OFFSET"), NULL, 10) : 0;
     scenario_join(31 + o);
     scenario_late(32 + o);
+    scenario_useless(43 + o);
     scenario_min_steps(33 + o);
     scenario_lost(34 + o);
     scenario_leave(35 + o);
