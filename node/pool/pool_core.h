@@ -44,8 +44,8 @@
 #define POOL_SWITCH_PAUSE_MS 2500 /* what a switch costs besides moving the layers (the
                                      stages stop, the new ones start), in the rule that a
                                      switch must pay for itself before the job ends, until
-                                     the job's first switch is measured (swr): about twice
-                                     what bench/elastic.py measured (1.2-1.6 s) */
+                                     the job's first switch is measured (swr); bench/elastic.py
+                                     measured 1.0-3.7 s (docs/ARCHITECTURE.md) */
 #define POOL_SWITCH_MIN_S 1.0     /* ... and at least this much once it is */
 
 /* A member as the driver sees it this step. */

@@ -447,7 +447,7 @@ bool pool_core_depart(pool_core *c, const pool_member *m, int n)
      * recovered without it. */
     bool held = c->run_pending || pool_plan_stage_of(pl, c->name) >= 0 ||
                 (pl->handover && prev_known(c, pl) && pool_plan_stage_of(&c->prev, c->name) >= 0);
-    return held && pool_core_run_active(c, m, n) && !pool_core_departed(c, m, n);
+    return held && !pool_core_departed(c, m, n);   /* a run no longer active: departed */
 }
 
 bool pool_core_departed(const pool_core *c, const pool_member *m, int n)
